@@ -1,0 +1,50 @@
+"""A small draft model of the target's family proposes tokens one forward at a time.
+
+Its KV cache keeps every committed token but the last; tokens committed since the last step
+(the last accepted draft, when all were accepted, and the residual or bonus token) are fed at
+the start of the next proposal, so the prefix is never re-run.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from specviz import sampling
+from specviz.drafters.base import Proposal
+from specviz.lm import runner_for, synchronize
+
+
+class ModelDrafter:
+    name = "draft model"
+
+    def __init__(self, model, eos_token_ids=()):
+        self.runner = runner_for(model)
+        self.eos = set(eos_token_ids)
+
+    def start(self, prompt_ids: list) -> None:
+        self.runner.reset()
+        if len(prompt_ids) > 1:
+            self.runner.forward(prompt_ids[:-1], last_only=True)
+
+    def propose(self, committed: list, k: int, warp: sampling.Warp, generator: torch.Generator) -> Proposal:
+        if k <= 0:
+            return Proposal([], None)
+        start = time.perf_counter()
+        logits = self.runner.forward(committed[self.runner.length:], last_only=True)[-1]
+        tokens, probs, forwards = [], [], 1
+        while True:
+            q = sampling.warp(logits, warp)
+            token = sampling.sample(q, warp, generator)
+            tokens.append(token)
+            probs.append(q)
+            if len(tokens) == k or token in self.eos:
+                break
+            logits = self.runner.forward([token], last_only=True)[-1]
+            forwards += 1
+        synchronize(self.runner.device)
+        return Proposal(tokens, torch.stack(probs), forwards, time.perf_counter() - start)
+
+    def observe(self, committed: list, accepted: int) -> None:
+        self.runner.crop(min(self.runner.length, len(committed) - 1))

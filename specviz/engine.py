@@ -1,0 +1,278 @@
+"""The decoding loop: autoregressive and chain speculative decoding, streamed as events.
+
+Speculative decoding after Leviathan et al. 2023 (Algorithm 1) and Chen et al. 2023
+(Algorithm 2). One step reads as four phases:
+
+    draft    drafter.propose(committed, k)         -> x_1..x_n with draft distributions q_i
+    score    one target pass over [last, x_1..x_n] -> p_1..p_{n+1}
+    verify   verifier.verify(...)                   -> accepted prefix, residual or bonus token
+    commit   append, crop both KV caches to the committed prefix, drafter.observe(...)
+
+Autoregressive decoding is the same loop with k = 0: each step is one target pass and its only
+token is the bonus token. Both caches always hold every committed token but the last one.
+The engine never prints and imports no UI code; every number a view needs is in the events.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Iterator, Optional, Union
+
+import torch
+
+from specviz import events as ev
+from specviz import metrics, sampling
+from specviz.drafters import ModelDrafter, Proposal
+from specviz.errors import InputError
+from specviz.lm import runner_for, synchronize
+from specviz.sampling import Warp
+from specviz.verifiers import default_verifier
+
+METHODS = ("ar", "spec")
+MAX_K = 32
+MAX_NEW_TOKENS = 4096
+MAX_TOPK = 100
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    method: str
+    k: int
+    warp: Warp
+    max_new_tokens: int
+    seed: int
+    chat: bool
+    record_topk: int
+
+
+def generate(pair, prompt: Union[str, list], *, method: str = "spec", k: int = 4,
+             temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
+             max_new_tokens: int = 64, seed: int = 0, chat: bool = False, record_topk: int = 10,
+             drafter=None, verifier=None) -> Iterator[ev.Event]:
+    """Stream the events of one run of `method` on `pair` (see `specviz.events` for the schema).
+
+    Arguments are checked here, before the first event, so bad input fails at the call with a
+    `specviz.errors.InputError` that says what to change. `drafter` and `verifier` replace the
+    defaults (the pair's draft model; greedy or rejection by temperature), e.g. in tests.
+    """
+    cfg = validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_topk, chat)
+    prompt_ids = prompt_to_ids(pair, prompt, chat)
+    check_context(pair, len(prompt_ids), cfg)
+    if drafter is None:
+        drafter = ModelDrafter(pair.draft, pair.eos_token_ids) if cfg.method == "spec" else _NoDrafter()
+    return _Run(pair, cfg, prompt, prompt_ids, drafter, verifier or default_verifier(cfg.warp)).events()
+
+
+# ---------------------------------------------------------------------------------------------
+# input checks
+
+def validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_topk, chat) -> RunConfig:
+    if method not in METHODS:
+        raise InputError(f"Unknown method {method!r}: choose one of {', '.join(METHODS)}.")
+    if not _is_int(k) or not 1 <= k <= MAX_K:
+        raise InputError(f"k (draft length) must be a whole number from 1 to {MAX_K}, got {k!r}.")
+    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
+        raise InputError(f"temperature must be 0 (greedy) or a positive number, got {temperature!r}.")
+    if not _is_int(top_k) or top_k < 0:
+        raise InputError(f"top_k must be 0 (off) or a positive whole number, got {top_k!r}.")
+    if not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+        raise InputError(f"top_p must be in (0, 1], got {top_p!r}.")
+    if not _is_int(max_new_tokens) or not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
+        raise InputError(f"max_new_tokens must be from 1 to {MAX_NEW_TOKENS}, got {max_new_tokens!r}.")
+    if not _is_int(seed) or seed < 0:
+        raise InputError(f"seed must be a non-negative whole number, got {seed!r}.")
+    if not _is_int(record_topk) or not 0 <= record_topk <= MAX_TOPK:
+        raise InputError(f"record_topk must be from 0 to {MAX_TOPK}, got {record_topk!r}.")
+    k = 0 if method == "ar" else int(k)
+    return RunConfig(method, k, Warp(float(temperature), int(top_k), float(top_p)),
+                     int(max_new_tokens), int(seed), bool(chat), int(record_topk))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def prompt_to_ids(pair, prompt, chat: bool) -> list:
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise InputError("The prompt is empty: type some text to continue.")
+        ids = pair.encode(prompt, chat=chat)
+    else:
+        ids = [int(t) for t in prompt]
+        vocab = _vocab_size(pair)
+        if any(not 0 <= t < vocab for t in ids):
+            raise InputError(f"Prompt token ids must be in [0, {vocab}).")
+    if not ids:
+        raise InputError("The prompt has no tokens: type some text to continue.")
+    return ids
+
+
+def _vocab_size(pair) -> int:
+    config = getattr(pair.target, "config", None)
+    return getattr(config, "vocab_size", None) or pair.target.vocab_size
+
+
+def check_context(pair, n_prompt: int, cfg: RunConfig) -> None:
+    need = n_prompt + cfg.max_new_tokens + cfg.k + 1
+    if need > pair.context_length:
+        raise InputError(f"The prompt ({n_prompt} tokens) plus max_new_tokens ({cfg.max_new_tokens}) "
+                         f"does not fit the {pair.context_length}-token context of {pair.name}: "
+                         "shorten the prompt or ask for fewer tokens.")
+
+
+class _NoDrafter:
+    """Autoregressive decoding: nothing is drafted, every token is the target's own sample."""
+
+    name = "none"
+
+    def start(self, prompt_ids):
+        pass
+
+    def propose(self, committed, k, warp, generator) -> Proposal:
+        return Proposal([], None)
+
+    def observe(self, committed, accepted):
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# the loop
+
+class _Run:
+    def __init__(self, pair, cfg: RunConfig, prompt, prompt_ids: list, drafter, verifier):
+        self.pair, self.cfg, self.drafter, self.verifier = pair, cfg, drafter, verifier
+        self.prompt = prompt if isinstance(prompt, str) else pair.decode(prompt_ids)
+        self.prompt_ids = list(prompt_ids)
+        self.committed = list(prompt_ids)
+        self.eos = set(pair.eos_token_ids)
+        self.generator = torch.Generator(device=pair.device).manual_seed(cfg.seed)
+        self.target = runner_for(pair.target)
+        self.finish: Optional[str] = None
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.committed) - len(self.prompt_ids)
+
+    def events(self) -> Iterator[ev.Event]:
+        started = self._started()
+        yield started
+        self.t0 = time.perf_counter()
+        self.target.reset()
+        if len(self.prompt_ids) > 1:
+            self.target.forward(self.prompt_ids[:-1], last_only=True)
+        self.drafter.start(self.prompt_ids)
+        steps = []
+        while self.finish is None:
+            for event in self._step(len(steps)):
+                yield event
+            steps.append(event)
+        generated = self.committed[len(self.prompt_ids):]
+        yield ev.RunFinished(text=self.pair.decode(generated), token_ids=generated,
+                             finish_reason=self.finish, metrics=metrics.fold([started, *steps]).to_dict())
+
+    def _started(self) -> ev.RunStarted:
+        cfg, pair = self.cfg, self.pair
+        return ev.RunStarted(
+            pair=pair.name, method=cfg.method, k=cfg.k, temperature=cfg.warp.temperature,
+            top_k=cfg.warp.top_k, top_p=cfg.warp.top_p, max_new_tokens=cfg.max_new_tokens,
+            seed=cfg.seed, chat=cfg.chat, prompt=self.prompt, prompt_ids=self.prompt_ids,
+            prompt_texts=[pair.token_text(t) for t in self.prompt_ids], device=str(pair.device),
+            dtype=str(pair.dtype).replace("torch.", ""), rule=self.verifier.name,
+            lossless=bool(self.verifier.lossless), eos_token_ids=sorted(self.eos),
+            drafter=self.drafter.name, options={})
+
+    def _step(self, step: int) -> Iterator[ev.Event]:
+        base = len(self.committed)  # position of the first drafted token
+        k = min(self.cfg.k, self.cfg.max_new_tokens - self.new_tokens - 1)
+        proposal = self._cut_at_eos(self.drafter.propose(self.committed, k, self.cfg.warp, self.generator))
+        yield from self._draft_events(step, base, proposal)
+        target_probs, verify_time = self._score(proposal.tokens)
+        yield self._scored_event(step, base, proposal, target_probs)
+        allow_bonus = not (proposal.tokens and proposal.tokens[-1] in self.eos)
+        draft_probs = proposal.probs.to(target_probs.device) if len(proposal) else target_probs[:0]
+        verdict = self.verifier.verify(proposal.tokens, draft_probs, target_probs, self.generator, allow_bonus)
+        yield from self._decision_events(step, base, verdict)
+        emitted = [d.token for d in verdict.decisions if d.accepted]
+        if verdict.next_token is not None:
+            emitted.append(verdict.next_token)
+        self._commit(emitted, verdict.accepted)
+        yield ev.StepFinished(
+            step=step, k=k, drafted=len(proposal), accepted=verdict.accepted,
+            evaluated=len(verdict.decisions), emitted_ids=emitted,
+            emitted_texts=[self.pair.token_text(t) for t in emitted], beta=verdict.beta,
+            draft_time=proposal.seconds, verify_time=verify_time, draft_forwards=proposal.forwards,
+            target_forwards=1, elapsed=time.perf_counter() - self.t0, finish_reason=self.finish)
+
+    def _cut_at_eos(self, proposal: Proposal) -> Proposal:
+        for i, token in enumerate(proposal.tokens):
+            if token in self.eos:
+                proposal.tokens = proposal.tokens[:i + 1]
+                proposal.probs = proposal.probs[:i + 1]
+                break
+        return proposal
+
+    def _score(self, tokens: list):
+        """One target pass over the uncached tail and the draft: p at n + 1 positions."""
+        start = time.perf_counter()
+        feed = self.committed[self.target.length:] + tokens
+        logits = self.target.forward(feed)[-(len(tokens) + 1):]  # (n + 1, V)
+        probs = sampling.warp(logits, self.cfg.warp)
+        synchronize(self.pair.device)
+        return probs, time.perf_counter() - start
+
+    def _commit(self, emitted: list, accepted: int) -> None:
+        self.committed.extend(emitted)
+        if any(t in self.eos for t in emitted):
+            self.finish = "eos"
+        elif self.new_tokens >= self.cfg.max_new_tokens:
+            self.finish = "length"
+        self.target.crop(len(self.committed) - 1)
+        self.drafter.observe(self.committed, accepted)
+
+    # -- events ---------------------------------------------------------------------------
+
+    def _topk(self, probs: torch.Tensor) -> Optional[dict]:
+        top = sampling.topk_slice(probs, self.cfg.record_topk)
+        if top is None:
+            return None
+        ids, values = top
+        return {"ids": ids, "texts": [self.pair.token_text(t) for t in ids], "probs": values}
+
+    def _draft_events(self, step, base, proposal: Proposal):
+        for i, token in enumerate(proposal.tokens):
+            q = proposal.probs[i]
+            yield ev.DraftProposed(step=step, index=i, position=base + i, token_id=token,
+                                   token_text=self.pair.token_text(token), q=float(q[token]),
+                                   topk=self._topk(q),
+                                   source=proposal.sources[i] if proposal.sources else None)
+
+    def _scored_event(self, step, base, proposal, target_probs) -> ev.TargetScored:
+        n = len(proposal)
+        return ev.TargetScored(
+            step=step, positions=list(range(base, base + n + 1)),
+            p_draft=[float(target_probs[i, t]) for i, t in enumerate(proposal.tokens)],
+            topk=[self._topk(target_probs[i]) for i in range(n + 1)] if self.cfg.record_topk else [],
+            tokens_in=len(self.committed) - self.target.length + n)
+
+    def _decision_events(self, step, base, verdict):
+        rule = self.verifier.name
+        for d in verdict.decisions:
+            cls = ev.TokenAccepted if d.accepted else ev.TokenRejected
+            yield cls(step=step, index=d.index, position=base + d.index, token_id=d.token,
+                      token_text=self.pair.token_text(d.token), p=d.p, q=d.q, ratio=d.ratio,
+                      accept_prob=d.accept_prob, u=d.u, rule=rule)
+        if verdict.next_token is None:
+            return
+        index = len(verdict.decisions) - (verdict.next_kind == "residual")
+        token = verdict.next_token
+        common = dict(step=step, index=index, position=base + index, token_id=token,
+                      token_text=self.pair.token_text(token))
+        if verdict.next_kind == "residual":
+            yield ev.ResidualSampled(**common, p=verdict.next_p, q=verdict.next_q,
+                                     residual_prob=float(verdict.next_probs[token]),
+                                     residual_mass=verdict.residual_mass,
+                                     topk=self._topk(verdict.next_probs))
+        else:
+            yield ev.BonusSampled(**common, p=verdict.next_p)

@@ -1,0 +1,26 @@
+"""User-facing errors: one clear sentence each, no traceback needed to act on them.
+
+Every error a user can cause (bad input, missing weights, a corrupt download) is a
+`SpecvizError`; the CLI prints its message on one line of stderr, the app turns it into
+`gr.Error`, notebooks show it as the exception message.
+"""
+
+
+class SpecvizError(ValueError):
+    """A problem the user can fix; the message says how."""
+
+
+class PairError(SpecvizError):
+    """A model pair cannot be loaded (unknown preset, tokenizer mismatch, memory)."""
+
+
+class WeightsMissingError(PairError):
+    """The weights are neither installed locally nor reachable on the hub."""
+
+
+class ChecksumError(PairError):
+    """An assembled or packaged weight file does not match its published sha256."""
+
+
+class InputError(SpecvizError):
+    """A generation argument is outside what the engine accepts."""

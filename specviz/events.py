@@ -1,0 +1,221 @@
+"""The event schema: the one seam between the engine and everything that shows it.
+
+Notation (declared once, used in every docstring of the package):
+    p      target probability of a token, after the run's warping (temperature, top-k, top-p)
+    q      draft probability of the same token, warped identically
+    u      the uniform draw in [0, 1) that the rejection rule compared with min(1, p/q)
+    beta   sum_x min(p(x), q(x)): the exact probability that a draft sampled from q is accepted
+    k      number of tokens drafted in a step; step = one verification round (one target pass)
+    position   absolute index of a token in the full sequence (prompt included)
+    index      0-based index of a drafted token inside its step
+
+Under greedy decoding (temperature 0) the rule is "accept iff the draft is the target's argmax";
+p and q are then the plain softmax probabilities (shown for teaching), `u` is None and
+`accept_prob` is 1 or 0.
+
+Each event is an immutable dataclass of JSON-safe plain data. `to_dict()` adds the `kind`;
+`from_dict()` restores the event. No torch here: renderers import this module freely.
+A top-k slice is a dict {"ids": [...], "texts": [...], "probs": [...]}, highest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar, Optional
+
+SCHEMA_VERSION = 1
+
+TopK = dict  # {"ids": list[int], "texts": list[str], "probs": list[float]}
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: ClassVar[str] = "event"
+
+    def to_dict(self) -> dict:
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    """Configuration of a run and the prompt as the models saw it."""
+
+    kind: ClassVar[str] = "run_started"
+    pair: str
+    method: str
+    k: Any  # int, or "auto" for adaptive methods
+    temperature: float
+    top_k: int
+    top_p: float
+    max_new_tokens: int
+    seed: int
+    chat: bool
+    prompt: str
+    prompt_ids: list
+    prompt_texts: list
+    device: str
+    dtype: str
+    rule: str  # "greedy" | "rejection" | method-specific
+    lossless: bool
+    eos_token_ids: list
+    drafter: str
+    options: dict
+    schema_version: int = SCHEMA_VERSION
+
+
+@dataclass(frozen=True)
+class DraftProposed(Event):
+    """One drafted token x with its draft probability q(x) and the top of q."""
+
+    kind: ClassVar[str] = "draft_proposed"
+    step: int
+    index: int
+    position: int
+    token_id: int
+    token_text: str
+    q: float
+    topk: Optional[TopK]
+    source: Optional[dict] = None  # drafter-specific provenance (e.g. copied span)
+
+
+@dataclass(frozen=True)
+class TargetScored(Event):
+    """The single target pass of a step: p at every drafted position plus the bonus position."""
+
+    kind: ClassVar[str] = "target_scored"
+    step: int
+    positions: list  # k + 1 absolute positions scored
+    p_draft: list  # p(x_i) of each drafted token (k floats)
+    topk: list  # k + 1 top-k slices of p (or empty lists when recording is off)
+    tokens_in: int  # tokens fed to the target in this pass
+
+
+@dataclass(frozen=True)
+class _Decision(Event):
+    step: int
+    index: int
+    position: int
+    token_id: int
+    token_text: str
+    p: float
+    q: float
+    ratio: Optional[float]  # p / q (None when q == 0)
+    accept_prob: float  # min(1, p/q), or 1/0 under the greedy rule
+    u: Optional[float]  # the uniform draw actually compared (None under greedy)
+    rule: str
+
+
+@dataclass(frozen=True)
+class TokenAccepted(_Decision):
+    kind: ClassVar[str] = "token_accepted"
+
+
+@dataclass(frozen=True)
+class TokenRejected(_Decision):
+    kind: ClassVar[str] = "token_rejected"
+
+
+@dataclass(frozen=True)
+class ResidualSampled(Event):
+    """After a rejection: the token drawn from norm(max(p - q, 0)) at the rejected position."""
+
+    kind: ClassVar[str] = "residual_sampled"
+    step: int
+    index: int
+    position: int
+    token_id: int
+    token_text: str
+    p: float
+    q: float
+    residual_prob: float  # probability of the token under the residual distribution
+    residual_mass: float  # sum_x max(p(x) - q(x), 0) = 1 - beta
+    topk: Optional[TopK]  # top of the residual distribution
+
+
+@dataclass(frozen=True)
+class BonusSampled(Event):
+    """Every draft accepted: one more token from p at the next position, for free.
+
+    Autoregressive decoding is the k = 0 case: each step's only token is its bonus token.
+    """
+
+    kind: ClassVar[str] = "bonus_sampled"
+    step: int
+    index: int
+    position: int
+    token_id: int
+    token_text: str
+    p: float
+
+
+@dataclass(frozen=True)
+class StepFinished(Event):
+    """Summary of one verification round."""
+
+    kind: ClassVar[str] = "step_finished"
+    step: int
+    k: int  # draft length asked for this step
+    drafted: int  # tokens actually drafted (fewer at EOS or near max_new_tokens)
+    accepted: int
+    evaluated: int  # drafted tokens the rule decided on (accepted + 1 rejected, at most drafted)
+    emitted_ids: list
+    emitted_texts: list
+    beta: list  # exact acceptance probability at each drafted position
+    draft_time: float  # seconds, CUDA-synchronised on GPU
+    verify_time: float
+    draft_forwards: int
+    target_forwards: int
+    elapsed: float  # seconds since the run started, at the end of this step
+    finish_reason: Optional[str]  # "eos" | "length" | None
+    info: Optional[dict] = None  # method-specific: k chosen and why, accepted path, ...
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    kind: ClassVar[str] = "run_finished"
+    text: str
+    token_ids: list
+    finish_reason: str
+    metrics: dict
+
+
+EVENT_TYPES = {
+    cls.kind: cls
+    for cls in (RunStarted, DraftProposed, TargetScored, TokenAccepted, TokenRejected,
+                ResidualSampled, BonusSampled, StepFinished, RunFinished)
+}
+
+# Fields that hold wall-clock measurements: they differ between otherwise identical runs.
+TIMING_FIELDS = frozenset({"draft_time", "verify_time", "elapsed"})
+
+
+def register(cls):
+    """Add an event type defined elsewhere (e.g. by a method module) to the schema."""
+    EVENT_TYPES[cls.kind] = cls
+    return cls
+
+
+def from_dict(data: dict) -> Event:
+    """Restore an event from `to_dict()` output (unknown keys are an error, not ignored)."""
+    try:
+        cls = EVENT_TYPES[data["kind"]]
+    except KeyError as exc:
+        raise ValueError(f"unknown event kind: {data.get('kind')!r}") from exc
+    names = {f.name for f in fields(cls)}
+    extra = set(data) - names - {"kind"}
+    if extra:
+        raise ValueError(f"{data['kind']} has unknown fields {sorted(extra)}")
+    return cls(**{key: value for key, value in data.items() if key != "kind"})
+
+
+def without_timings(event_dict: dict) -> dict:
+    """An event dict with wall-clock fields removed, for determinism comparisons."""
+    out = {key: value for key, value in event_dict.items() if key not in TIMING_FIELDS}
+    if out.get("kind") == "run_finished":
+        out["metrics"] = {key: value for key, value in out["metrics"].items()
+                          if key not in TIMING_METRICS}
+    return out
+
+
+TIMING_METRICS = frozenset({"wall_time", "tokens_per_s", "ttft", "draft_time", "verify_time",
+                            "c", "prefill_time", "decode_tokens_per_s"})

@@ -1,0 +1,129 @@
+"""Fold an event stream into run metrics. Pure: no torch, no models; events or their dicts in.
+
+Definitions (k = draft length, a step = one target forward):
+    tau                   new tokens / target forwards (bonus included): mean accepted length + 1
+    alpha_empirical       accepted / evaluated: of the drafted tokens the rule decided on, the
+                          share it accepted. Unbiased for the acceptance rate alpha.
+    alpha_analytic        mean of beta = sum_x min(p(x), q(x)) over the same evaluated positions:
+                          the exact acceptance probability the rule had there.
+    accepted_per_drafted  accepted / drafted. NOT alpha: drafts after the first rejection are
+                          thrown away undecided, so this is a(1-a^k)/(k(1-a)) < a for iid
+                          acceptance (theory.accepted_per_drafted).
+    position_acceptance   for each draft index i, accepted at i / evaluated at i (conditional).
+    c                     mean draft forward time / mean target forward time, measured.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Iterable, Optional
+
+
+@dataclass
+class RunStats:
+    method: str = ""
+    k: object = 0
+    new_tokens: int = 0
+    steps: int = 0
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    drafted: int = 0
+    evaluated: int = 0
+    accepted: int = 0
+    tau: float = 0.0
+    alpha_empirical: Optional[float] = None
+    alpha_analytic: Optional[float] = None
+    accepted_per_drafted: Optional[float] = None
+    position_acceptance: list = field(default_factory=list)
+    accepted_histogram: list = field(default_factory=list)  # steps with 0, 1, ..., k accepted
+    wall_time: float = 0.0
+    tokens_per_s: float = 0.0
+    ttft: Optional[float] = None
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    c: Optional[float] = None
+    finish_reason: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def line(self) -> str:
+        """One human line, as the CLI prints it."""
+        parts = [f"{self.new_tokens} tokens in {self.wall_time:.2f}s ({self.tokens_per_s:.1f} tok/s)",
+                 f"target forwards {self.target_forwards}", f"tau {self.tau:.2f}"]
+        if self.alpha_empirical is not None:
+            parts.append(f"alpha {self.alpha_empirical:.2f} (analytic {self.alpha_analytic:.2f})")
+        if self.c is not None:
+            parts.append(f"c {self.c:.2f}")
+        return ", ".join(parts)
+
+
+def _get(event, name):
+    return event[name] if isinstance(event, dict) else getattr(event, name)
+
+
+def _kind(event) -> str:
+    return _get(event, "kind")
+
+
+def fold(events: Iterable) -> RunStats:
+    """Metrics of one run from its events (run_started and step_finished are enough)."""
+    stats = RunStats()
+    beta_sum = 0.0
+    pos_eval, pos_acc = [], []
+    for event in events:
+        kind = _kind(event)
+        if kind == "run_started":
+            stats.method, stats.k = _get(event, "method"), _get(event, "k")
+        elif kind == "step_finished":
+            beta_sum += _fold_step(stats, event, pos_eval, pos_acc)
+    _finish(stats, beta_sum, pos_eval, pos_acc)
+    return stats
+
+
+def _fold_step(stats: RunStats, step, pos_eval: list, pos_acc: list) -> float:
+    accepted, evaluated = _get(step, "accepted"), _get(step, "evaluated")
+    stats.steps += 1
+    stats.new_tokens += len(_get(step, "emitted_ids"))
+    stats.target_forwards += _get(step, "target_forwards")
+    stats.draft_forwards += _get(step, "draft_forwards")
+    stats.drafted += _get(step, "drafted")
+    stats.evaluated += evaluated
+    stats.accepted += accepted
+    stats.draft_time += _get(step, "draft_time")
+    stats.verify_time += _get(step, "verify_time")
+    stats.wall_time = _get(step, "elapsed")
+    stats.finish_reason = _get(step, "finish_reason")
+    if stats.ttft is None and _get(step, "emitted_ids"):
+        stats.ttft = _get(step, "elapsed")
+    while len(pos_eval) < evaluated:
+        pos_eval.append(0)
+        pos_acc.append(0)
+    for i in range(evaluated):
+        pos_eval[i] += 1
+        pos_acc[i] += i < accepted
+    if _get(step, "drafted"):
+        while len(stats.accepted_histogram) <= accepted:
+            stats.accepted_histogram.append(0)
+        stats.accepted_histogram[accepted] += 1
+    return sum(_get(step, "beta")[:evaluated])
+
+
+def _finish(stats: RunStats, beta_sum: float, pos_eval: list, pos_acc: list) -> None:
+    if stats.target_forwards:
+        stats.tau = stats.new_tokens / stats.target_forwards
+    if stats.wall_time > 0:
+        stats.tokens_per_s = stats.new_tokens / stats.wall_time
+    if stats.evaluated:
+        stats.alpha_empirical = stats.accepted / stats.evaluated
+        stats.alpha_analytic = beta_sum / stats.evaluated
+    if stats.drafted:
+        stats.accepted_per_drafted = stats.accepted / stats.drafted
+    stats.position_acceptance = [a / e for a, e in zip(pos_acc, pos_eval)]
+    if stats.draft_forwards and stats.target_forwards and stats.verify_time > 0:
+        stats.c = (stats.draft_time / stats.draft_forwards) / (stats.verify_time / stats.target_forwards)
+
+
+def fold_runs(runs: Iterable[Iterable]) -> list:
+    """RunStats for each run of a list of event lists."""
+    return [fold(run) for run in runs]

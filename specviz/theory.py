@@ -1,0 +1,75 @@
+"""Closed forms of speculative decoding (Leviathan et al. 2023, section 3; Chen et al. 2023).
+
+Assumes each drafted token is accepted independently with probability a (alpha), k tokens are
+drafted per step, and a draft forward costs c target forwards. Pure floats, no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+
+def expected_tokens(a: float, k: int) -> float:
+    """E[tokens per step] = (1 - a^(k+1)) / (1 - a): accepted drafts plus the residual/bonus token."""
+    if a >= 1.0:
+        return k + 1.0
+    return (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def speedup(a: float, k: int, c: float) -> float:
+    """Walltime speedup over autoregressive decoding when verifying k+1 tokens costs one forward:
+    (1 - a^(k+1)) / ((1 - a)(c k + 1))."""
+    return expected_tokens(a, k) / (c * k + 1.0)
+
+
+def speedup_with_cost(a: float, k: int, c: float, verify_cost: Callable[[int], float]) -> float:
+    """Speedup with a measured verify-cost curve: verify_cost(n) is the time of one target pass
+    over n tokens divided by the time of a 1-token pass (1.0 at n = 1, growing with n)."""
+    return expected_tokens(a, k) / (c * k + verify_cost(k + 1))
+
+
+def interpolate_cost(points: Sequence[tuple]) -> Callable[[int], float]:
+    """A verify-cost curve from measured (n_tokens, seconds) points, normalised to n = 1."""
+    pts = sorted(points)
+    base = pts[0][1]
+
+    def cost(n: int) -> float:
+        for (n0, t0), (n1, t1) in zip(pts, pts[1:]):
+            if n0 <= n <= n1:
+                return (t0 + (t1 - t0) * (n - n0) / (n1 - n0)) / base
+        return (pts[-1][1] if n > pts[-1][0] else pts[0][1]) / base
+
+    return cost
+
+
+def optimal_k(a: float, c: float, k_max: int = 16,
+              verify_cost: Optional[Callable[[int], float]] = None) -> int:
+    """The draft length with the largest predicted speedup (0 means: do not speculate)."""
+    def gain(k: int) -> float:
+        if k == 0:
+            return 1.0
+        return speedup_with_cost(a, k, c, verify_cost) if verify_cost else speedup(a, k, c)
+
+    return max(range(k_max + 1), key=gain)
+
+
+def accepted_per_drafted(a: float, k: int) -> float:
+    """E[accepted] / k = a (1 - a^k) / (k (1 - a)): lower than a, because drafts after the first
+    rejection are discarded without being judged."""
+    if a >= 1.0:
+        return 1.0
+    return a * (1.0 - a ** k) / (k * (1.0 - a))
+
+
+def alpha_from_tau(tau: float, k: int, tol: float = 1e-10) -> float:
+    """Invert expected_tokens: the a whose (1 - a^(k+1)) / (1 - a) equals the measured tau."""
+    if not 1.0 <= tau <= k + 1:
+        raise ValueError(f"tau must lie in [1, k + 1] = [1, {k + 1}], got {tau}")
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        if expected_tokens(mid, k) < tau:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2

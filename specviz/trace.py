@@ -1,0 +1,36 @@
+"""Traces: an event stream saved as JSON Lines, one event per line, loadable and replayable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterable, Iterator, Union
+
+from specviz.events import Event, from_dict
+
+
+def dumps(event: Union[Event, dict]) -> str:
+    data = event.to_dict() if isinstance(event, Event) else event
+    return json.dumps(data, ensure_ascii=False, allow_nan=False)
+
+
+def save(events: Iterable, path) -> int:
+    """Write events to `path`; returns how many were written."""
+    n = 0
+    with open(path, "w", encoding="utf-8") as fh:
+        for event in events:
+            fh.write(dumps(event) + "\n")
+            n += 1
+    return n
+
+
+def replay(path) -> Iterator[Event]:
+    """Events of a saved trace, in order, as event objects."""
+    with open(Path(path), encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield from_dict(json.loads(line))
+
+
+def load(path) -> list:
+    return list(replay(path))
