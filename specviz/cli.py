@@ -1,0 +1,79 @@
+"""Command line: `python -m specviz pairs | generate ...`.
+
+Errors a user can fix print one line on stderr and exit with status 2; nothing else is printed
+on stdout with --jsonl but one event per line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from specviz.errors import SpecvizError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m specviz",
+                                     description="Speculative decoding you can watch.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("pairs", help="list the model pair presets")
+    gen = sub.add_parser("generate", help="run one generation and print text and metrics")
+    gen.add_argument("--pair", default=None, help="preset name or 'target=...,draft=...' "
+                     "(default: $SPECVIZ_PAIR or qwen-coder)")
+    gen.add_argument("--method", default="spec", help="ar | spec")
+    gen.add_argument("--k", type=int, default=4, help="draft length per step")
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--max-new-tokens", type=int, default=64)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
+    gen.add_argument("--record-topk", type=int, default=10)
+    gen.add_argument("--device", default=None)
+    gen.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16")
+    gen.add_argument("--jsonl", action="store_true", help="print one event per line instead")
+    return parser
+
+
+def cmd_pairs(args) -> int:
+    from specviz.models import default_pair_name, list_pairs
+
+    default = default_pair_name()
+    for name, description in list_pairs():
+        mark = " (default)" if name == default else ""
+        print(f"{name:12s} {description}{mark}")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    from specviz import engine, trace
+    from specviz.metrics import RunStats
+    from specviz.models import load_pair
+
+    pair = load_pair(args.pair, device=args.device, dtype=args.dtype)
+    stream = engine.generate(pair, args.prompt, method=args.method, k=args.k,
+                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                             max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
+                             record_topk=args.record_topk if args.jsonl else 0)
+    for event in stream:
+        if args.jsonl:
+            print(trace.dumps(event), flush=True)
+        elif event.kind == "step_finished":
+            print("".join(event.emitted_texts), end="", flush=True)
+        elif event.kind == "run_finished":
+            print()
+            print(RunStats(**event.metrics).line())
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return {"pairs": cmd_pairs, "generate": cmd_generate}[args.command](args)
+    except SpecvizError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
