@@ -102,3 +102,12 @@ class ToyTokenizer:
 def random_table(vocab: int, order: int, seed: int, sharpness: float = 2.0) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     return torch.randn((vocab,) * order, generator=gen) * sharpness
+
+
+def toy_pair(target: TableLM, draft: TableLM, eos_token_ids=()):
+    """A `Pair` of two exact table models, runnable by `specviz.generate` like any real pair."""
+    from specviz.models import Pair
+
+    return Pair("toy", target, draft, ToyTokenizer(target.vocab_size), torch.device("cpu"),
+                torch.float32, source="exact table models", context_length=10_000,
+                eos_token_ids=list(eos_token_ids))

@@ -1,0 +1,1 @@
+"""Benchmarks: measured in one run, reported as ratios. See docs/benchmarks/."""

@@ -1,0 +1,65 @@
+"""The verify-cost curve: time of one target forward over n new tokens after a fixed prefix.
+
+This is the "memory wall" measurement behind speculative decoding: at batch 1 a forward over a
+few tokens costs about as much as over one, because reading the weights dominates.
+Usage: python -m specviz.bench.forward --pair qwen-coder --dtype bfloat16 --tokens 1 2 4 8 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from specviz.lm import runner_for, synchronize
+
+
+def forward_cost(model, n_tokens: list, prefix: int = 64, repeats: int = 5, vocab: int = 1000) -> dict:
+    """{n: median seconds} of a forward over n tokens on top of a cached `prefix`-token context."""
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, vocab, (prefix + max(n_tokens),), generator=gen).tolist()
+    runner = runner_for(model)
+    runner.reset()
+    runner.forward(ids[:prefix], last_only=True)
+    out = {}
+    for n in n_tokens:
+        runner.forward(ids[prefix:prefix + n])  # warm-up of this shape
+        runner.crop(prefix)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            runner.forward(ids[prefix:prefix + n])
+            synchronize(runner.device)
+            times.append(time.perf_counter() - start)
+            runner.crop(prefix)
+        out[n] = statistics.median(times)
+    return out
+
+
+def main(argv=None) -> int:
+    from specviz.models import load_pair
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="qwen-coder")
+    parser.add_argument("--dtype", nargs="+", default=["bfloat16", "float32"])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 5, 8, 16, 32])
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+    report = {}
+    for dtype in args.dtype:
+        pair = load_pair(args.pair, dtype=dtype)
+        for role in ("target", "draft"):
+            cost = forward_cost(getattr(pair, role), args.tokens, repeats=args.repeats)
+            report[f"{role}/{dtype}"] = cost
+            print(f"{role:6s} {dtype:9s} " + "  ".join(f"{n}:{t * 1000:.0f}ms" for n, t in cost.items()))
+        del pair
+    print(json.dumps({"device": str(torch.device('cuda' if torch.cuda.is_available() else 'cpu')),
+                      "threads": torch.get_num_threads(), "seconds": report}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,97 @@
+"""Sampling kernels and chain verifiers on hand-built distributions with exact expected results."""
+
+import pytest
+import torch
+
+from specviz import sampling
+from specviz.sampling import Warp
+from specviz.verifiers import GreedyVerifier, RejectionVerifier
+
+
+def test_warp_temperature_topk_topp_exact():
+    logits = torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    assert torch.allclose(sampling.warp(logits, Warp(1.0)), torch.tensor([0.5, 0.3, 0.15, 0.05]))
+    assert torch.allclose(sampling.warp(logits, Warp(1.0, top_k=2)), torch.tensor([0.625, 0.375, 0, 0]))
+    # top-p 0.8: 0.5 + 0.3 reaches 0.8, so the set is {0, 1}; 0.81 needs the third token too.
+    assert torch.allclose(sampling.warp(logits, Warp(1.0, top_p=0.8)), torch.tensor([0.625, 0.375, 0, 0]))
+    assert torch.allclose(sampling.warp(logits, Warp(1.0, top_p=0.81)),
+                          torch.tensor([0.5, 0.3, 0.15, 0]) / 0.95)
+    half = sampling.warp(logits, Warp(0.5))
+    expected = torch.tensor([0.25, 0.09, 0.0225, 0.0025])
+    assert torch.allclose(half, expected / expected.sum())
+    # greedy keeps the plain softmax for display; decisions use its argmax
+    assert torch.allclose(sampling.warp(logits, Warp(0.0)), torch.tensor([0.5, 0.3, 0.15, 0.05]))
+
+
+def test_residual_and_overlap_exact():
+    p = torch.tensor([0.1, 0.6, 0.3, 0.0])
+    q = torch.tensor([0.4, 0.2, 0.3, 0.1])
+    res, mass = sampling.residual(p, q)
+    assert mass == pytest.approx(0.4)
+    assert torch.allclose(res, torch.tensor([0.0, 1.0, 0.0, 0.0]))
+    assert float(sampling.overlap(p, q)) == pytest.approx(0.6)  # = 1 - residual mass
+    assert sampling.accept_probability(0.3, 0.6) == pytest.approx(0.5)
+    assert sampling.accept_probability(0.6, 0.3) == 1.0
+    assert sampling.accept_probability(0.2, 0.0) == 0.0
+
+
+def _forced_case():
+    """Three drafts: x1=1 with p>=q (always accepted), x2=2 with p>=q, x3=0 with p=0 (always
+    rejected). At the rejected position max(p - q, 0) has all its mass on token 3."""
+    q = torch.tensor([[0.2, 0.5, 0.2, 0.1],
+                      [0.1, 0.1, 0.7, 0.1],
+                      [0.6, 0.2, 0.2, 0.0]])
+    p = torch.tensor([[0.1, 0.6, 0.2, 0.1],
+                      [0.0, 0.1, 0.8, 0.1],
+                      [0.0, 0.2, 0.2, 0.6],
+                      [0.25, 0.25, 0.25, 0.25]])
+    return [1, 2, 0], q, p
+
+
+def test_rejection_rule_forced_accept_accept_reject():
+    tokens, q, p = _forced_case()
+    gen = torch.Generator().manual_seed(7)
+    verdict = RejectionVerifier().verify(tokens, q, p, gen)
+    assert [d.accepted for d in verdict.decisions] == [True, True, False]
+    assert [d.accept_prob for d in verdict.decisions] == [1.0, 1.0, 0.0]
+    assert [round(d.ratio, 6) for d in verdict.decisions] == [1.2, round(0.8 / 0.7, 6), 0.0]
+    expected_u = torch.rand(3, generator=torch.Generator().manual_seed(7), dtype=torch.float64).tolist()
+    assert [d.u for d in verdict.decisions] == pytest.approx(expected_u)
+    assert verdict.accepted == 2
+    assert (verdict.next_kind, verdict.next_token) == ("residual", 3)
+    assert verdict.residual_mass == pytest.approx(0.6)
+    assert verdict.next_p == pytest.approx(0.6) and verdict.next_q == 0.0
+    assert verdict.beta == pytest.approx([0.9, 0.9, 0.4])
+
+
+def test_rejection_rule_bonus_when_all_accepted():
+    tokens, q, p = _forced_case()
+    p = p.clone()
+    p[2] = torch.tensor([0.7, 0.1, 0.2, 0.0])  # now x3 = 0 has p >= q: accepted
+    p[3] = torch.tensor([0.0, 0.0, 1.0, 0.0])  # the bonus must be token 2
+    verdict = RejectionVerifier().verify(tokens, q, p, torch.Generator().manual_seed(0))
+    assert verdict.accepted == 3 and (verdict.next_kind, verdict.next_token) == ("bonus", 2)
+    no_bonus = RejectionVerifier().verify(tokens, q, p, torch.Generator().manual_seed(0), allow_bonus=False)
+    assert no_bonus.accepted == 3 and no_bonus.next_token is None
+
+
+def test_rejection_rule_partial_ratio_uses_u():
+    """One draft with p/q = 0.5: accepted exactly when the generator's u < 0.5."""
+    q = torch.tensor([[0.0, 1.0]])
+    p = torch.tensor([[0.5, 0.5], [1.0, 0.0]])
+    for seed in range(20):
+        u = float(torch.rand((), generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+        verdict = RejectionVerifier().verify([1], q, p, torch.Generator().manual_seed(seed))
+        assert verdict.decisions[0].accepted == (u < 0.5)
+        # rejection resamples from max(p - q, 0) = token 0; acceptance earns bonus token 0
+        assert verdict.next_token == 0
+
+
+def test_greedy_rule_exact():
+    tokens, q, p = _forced_case()
+    verdict = GreedyVerifier().verify(tokens, q, p, torch.Generator())
+    # argmax p = [1, 2, 3]: accept, accept, reject x3 = 0 and emit 3
+    assert [d.accepted for d in verdict.decisions] == [True, True, False]
+    assert [d.u for d in verdict.decisions] == [None, None, None]
+    assert (verdict.next_kind, verdict.next_token, verdict.residual_mass) == ("residual", 3, 1.0)
+    assert verdict.beta == [1.0, 1.0, 0.0]  # argmax q = [1, 2, 0]
