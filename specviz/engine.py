@@ -188,8 +188,8 @@ class _Run:
         k = min(self.cfg.k, self.cfg.max_new_tokens - self.new_tokens - 1)
         proposal = self._cut_at_eos(self.drafter.propose(self.committed, k, self.cfg.warp, self.generator))
         yield from self._draft_events(step, base, proposal)
-        target_probs, verify_time = self._score(proposal.tokens)
-        yield self._scored_event(step, base, proposal, target_probs)
+        target_probs, verify_time, fed = self._score(proposal.tokens)
+        yield self._scored_event(step, base, proposal, target_probs, fed)
         allow_bonus = not (proposal.tokens and proposal.tokens[-1] in self.eos)
         draft_probs = proposal.probs.to(target_probs.device) if len(proposal) else target_probs[:0]
         verdict = self.verifier.verify(proposal.tokens, draft_probs, target_probs, self.generator, allow_bonus)
@@ -220,7 +220,7 @@ class _Run:
         logits = self.target.forward(feed)[-(len(tokens) + 1):]  # (n + 1, V)
         probs = sampling.warp(logits, self.cfg.warp)
         synchronize(self.pair.device)
-        return probs, time.perf_counter() - start
+        return probs, time.perf_counter() - start, len(feed)
 
     def _commit(self, emitted: list, accepted: int) -> None:
         self.committed.extend(emitted)
@@ -248,13 +248,13 @@ class _Run:
                                    topk=self._topk(q),
                                    source=proposal.sources[i] if proposal.sources else None)
 
-    def _scored_event(self, step, base, proposal, target_probs) -> ev.TargetScored:
+    def _scored_event(self, step, base, proposal, target_probs, fed: int) -> ev.TargetScored:
         n = len(proposal)
         return ev.TargetScored(
             step=step, positions=list(range(base, base + n + 1)),
             p_draft=[float(target_probs[i, t]) for i, t in enumerate(proposal.tokens)],
             topk=[self._topk(target_probs[i]) for i in range(n + 1)] if self.cfg.record_topk else [],
-            tokens_in=len(self.committed) - self.target.length + n)
+            tokens_in=fed)
 
     def _decision_events(self, step, base, verdict):
         rule = self.verifier.name
