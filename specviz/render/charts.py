@@ -1,0 +1,168 @@
+"""Run-level charts: speedup vs acceptance (theory and measured runs), tokens per target forward,
+acceptance by draft position, and why accepted/drafted is not alpha.
+
+Theory is Leviathan et al. 2023, section 3 (specviz.theory): with acceptance rate a, draft length
+k and cost ratio c = draft forward / target forward, speedup = (1 - a^(k+1)) / ((1 - a)(ck + 1)).
+Measured points come from run summaries (`summarize`), which read only events and the compute
+time the app measured around the engine.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import plotly.graph_objects as go
+
+from specviz import theory
+from specviz.render import steps as st
+from specviz.render.html import num, text
+
+K_CURVES = (1, 2, 4, 8)
+K_COLORS = {1: "#94a3b8", 2: "#0ea5e9", 4: "#7c3aed", 8: "#db2777"}
+LAYOUT = dict(height=420, font=dict(size=15), plot_bgcolor="white", margin=dict(l=60, r=20, t=70, b=60))
+
+
+def summarize(events, compute_s: Optional[float] = None, label: str = "", baseline: Optional[dict] = None) -> dict:
+    """A plain-data record of one finished run for the session history and the charts.
+
+    `compute_s`: the run's own compute time (defaults to the engine's elapsed clock).
+    `baseline`: the autoregressive record it is compared with (the race's other lane), if any.
+    """
+    run = st.build(events)
+    m = st.run_metrics(events)
+    seconds = compute_s if compute_s is not None else m.get("wall_time") or 0.0
+    started = run.started or {}
+    record = {"label": label, "pair": started.get("pair"), "method": m.get("method"), "k": m.get("k"),
+              "temperature": started.get("temperature"), "chat": started.get("chat"),
+              "prompt": (started.get("prompt") or "")[:60], "tokens": m.get("new_tokens", 0),
+              "seconds": seconds, "tokens_per_s": m.get("new_tokens", 0) / seconds if seconds else None,
+              "alpha": m.get("alpha_empirical"), "tau": m.get("tau"), "c": m.get("c"),
+              "target_forwards": m.get("target_forwards"), "speedup": None}
+    if baseline and baseline.get("tokens_per_s") and record["tokens_per_s"]:
+        record["speedup"] = record["tokens_per_s"] / baseline["tokens_per_s"]
+    return record
+
+
+def latest_c(history: list) -> Optional[float]:
+    return next((r["c"] for r in reversed(history) if r.get("c")), None)
+
+
+def speedup_figure(history: list) -> go.Figure:
+    """Theory curves (speedup vs alpha, one per k, at the latest measured c) with the session's
+    runs: filled points are measured speedups (race), hollow ones the theory at a run's own
+    alpha, k and c."""
+    c = latest_c(history)
+    fig = go.Figure()
+    if c is None:
+        return _note(fig, "Run speculative decoding (Run or Race) to measure c and draw the theory.")
+    alphas = [i / 100 for i in range(0, 100)]
+    for k in sorted(set(K_CURVES) | {r["k"] for r in history if isinstance(r.get("k"), int) and r["k"] > 0}):
+        fig.add_scatter(x=alphas, y=[theory.speedup(a, k, c) for a in alphas], mode="lines",
+                        name=f"theory k = {k}", line=dict(color=K_COLORS.get(k, "#475569"), width=3))
+    fig.add_hline(y=1.0, line=dict(color="#0f172a", dash="dot"), annotation_text="break-even (1×)")
+    _add_runs(fig, [r for r in history if r.get("alpha") is not None])
+    fig.update_layout(title=f"Speedup vs acceptance rate α (theory at measured c = {c:.2f})",
+                      xaxis_title="α (accepted / judged)", yaxis_title="speedup over autoregressive",
+                      xaxis_range=[0, 1], legend=dict(orientation="v"), **LAYOUT)
+    fig.update_yaxes(gridcolor="#e2e8f0", rangemode="tozero")
+    return fig
+
+
+def _add_runs(fig: go.Figure, runs: list) -> None:
+    measured = [r for r in runs if r.get("speedup") is not None]
+    predicted = [r for r in runs if r.get("c") and isinstance(r.get("k"), int) and r["k"] > 0]
+    if predicted:
+        fig.add_scatter(x=[r["alpha"] for r in predicted],
+                        y=[theory.speedup(r["alpha"], r["k"], r["c"]) for r in predicted],
+                        mode="markers", name="theory at a run's α, k, c",
+                        marker=dict(size=13, symbol="circle-open", line=dict(width=3), color="#0f172a"),
+                        text=[_hover(r) for r in predicted], hovertemplate="%{text}<extra></extra>")
+    if measured:
+        fig.add_scatter(x=[r["alpha"] for r in measured], y=[r["speedup"] for r in measured],
+                        mode="markers+text", name="measured (race)", textposition="top center",
+                        marker=dict(size=16, symbol="diamond", color="#f59e0b", line=dict(width=2, color="#0f172a")),
+                        text=[f"{r['speedup']:.2f}×" for r in measured],
+                        customdata=[_hover(r) for r in measured], hovertemplate="%{customdata}<extra></extra>")
+
+
+def _hover(record: dict) -> str:
+    setting = f"k={record['k']}, T={record['temperature']}, {'chat' if record['chat'] else 'plain'}"
+    return text(f"{record.get('label') or record['prompt']} ({setting}): α {num(record['alpha'], 2)}, "
+                f"c {num(record['c'], 2)}, τ {num(record['tau'], 2)}")
+
+
+def tau_histogram(events) -> go.Figure:
+    """How many tokens each target forward produced, with the iid-acceptance prediction."""
+    run = st.build(events)
+    counts = [len(s.summary["emitted_ids"]) for s in run.steps if s.finished]
+    fig = go.Figure()
+    if not counts:
+        return _note(fig, "No finished step yet.")
+    m = st.run_metrics(events)
+    a, k = m.get("alpha_empirical"), m.get("k")
+    top = max(counts + [k + 1 if isinstance(k, int) else 1])
+    xs = list(range(1, top + 1))
+    fig.add_bar(x=xs, y=[counts.count(n) for n in xs], name="steps (measured)", marker_color="#2563eb",
+                hovertemplate="%{y} step(s) emitted %{x} token(s)<extra></extra>")
+    if a is not None and isinstance(k, int) and k > 0 and top == k + 1:
+        expected = [len(counts) * (a ** (n - 1) * (1 - a) if n <= k else a ** k) for n in xs]
+        fig.add_scatter(x=xs, y=expected, mode="markers+lines", name=f"iid model at α = {a:.2f}",
+                        line=dict(color="#f59e0b", dash="dash"), marker=dict(size=10))
+    fig.update_layout(title=f"Tokens per target forward (τ = {num(m.get('tau'), 2)})",
+                      xaxis_title="tokens emitted by one target forward", yaxis_title="steps",
+                      xaxis=dict(dtick=1), **LAYOUT)
+    return fig
+
+
+def position_figure(events) -> go.Figure:
+    """Acceptance at each draft index i: accepted at i / judged at i (a draft is judged only if
+    every earlier draft of its step was accepted)."""
+    run = st.build(events)
+    judged, accepted = [], []
+    for step in run.steps:
+        for token in step.drafted:
+            if token.status in ("accepted", "rejected"):
+                while len(judged) <= token.index:
+                    judged.append(0)
+                    accepted.append(0)
+                judged[token.index] += 1
+                accepted[token.index] += token.status == "accepted"
+    fig = go.Figure()
+    if not judged:
+        return _note(fig, "No drafts judged yet (autoregressive runs draft nothing).")
+    rates = [acc / n if n else None for acc, n in zip(accepted, judged)]
+    fig.add_bar(x=[f"#{i}" for i in range(len(judged))], y=rates, marker_color="#16a34a", name="accepted / judged",
+                text=[f"{acc}/{n}" for acc, n in zip(accepted, judged)], textposition="outside")
+    alpha = st.run_metrics(events).get("alpha_empirical")
+    if alpha is not None:
+        fig.add_hline(y=alpha, line=dict(color="#0f172a", dash="dot"), annotation_text=f"α = {alpha:.2f}")
+    fig.update_layout(title="Acceptance by draft position", xaxis_title="draft index in the step",
+                      yaxis_title="accepted / judged", yaxis_range=[0, 1.15], **LAYOUT)
+    return fig
+
+
+def alpha_explainer(events) -> str:
+    """Markdown: this run's alpha next to accepted/drafted, and why they differ."""
+    m = st.run_metrics(events)
+    if not m.get("drafted"):
+        return "Run speculative decoding to compare α with accepted/drafted."
+    a, k = m["alpha_empirical"], m["k"]
+    wasted = m["drafted"] - m["evaluated"]
+    lines = [f"**α = accepted / judged = {m['accepted']}/{m['evaluated']} = {a:.2f}**, but "
+             f"**accepted / drafted = {m['accepted']}/{m['drafted']} = {m['accepted_per_drafted']:.2f}**.",
+             f"The difference is the {wasted} grey *wasted* drafts: after the first rejection in a step, "
+             "the later drafts are thrown away without being judged, so they count as drafted but were "
+             "never given a chance. α is the acceptance probability of a token the rule actually looked at."]
+    if isinstance(k, int) and k > 0 and a is not None and 0 < a:
+        lines.append(f"For independent acceptance at α = {a:.2f} and k = {k}, theory predicts "
+                     f"accepted/drafted = α(1 − α^k) / (k(1 − α)) = {theory.accepted_per_drafted(a, k):.2f}. "
+                     f"The exact mean of β over judged positions (the engine's α analytic) is "
+                     f"{num(m.get('alpha_analytic'), 2)}.")
+    return "\n\n".join(lines)
+
+
+def _note(fig: go.Figure, message: str) -> go.Figure:
+    fig.add_annotation(text=text(message), x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font=dict(size=16, color="#64748b"))
+    fig.update_layout(xaxis_visible=False, yaxis_visible=False, **{**LAYOUT, "height": 300})
+    return fig

@@ -1,0 +1,109 @@
+"""Token chips: the generated text as coloured tokens, one colour per decision, with a legend.
+
+Each chip carries `data-step`, `data-index`, `data-status` and the real token text in
+`data-text`; whitespace is shown ('·' space, '↵' newline). Hovering or focusing (clicking) a chip
+shows p, q, p/q, u and the decision in a tooltip drawn from `data-tip` by CSS, so it is text,
+never markup. All numbers come from the events (see `specviz.render.steps`).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+from specviz.render import steps as st
+from specviz.render.html import Rendered, attr, num, quoted, text, visible
+
+LEGEND = (
+    ("draft", "draft proposal", "proposed by the draft model, sampled from q"),
+    ("accepted", "accepted", "the target agreed: u < min(1, p/q)"),
+    ("rejected", "rejected", "the first draft the target turned down"),
+    ("wasted", "wasted", "drafted after a rejection, thrown away unjudged"),
+    ("residual", "residual resample", "drawn from norm(max(p − q, 0)) instead of the rejected draft"),
+    ("bonus", "bonus", "all drafts accepted: one extra token from p, free"),
+    ("target", "autoregressive", "k = 0: one target forward, one token from p"),
+)
+
+
+def chip(token: st.TokenView, greedy: bool = False, detail: Optional[str] = None) -> str:
+    """One token as a chip; `detail` is an optional small line under it (e.g. 'q .41')."""
+    html = (f'<span class="sv-chip sv-{token.status}" tabindex="0" data-step="{token.step}" '
+            f'data-index="{token.index}" data-status="{token.status}" data-text="{attr(token.text)}" '
+            f'data-tip="{attr(tooltip(token, greedy))}">{text(visible(token.text))}</span>')
+    if detail is None:
+        return html
+    return f'<span class="sv-cell">{html}<small>{text(detail)}</small></span>'
+
+
+def tooltip(token: st.TokenView, greedy: bool = False) -> str:
+    """The plain-text story of one token: identity, p, q, p/q, u and the decision."""
+    lines = [f"{quoted(token.text)}  id {token.token_id} · position {token.position} · "
+             f"step {token.step + 1}, draft #{token.index}"]
+    if token.status in ("draft", "accepted", "rejected", "wasted"):
+        lines.append(f"p = {num(token.p)}   q = {num(token.q)}   p/q = {num(token.ratio)}")
+    lines.append(decision(token, greedy))
+    if token.beta is not None:
+        lines.append(f"β = Σ min(p, q) here = {num(token.beta)}")
+    return "\n".join(lines)
+
+
+def decision(token: st.TokenView, greedy: bool = False) -> str:
+    """One line saying what happened to the token and by which numbers."""
+    status = token.status
+    if status == "accepted":
+        if greedy or token.u is None:
+            return "accepted: it is the target's top token (greedy)"
+        return f"accepted: u = {num(token.u)} < min(1, p/q) = {num(token.accept_prob)}"
+    if status == "rejected":
+        if greedy or token.u is None:
+            return "rejected: the target's top token is a different one (greedy)"
+        return f"rejected: u = {num(token.u)} ≥ min(1, p/q) = {num(token.accept_prob)}"
+    if status == "wasted":
+        return f"wasted: drafted (q = {num(token.q)}) after a rejection, never judged"
+    if status == "draft":
+        return f"draft proposal: q = {num(token.q)}, waiting for the target"
+    if status == "residual":
+        if greedy:
+            return f"resample: the target's top token replaces the rejected draft (p = {num(token.p)})"
+        return (f"residual resample: r(x) = {num(token.residual_prob)} from norm(max(p − q, 0)); "
+                f"p = {num(token.p)}, q = {num(token.q)}, 1 − β = {num(token.residual_mass)}")
+    if status == "bonus":
+        return f"bonus: all drafts accepted, one more token from p (p = {num(token.p)})"
+    return f"autoregressive: one target forward, sampled from p (p = {num(token.p)})"
+
+
+def legend(statuses: Iterable[str] = st.STATUSES) -> Rendered:
+    """The colour key: one sample chip per status with its meaning."""
+    wanted = set(statuses)
+    items = [f'<span class="sv-item"><span class="sv-chip sv-{status}" data-legend="{status}">'
+             f'{text(label)}</span><span class="sv-muted">{text(meaning)}</span></span>'
+             for status, label, meaning in LEGEND if status in wanted]
+    return Rendered(f'<div class="sv-legend">{"".join(items)}</div>')
+
+
+def _step_chips(step: st.StepView, greedy: bool) -> str:
+    """A step in reading order: kept drafts, then the discarded ones (struck), then the closing
+    token, like a tracked change (deletion, then insertion)."""
+    order = ([t for t in step.drafted if t.status in ("accepted", "draft")]
+             + [t for t in step.drafted if t.status in ("rejected", "wasted")]
+             + ([step.next] if step.next else []))
+    out = []
+    for token in order:
+        out.append(chip(token, greedy))
+        if token.status in st.COMMITTED and "\n" in token.text:
+            out.append("<br>")
+    return "".join(out)
+
+
+def run_text(run: st.RunView, upto: Optional[int] = None, selected: Optional[int] = None,
+             show_prompt: bool = True) -> Rendered:
+    """The run's text as chips, step after step up to step `upto` (all when None), with step
+    `selected` highlighted. The prompt is shown first, in grey."""
+    parts = []
+    if show_prompt and run.started:
+        parts.append(f'<span class="sv-prompt">{text(run.started.get("prompt", ""))}</span>')
+    last = len(run.steps) - 1 if upto is None else min(upto, len(run.steps) - 1)
+    for step in run.steps[:last + 1]:
+        cur = " sv-cur" if step.step == selected else ""
+        parts.append(f'<span class="sv-step{cur}" data-step="{step.step}">'
+                     f'{_step_chips(step, run.greedy)}</span><span class="sv-sep"></span>')
+    return Rendered(f'<div class="sv-text">{"".join(parts)}</div>')

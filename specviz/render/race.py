@@ -1,0 +1,117 @@
+"""The race: autoregressive and speculative decoding on the same prompt, each on its own clock.
+
+Fairness on a small CPU: the two engines never compute at the same time. `race()` holds both
+event iterators and always advances the lane whose own clock is behind, one step at a time, so
+the lanes never compete for cores and each is shown at its own measured time. A lane's clock
+(`Lane.busy`) is the time spent inside its iterator's `next()`: that engine's own compute
+(prefill, draft, verify, sampling), and nothing of the other lane or of the page. Nothing is
+simulated or replayed: the tokens appear as they are computed.
+
+`Lane` and `race` drive iterators (they are the only code here that is not a pure function of
+events); `lane_html` and `verdict` render.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable, Iterator, Optional
+
+from specviz.render import steps as st
+from specviz.render.chips import chip
+from specviz.render.html import Rendered, attr, num, text
+
+
+class Lane:
+    """One run's event iterator, advanced one step at a time and timed on its own clock."""
+
+    def __init__(self, name: str, events: Iterable, clock: Callable[[], float] = time.perf_counter):
+        self.name = name
+        self.events: list = []
+        self.busy = 0.0
+        self.done = False
+        self._it = iter(events)
+        self._clock = clock
+
+    def _pull(self) -> Optional[dict]:
+        start = self._clock()
+        try:
+            event = next(self._it)
+        except StopIteration:
+            self.done = True
+            return None
+        finally:
+            self.busy += self._clock() - start
+        data = st.as_dict(event)
+        self.events.append(data)
+        return data
+
+    def advance(self) -> list:
+        """Pull the events of the next step (through its step_finished); when that step ends the
+        run, pull run_finished too, so one call is one update on screen."""
+        first = len(self.events)
+        closing = False
+        while not self.done:
+            data = self._pull()
+            if data is None or data["kind"] == "run_finished":
+                self.done = True
+                break
+            if data["kind"] == "step_finished":
+                closing = data.get("finish_reason") is not None
+                if not closing:
+                    break
+        return self.events[first:]
+
+
+def race(*lanes: Lane) -> Iterator[tuple]:
+    """Advance the unfinished lane with the smallest clock by one step and yield (lane, its new
+    events), until every lane has finished. Only one lane computes at a time."""
+    while True:
+        waiting = [lane for lane in lanes if not lane.done]
+        if not waiting:
+            return
+        lane = min(waiting, key=lambda lane: lane.busy)
+        yield lane, lane.advance()
+
+
+def lane_html(events: list, seconds: float, title: str, subtitle: str = "", done: bool = False) -> Rendered:
+    """One lane: counters (tokens, seconds on its own clock, tokens/s, target forwards), a
+    progress bar and the emitted text as chips."""
+    run = st.build(events)
+    m = st.run_metrics(events)
+    tokens = m.get("new_tokens", 0)
+    limit = (run.started or {}).get("max_new_tokens") or 1
+    counters = [(str(tokens), "tokens"), (num(seconds, 2), "seconds (own clock)"),
+                (num(tokens / seconds if seconds else None, 1), "tokens / s"),
+                (str(m.get("target_forwards", 0)), "target forwards")]
+    cells = "".join(f'<div class="sv-counter"><b>{text(v)}</b><span>{text(k)}</span></div>' for v, k in counters)
+    chips = []
+    for token in (t for s in run.steps for t in s.emitted):
+        chips.append(chip(token, run.greedy))
+        if "\n" in token.text:
+            chips.append("<br>")
+    state = f"done ({text(run.finished['finish_reason'])})" if done and run.finished else "running…"
+    name = attr(title.split()[0].lower())
+    return Rendered(
+        f'<div class="sv-lane{" sv-done" if done else ""}" data-lane="{name}" data-tokens="{tokens}" '
+        f'data-done="{int(done)}"><h3>{text(title)} <span class="sv-muted">· {state}</span></h3>'
+        f'<div class="sv-muted">{text(subtitle)}</div><div class="sv-counters">{cells}</div>'
+        f'<div class="sv-bar"><div style="width:{min(100.0, 100.0 * tokens / limit):.1f}%"></div></div>'
+        f'<div class="sv-text">{"".join(chips)}</div></div>')
+
+
+def verdict(ar: dict, spec: dict, same_text: Optional[bool] = None) -> Rendered:
+    """'Speculative was X.XXx faster/slower', from the two lanes' tokens/s on their own clocks."""
+    if not ar.get("tokens_per_s") or not spec.get("tokens_per_s"):
+        return Rendered('<div class="sv-verdict sv-muted">Racing…</div>')
+    ratio = spec["tokens_per_s"] / ar["tokens_per_s"]
+    word, css = ("faster", "sv-win") if ratio >= 1 else ("slower", "sv-lose")
+    factor = ratio if ratio >= 1 else 1 / ratio
+    detail = (f"{spec['tokens_per_s']:.1f} vs {ar['tokens_per_s']:.1f} tokens/s, each on its own compute clock; "
+              f"target forwards {spec['target_forwards']} vs {ar['target_forwards']}; "
+              f"α {num(spec.get('alpha'), 2)}, τ {num(spec.get('tau'), 2)}, c {num(spec.get('c'), 2)}.")
+    if same_text is not None:
+        detail += (" Same text as autoregressive: yes (greedy is lossless)." if same_text else
+                   " The texts differ: expected when sampling (both follow p); under greedy, look for a "
+                   "near-tie in p (see the inspector).")
+    return Rendered(f'<div class="sv-verdict {css}" data-ratio="{ratio:.4f}">Speculative was {factor:.2f}× '
+                    f'{word}</div><div class="sv-muted">{text(detail)}</div>')
