@@ -1,0 +1,75 @@
+"""Seam rules, checked by parsing imports (no module is imported here):
+
+- renderers (specviz/render/*.py) and app.py import neither torch nor transformers, and the
+  renderers import nothing of the engine's internals (only events, metrics, theory, trace);
+- every other specviz module imports no UI library (gradio, plotly, ipywidgets, anywidget).
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL_LIBS = {"torch", "transformers"}
+UI_LIBS = {"gradio", "gradio_client", "plotly", "ipywidgets", "anywidget"}
+RENDER_MAY_USE = ("specviz.events", "specviz.metrics", "specviz.theory", "specviz.trace", "specviz.errors",
+                  "specviz.render")
+
+
+def imported_modules(source: str) -> set:
+    """Every module named by an import statement or an importlib.import_module("...") call."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", None))
+              in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)):
+            names.add(str(node.args[0].value))
+    return names
+
+
+def top_levels(names: set) -> set:
+    return {name.split(".")[0] for name in names}
+
+
+def render_files() -> list:
+    return sorted((ROOT / "specviz" / "render").glob("*.py"))
+
+
+def core_files() -> list:
+    render = ROOT / "specviz" / "render"
+    return sorted(p for p in (ROOT / "specviz").rglob("*.py") if render not in p.parents)
+
+
+def test_the_parser_catches_every_import_form():
+    source = ("import torch.nn as nn\nfrom transformers import AutoModel\nimport importlib\n"
+              "importlib.import_module('plotly.graph_objects')\nfrom . import sibling\n")
+    assert {"torch", "transformers", "plotly"} <= top_levels(imported_modules(source))
+    assert "sibling" not in imported_modules(source)
+
+
+def test_there_are_files_to_check():
+    assert len(render_files()) >= 6 and (ROOT / "app.py").exists() and len(core_files()) >= 8
+
+
+@pytest.mark.parametrize("path", render_files() + [ROOT / "app.py"], ids=lambda p: p.name)
+def test_renderers_and_app_import_no_model_library(path):
+    found = top_levels(imported_modules(path.read_text(encoding="utf-8"))) & MODEL_LIBS
+    assert not found, f"{path.name} imports {sorted(found)}"
+
+
+@pytest.mark.parametrize("path", render_files(), ids=lambda p: p.name)
+def test_renderers_use_no_engine_internals(path):
+    ours = {name for name in imported_modules(path.read_text(encoding="utf-8")) if name.startswith("specviz.")}
+    bad = {name for name in ours if not any(name == ok or name.startswith(ok + ".") for ok in RENDER_MAY_USE)}
+    assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", core_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_core_modules_import_no_ui_library(path):
+    found = top_levels(imported_modules(path.read_text(encoding="utf-8"))) & UI_LIBS
+    assert not found, f"{path.relative_to(ROOT)} imports {sorted(found)}"
