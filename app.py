@@ -1,0 +1,444 @@
+"""specviz app: speculative decoding, step by step (Gradio 6; runs locally or as a HF Space).
+
+Gradio wiring only. Each model handler is a small generator over the engine's events and yields
+what `specviz.render` draws from them: nothing here decides, scores or re-derives anything.
+
+Views: Step view (chips, replay, step panel, inspector), Race (autoregressive vs speculative on
+their own clocks), Speedup vs acceptance (theory and this session's runs), Tree (hook for tree
+methods), How it works. See docs/app.md.
+
+Environment: SPECVIZ_PAIR (default pair), SPECVIZ_ALLOW_CUSTOM=1 (let visitors load
+`target=...,draft=...` pairs), SPECVIZ_MAX_TOKENS (cap, default 256), PORT / GRADIO_SERVER_PORT.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+try:  # ZeroGPU on Hugging Face Spaces: `spaces` must be imported before torch
+    import spaces
+except ImportError:
+    spaces = None
+
+import gradio as gr
+
+import specviz
+from specviz import engine, events as ev
+from specviz.errors import SpecvizError
+from specviz.models import default_pair_name, list_pairs
+from specviz.render import CSS, charts, chips, inspector, panel, steps, tree
+from specviz.render.race import Lane, lane_html, race, verdict
+from specviz.render.html import quoted
+
+MAX_TOKENS = int(os.environ.get("SPECVIZ_MAX_TOKENS", "256"))
+MAX_PROMPT_CHARS = 4000
+MAX_TRACE_BYTES = 20_000_000
+ALLOW_CUSTOM = os.environ.get("SPECVIZ_ALLOW_CUSTOM") == "1"
+DEFAULT_PAIR = default_pair_name()
+PRESET_PAIRS = [name for name, _ in list_pairs()]
+RECORD_TOPK = 10
+
+PRESETS = [  # prompt, method, k, temperature, chat
+    ['def quicksort(arr):\n    """Sort a list with quicksort."""\n', "spec", 4, 0.0, False],
+    ["Write a haiku about the sea.", "spec", 4, 0.7, True],
+    ['def quicksort(arr):\n    """Sort a list with quicksort."""\n', "spec", 4, 1.5, False],
+    ["Rename x to count in this code and return only the code:\n\nx = 0\nfor item in items:\n"
+     "    if item.ok:\n        x += 1\nprint(x)\n", "spec", 6, 0.0, True],
+]
+PRESET_LABELS = ["Code, greedy: speculation wins", "Chat, T = 0.7: speculation tends to lose",
+                 "Hot sampling, T = 1.5: speculation loses", "Code rewrite, k = 6: easy to draft"]
+
+CHIP_CLICK_JS = """
+element.addEventListener('click', (e) => {
+  const chip = e.target.closest('.sv-chip[data-step]');
+  if (chip) trigger('click', {step: Number(chip.dataset.step), index: Number(chip.dataset.index)});
+});
+"""
+
+APP_CSS = CSS + """
+.sv-title h1 { margin-bottom: 0; }
+#sv-text { min-height: 120px; }
+"""
+THEME = gr.themes.Soft(text_size=gr.themes.sizes.text_lg)
+LAUNCH_KWARGS = dict(theme=THEME, css=APP_CSS, ssr_mode=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# model pairs: loaded once per process, lazily, shared read-only by every session
+
+_PAIRS: dict = {}
+_PAIRS_LOCK = threading.Lock()
+
+
+def get_pair(name: str, progress=None):
+    with _PAIRS_LOCK:
+        if name not in _PAIRS:
+            say = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
+            _PAIRS[name] = specviz.load_pair(name, progress=say)
+        return _PAIRS[name]
+
+
+def _gpu(fn):
+    """On a ZeroGPU Space the engine streams run under spaces.GPU; elsewhere they run as is."""
+    return spaces.GPU(fn) if spaces is not None else fn
+
+
+@_gpu
+def stream_run(pair_name: str, prompt: str, options: dict):
+    """One run's events as plain dicts, one step per item, with the run's own compute clock."""
+    lane = Lane("run", specviz.generate(get_pair(pair_name), prompt, **options))
+    while not lane.done:
+        yield {"events": lane.advance(), "busy": lane.busy}
+
+
+@_gpu
+def stream_race(pair_name: str, prompt: str, options: dict):
+    """Both lanes' events, one step of one lane per item: whichever lane's own clock is behind."""
+    pair = get_pair(pair_name)
+    ar = Lane("ar", specviz.generate(pair, prompt, **{**options, "method": "ar"}))
+    spec = Lane("spec", specviz.generate(pair, prompt, **{**options, "method": "spec"}))
+    for lane, new in race(ar, spec):
+        yield {"lane": lane.name, "events": new, "busy": lane.busy, "done": lane.done}
+
+
+def check_request(pair_name, prompt, max_new_tokens, progress=None) -> None:
+    """App-level limits (the engine checks the rest), then the pair, loaded once per process."""
+    if pair_name not in PRESET_PAIRS and not ALLOW_CUSTOM and pair_name != DEFAULT_PAIR:
+        raise gr.Error(f"Custom model pairs are disabled on this server: choose one of {', '.join(PRESET_PAIRS)}.")
+    if prompt is not None and len(prompt) > MAX_PROMPT_CHARS:
+        raise gr.Error(f"The prompt is {len(prompt)} characters; this app accepts at most {MAX_PROMPT_CHARS}.")
+    if isinstance(max_new_tokens, (int, float)) and max_new_tokens > MAX_TOKENS:
+        raise gr.Error(f"max tokens is capped at {MAX_TOKENS} in this app (asked for {int(max_new_tokens)}).")
+    try:
+        get_pair(pair_name, progress)
+    except SpecvizError as exc:
+        raise gr.Error(str(exc)) from exc
+
+
+def _options(method, k, temperature, top_p, max_new_tokens, seed, chat) -> dict:
+    return dict(method=method, k=_int(k), temperature=float(temperature), top_p=float(top_p),
+                max_new_tokens=_int(max_new_tokens), seed=_int(seed), chat=bool(chat),
+                record_topk=RECORD_TOPK)
+
+
+def _int(value):
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# ---------------------------------------------------------------------------------------------
+# step view
+
+
+def step_view(events: list, number: int = None, index: int = None, busy: float = None) -> dict:
+    """Everything the step view shows up to step `number` (0-based; -1: the prompt alone;
+    default: the last step). The slider counts steps from 1, with 0 for the prompt alone."""
+    run = steps.build(events)
+    n = len(run.steps)
+    number = n - 1 if number is None else max(-1, min(int(number), n - 1))
+    step = run.step(number)
+    if step is None or not step.tokens:
+        index = None
+    elif index not in step.indices():
+        index = inspector.default_index(step)
+    return {
+        text_html: chips.run_text(run, upto=number, selected=number).html,
+        panel_html: panel.step_panel(run, number).html,
+        stats_html: panel.stats(run, steps.run_metrics(events), busy).html,
+        step_slider: gr.Slider(minimum=0, maximum=max(1, n), value=number + 1),
+        position: gr.Radio(choices=_position_choices(step), value=index),
+        inspector_plot: inspector.inspector_figure(run, number, index),
+        tree_view: tree.tree_html(tree.tree_nodes(step)).html,
+    }
+
+
+def _position_choices(step) -> list:
+    if step is None:
+        return []
+    choices = []
+    for i in step.indices():
+        tokens = step.at(i)
+        label = " → ".join(f"{quoted(t.text)} {t.status}" for t in tokens)
+        choices.append((f"#{i}: {label}", i))
+    return choices
+
+
+def chart_view(events: list, history: list) -> dict:
+    return {speedup_plot: charts.speedup_figure(history), tau_plot: charts.tau_histogram(events),
+            position_plot: charts.position_figure(events), explain_md: charts.alpha_explainer(events)}
+
+
+def run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, chat, history,
+        progress=gr.Progress()):
+    """Stream one run: one update per engine step; charts and history when it ends."""
+    check_request(pair_name, prompt, max_new_tokens, progress)
+    options = _options(method, k, temperature, top_p, max_new_tokens, seed, chat)
+    events, busy = [], 0.0
+    try:
+        for update in stream_run(pair_name, prompt, options):
+            events, busy = events + update["events"], update["busy"]
+            if events[-1]["kind"] != "run_finished":
+                yield {**step_view(events, busy=busy), events_state: events, busy_state: busy}
+    except SpecvizError as exc:
+        raise gr.Error(str(exc)) from exc
+    history = history + [charts.summarize(events, busy, label=f"{method} run", baseline=_baseline(history, events))]
+    yield {**step_view(events, busy=busy), **chart_view(events, history), events_state: events,
+           busy_state: busy, history_state: history}
+
+
+def _baseline(history: list, events: list):
+    """The latest autoregressive run of this session with the same pair, prompt and sampling."""
+    started = steps.build(events).started or {}
+    if started.get("method") == "ar":
+        return None
+    same = ("pair", "temperature", "chat")
+    return next((r for r in reversed(history) if r["method"] == "ar" and r["prompt"] == started["prompt"][:60]
+                 and all(r[key] == started[key] for key in same)), None)
+
+
+def show(events, number, index=None):
+    """Replay: the slider's step `number` (1-based; 0 is the prompt alone)."""
+    if not events:
+        return {}
+    return step_view(events, int(number) - 1, index)
+
+
+def shift(events, number, delta):
+    return show(events, max(0, int(number) + delta)) if events else {}
+
+
+def on_chip(events, evt: gr.EventData):
+    data = evt._data or {}
+    if not events or "step" not in data:
+        return {}
+    return {**step_view(events, int(data["step"]), int(data["index"])), inspector_box: gr.Accordion(open=True)}
+
+
+def toggle_play(playing, events, number):
+    playing = bool(events) and not playing
+    out = {timer: gr.Timer(active=playing), play_btn: gr.Button("⏸ Pause" if playing else "▶ Play"),
+           playing_state: playing}
+    n = len(steps.build(events).steps) if events else 0
+    if playing and int(number) >= n:
+        out.update(show(events, 0))
+    return out
+
+
+def tick(events, number):
+    n = len(steps.build(events).steps) if events else 0
+    if int(number) >= n:
+        return {timer: gr.Timer(active=False), play_btn: gr.Button("▶ Play"), playing_state: False}
+    return show(events, int(number) + 1)
+
+
+def open_trace(file, history):
+    """Replay a saved trace (JSONL from `python -m specviz generate --jsonl`): no model runs."""
+    if file is None:
+        return {}
+    path = file if isinstance(file, str) else file.name
+    if os.path.getsize(path) > MAX_TRACE_BYTES:
+        raise gr.Error(f"The trace is larger than {MAX_TRACE_BYTES // 1_000_000} MB.")
+    events = []
+    with open(path, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, 1):
+            if line.strip():
+                events.append(_trace_event(line, number))
+    if not events:
+        raise gr.Error("The trace has no events.")
+    return {**step_view(events), **chart_view(events, history), events_state: events, busy_state: None}
+
+
+def _trace_event(line: str, number: int) -> dict:
+    """A known event kind is checked against the schema; an unknown one (newer engine) is kept."""
+    try:
+        data = json.loads(line)
+        if data.get("kind") in ev.EVENT_TYPES:
+            data = ev.from_dict(data).to_dict()
+        return data
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise gr.Error(f"Line {number} of the trace is not a specviz event: {exc}") from exc
+
+
+# ---------------------------------------------------------------------------------------------
+# race
+
+
+def race_run(prompt, pair_name, k, temperature, top_p, max_new_tokens, seed, chat, history,
+             progress=gr.Progress()):
+    """Autoregressive vs speculative, streamed lane by lane on their own clocks."""
+    check_request(pair_name, prompt, max_new_tokens, progress)
+    options = _options("spec", k, temperature, top_p, max_new_tokens, seed, chat)
+    lanes = {"ar": {"events": [], "busy": 0.0, "done": False}, "spec": {"events": [], "busy": 0.0, "done": False}}
+    try:
+        for update in stream_race(pair_name, prompt, options):
+            lane = lanes[update["lane"]]
+            lane["events"] = lane["events"] + update["events"]
+            lane["busy"], lane["done"] = update["busy"], update["done"]
+            yield race_view(lanes)
+    except SpecvizError as exc:
+        raise gr.Error(str(exc)) from exc
+    ar = charts.summarize(lanes["ar"]["events"], lanes["ar"]["busy"], label="race: autoregressive")
+    spec = charts.summarize(lanes["spec"]["events"], lanes["spec"]["busy"], label="race: speculative", baseline=ar)
+    history = history + [ar, spec]
+    yield {**race_view(lanes, ar, spec), history_state: history, speedup_plot: charts.speedup_figure(history)}
+
+
+def race_view(lanes: dict, ar: dict = None, spec: dict = None) -> dict:
+    out = {ar_html: lane_html(lanes["ar"]["events"], lanes["ar"]["busy"], "Autoregressive",
+                              "target only: one forward per token", lanes["ar"]["done"]).html,
+           spec_html: lane_html(lanes["spec"]["events"], lanes["spec"]["busy"], "Speculative",
+                                "draft k tokens, verify them in one target forward", lanes["spec"]["done"]).html}
+    if ar and spec:
+        out[verdict_html] = verdict(ar, spec, _same_text(lanes)).html
+    else:
+        out[verdict_html] = (f'<div class="sv-verdict sv-muted">Racing… autoregressive at {lanes["ar"]["busy"]:.2f} s, '
+                             f'speculative at {lanes["spec"]["busy"]:.2f} s of its own compute</div>')
+    return out
+
+
+def _same_text(lanes: dict):
+    ends = [steps.build(lane["events"]).finished for lane in lanes.values()]
+    if not all(ends):
+        return None
+    return ends[0]["token_ids"] == ends[1]["token_ids"]
+
+
+def clear_history():
+    return {history_state: [], speedup_plot: charts.speedup_figure([])}
+
+
+# ---------------------------------------------------------------------------------------------
+# layout
+
+HOW_IT_WORKS = """
+### One step of speculative decoding (Leviathan et al. 2023, Chen et al. 2023)
+1. **Draft.** The small draft model proposes k tokens one by one, sampling each from its
+   distribution **q** (dashed violet chips).
+2. **Verify.** The big target model scores all k drafts *and* the position after them in **one
+   forward pass**, giving its distribution **p** at each position.
+3. **Accept or reject, left to right.** Draft x is kept with probability min(1, p(x)/q(x)): a
+   uniform draw **u** is compared with it (u < min(1, p/q): green *accepted*). Under greedy decoding
+   (temperature 0) the rule is simply "keep x if it is the target's top token".
+4. **First rejection** (red, struck): stop there. The drafts after it are *wasted* (grey, struck):
+   never judged. The replacement is drawn from the **residual** norm(max(p − q, 0)) (orange): the
+   part of p that q under-covered. This correction makes the output distributed exactly as the
+   target alone would sample it: speculative decoding is lossless.
+5. **All accepted?** The target's pass already computed p at the next position, so one **bonus**
+   token (blue) comes for free.
+
+### The numbers
+- **β = Σ min(p, q)** at a position: the exact probability that a draft from q is accepted there
+  (the overlap bars in the inspector). **α** is its average: measured as accepted / judged.
+- **τ = tokens per target forward** = accepted + 1 per step. Each step costs one target forward
+  plus k draft forwards; **c** = draft forward time / target forward time, measured.
+- Theory: speedup = (1 − α^(k+1)) / ((1 − α)(c·k + 1)). Speculation wins when drafts are easy to
+  guess (code, rewrites: high α) and the draft is cheap (small c); it loses with hot sampling or
+  open-ended chat (low α), or when c is large (the tiny demo pair: draft and target are the same size).
+- **accepted / drafted is not α**: wasted drafts count as drafted but were never judged.
+- The race keeps the comparison fair on a small machine: only one engine computes at a time, and
+  each lane's clock counts only its own compute.
+"""
+
+
+with gr.Blocks(title="specviz: speculative decoding, step by step") as demo:
+    gr.Markdown("# specviz · speculative decoding, step by step\nA small draft model guesses; "
+                "the big target model checks all guesses in one pass. Every colour and number "
+                "below comes from the real engine's events.", elem_classes="sv-title")
+    events_state, busy_state, history_state, playing_state = gr.State([]), gr.State(None), gr.State([]), gr.State(False)
+    with gr.Sidebar(open=True, width=330, label="Settings"):
+        gr.Markdown("### Settings")
+        pair = gr.Dropdown(sorted(set(PRESET_PAIRS) | {DEFAULT_PAIR}), value=DEFAULT_PAIR, label="Model pair",
+                           allow_custom_value=ALLOW_CUSTOM)
+        method = gr.Dropdown(list(engine.METHODS), value="spec", label="Method (step view)")
+        k = gr.Slider(1, 16, value=4, step=1, label="k: draft tokens per step")
+        temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+        top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+        max_new_tokens = gr.Slider(1, MAX_TOKENS, value=min(64, MAX_TOKENS), step=1, label="Max new tokens")
+        seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+        chat = gr.Checkbox(False, label="Chat template")
+    prompt = gr.Textbox(PRESETS[0][0], lines=3, max_lines=12, label="Prompt")
+    gr.Examples(PRESETS, [prompt, method, k, temperature, chat], example_labels=PRESET_LABELS,
+                label="Presets (then press Run or Race)")
+    with gr.Tabs():
+        with gr.Tab("Step view", id="step"):
+            with gr.Row():
+                run_btn = gr.Button("Run", variant="primary", scale=2)
+                stop_btn = gr.Button("Stop", variant="stop", scale=1)
+            gr.HTML(chips.legend().html, elem_id="sv-legend")
+            stats_html = gr.HTML(label="stats", elem_id="sv-stats")
+            text_html = gr.HTML('<div class="sv-muted">Press Run to generate.</div>', label="text", elem_id="sv-text",
+                                js_on_load=CHIP_CLICK_JS)
+            with gr.Row(equal_height=True):
+                prev_btn = gr.Button("◀ Prev", size="sm", scale=0, min_width=90)
+                play_btn = gr.Button("▶ Play", size="sm", scale=0, min_width=100)
+                next_btn = gr.Button("Next ▶", size="sm", scale=0, min_width=90)
+                step_slider = gr.Slider(0, 1, value=0, step=1, label="Step (0 = the prompt alone)", scale=4)
+            panel_html = gr.HTML(label="step", elem_id="sv-panel", js_on_load=CHIP_CLICK_JS)
+            with gr.Accordion("Step inspector: p, q, their overlap and the residual", open=True) as inspector_box:
+                position = gr.Radio([], label="Position in this step (or click a chip)")
+                inspector_plot = gr.Plot(label="inspector", show_label=False, elem_id="sv-inspector")
+            with gr.Accordion("Open a saved trace (.jsonl)", open=False):
+                trace_file = gr.File(file_types=[".jsonl"], label="python -m specviz generate --jsonl ... > run.jsonl")
+        with gr.Tab("Race", id="race"):
+            with gr.Row():
+                race_btn = gr.Button("Race", variant="primary", scale=2)
+                race_stop = gr.Button("Stop", variant="stop", scale=1)
+            gr.Markdown("Same prompt and settings, autoregressive vs speculative. Only one engine "
+                        "computes at a time (always the one whose own clock is behind), so neither "
+                        "slows the other; each lane shows its own measured compute time.")
+            with gr.Row(equal_height=True):
+                ar_html = gr.HTML(label="autoregressive lane", elem_id="sv-lane-ar")
+                spec_html = gr.HTML(label="speculative lane", elem_id="sv-lane-spec")
+            verdict_html = gr.HTML(label="verdict", elem_id="sv-verdict")
+        with gr.Tab("Speedup vs acceptance", id="charts"):
+            speedup_plot = gr.Plot(charts.speedup_figure([]), label="speedup vs acceptance", show_label=False, elem_id="sv-speedup")
+            with gr.Row():
+                tau_plot = gr.Plot(label="tokens per target forward", show_label=False, elem_id="sv-tau")
+                position_plot = gr.Plot(label="acceptance by position", show_label=False, elem_id="sv-positions")
+            explain_md = gr.Markdown("Run speculative decoding to compare α with accepted/drafted.", label="alpha explained")
+            clear_btn = gr.Button("Clear this session's runs", size="sm")
+        with gr.Tab("Tree", id="tree"):
+            tree_view = gr.HTML(tree.tree_html([]).html, label="tree")
+        with gr.Tab("How it works", id="how"):
+            gr.HTML(chips.legend().html)
+            gr.Markdown(HOW_IT_WORKS)
+    timer = gr.Timer(1.0, active=False)
+
+    settings = [prompt, pair, method, k, temperature, top_p, max_new_tokens, seed, chat, history_state]
+    view = [text_html, panel_html, stats_html, step_slider, position, inspector_plot, tree_view]
+    charts_out = [speedup_plot, tau_plot, position_plot, explain_md]
+    engine_queue = dict(concurrency_limit=1, concurrency_id="engine")
+    run_event = run_btn.click(run, settings, view + charts_out + [events_state, busy_state, history_state],
+                              api_name="run", show_progress="minimal", **engine_queue)
+    race_inputs = [prompt, pair, k, temperature, top_p, max_new_tokens, seed, chat, history_state]
+    race_event = race_btn.click(race_run, race_inputs, [ar_html, spec_html, verdict_html, history_state, speedup_plot],
+                                api_name="race", show_progress="minimal", **engine_queue)
+    for stop in (stop_btn, race_stop):
+        stop.click(None, cancels=[run_event, race_event])
+    private = dict(api_visibility="private", show_progress="hidden")
+    step_slider.release(show, [events_state, step_slider], view, **private)
+    prev_btn.click(lambda e, n: shift(e, n, -1), [events_state, step_slider], view, **private)
+    next_btn.click(lambda e, n: shift(e, n, +1), [events_state, step_slider], view, **private)
+    position.input(show, [events_state, step_slider, position], view, **private)
+    for html in (text_html, panel_html):
+        html.click(on_chip, [events_state], view + [inspector_box], **private)
+    play_btn.click(toggle_play, [playing_state, events_state, step_slider],
+                   view + [timer, play_btn, playing_state], **private)
+    timer.tick(tick, [events_state, step_slider], view + [timer, play_btn, playing_state], **private)
+    trace_file.upload(open_trace, [trace_file, history_state], view + charts_out + [events_state, busy_state],
+                      api_name="open_trace", show_progress="minimal")
+    clear_btn.click(clear_history, None, [history_state, speedup_plot], **private)
+demo.queue(max_size=20, default_concurrency_limit=8)
+
+if spaces is not None and os.environ.get("SPACE_ID"):
+    get_pair(DEFAULT_PAIR)  # ZeroGPU wants weights placed at start-up, not inside a GPU call
+
+
+def launch(**kwargs):
+    """Launch with the app's theme and style sheet (Gradio 6 takes them in launch())."""
+    return demo.launch(**{**LAUNCH_KWARGS, **kwargs})
+
+
+if __name__ == "__main__":
+    launch(server_port=int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860))
