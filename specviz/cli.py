@@ -56,13 +56,18 @@ def cmd_generate(args) -> int:
                              temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                              max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
                              record_topk=args.record_topk if args.jsonl else 0)
+    ids, shown = [], ""
     for event in stream:
         if args.jsonl:
             print(trace.dumps(event), flush=True)
         elif event.kind == "step_finished":
-            print("".join(event.emitted_texts), end="", flush=True)
+            ids += event.emitted_ids
+            text = pair.decode(ids)  # whole-sequence decode: a character split across tokens
+            if not text.endswith("\ufffd"):  # is printed once it is complete
+                print(text[len(shown):], end="", flush=True)
+                shown = text
         elif event.kind == "run_finished":
-            print()
+            print(event.text[len(shown):])
             print(RunStats(**event.metrics).line())
     return 0
 

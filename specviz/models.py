@@ -342,9 +342,18 @@ def _from_folder(folder: Path, device, dtype):
     return model.to(device).eval()
 
 
-def _load_tokenizer(folder: Path):
-    from transformers import AutoTokenizer
+def _load_tokenizer(folder):
+    """The folder's tokenizer. A plain `tokenizers` tokenizer (tokenizer_class TokenizersBackend)
+    is loaded as such: AutoTokenizer would otherwise swap in the model type's own class."""
+    import json
 
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config = Path(folder) / "tokenizer_config.json"
+    if config.exists():
+        declared = json.loads(config.read_text()).get("tokenizer_class")
+        if declared in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+            return PreTrainedTokenizerFast.from_pretrained(folder)
     return AutoTokenizer.from_pretrained(folder, trust_remote_code=False)
 
 

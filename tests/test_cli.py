@@ -1,0 +1,56 @@
+"""The command line: text and a metrics line, JSONL events, one-line errors with exit status 2."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specviz import events as ev
+
+
+def cli(*args):
+    env = {**os.environ, "SPECVIZ_PAIR": "tiny", "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True,
+                          env=env, timeout=120)
+
+
+def test_pairs_lists_presets():
+    out = cli("pairs")
+    assert out.returncode == 0
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("qwen-coder") and lines[1].startswith("tiny") and "(default)" in lines[1]
+
+
+def test_generate_prints_text_and_metrics(tiny):
+    from specviz import generate
+
+    out = cli("generate", "--pair", "tiny", "--prompt", "def f(x):", "--max-new-tokens", "20", "--k", "3")
+    assert out.returncode == 0, out.stderr
+    expected = list(generate(tiny, "def f(x):", k=3, max_new_tokens=20))[-1]
+    text, metrics_line = out.stdout.rsplit("\n", 2)[:2]
+    assert text == expected.text
+    assert metrics_line.startswith("20 tokens in ") and "tau" in metrics_line and "alpha" in metrics_line
+
+
+def test_generate_jsonl_is_only_events():
+    out = cli("generate", "--pair", "tiny", "--prompt", "x", "--max-new-tokens", "9", "--jsonl",
+              "--method", "spec", "--temperature", "1", "--seed", "3")
+    assert out.returncode == 0, out.stderr
+    events = [ev.from_dict(json.loads(line)) for line in out.stdout.splitlines()]
+    assert events[0].kind == "run_started" and events[-1].kind == "run_finished"
+    assert len(events[-1].token_ids) == 9
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--prompt", ""], "error: The prompt is empty"),
+    (["--prompt", "x", "--k", "0"], "error: k (draft length)"),
+    (["--prompt", "x", "--top-p", "2"], "error: top_p"),
+    (["--prompt", "x", "--pair", "gpt5"], "error: Unknown pair 'gpt5'"),
+])
+def test_errors_are_one_line(args, message):
+    out = cli("generate", *args)
+    assert out.returncode == 2
+    assert out.stderr.startswith(message) and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert out.stdout == ""
