@@ -76,8 +76,19 @@ def get_pair(name: str, progress=None):
     with _PAIRS_LOCK:
         if name not in _PAIRS:
             say = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
-            _PAIRS[name] = specviz.load_pair(name, progress=say)
+            pair = specviz.load_pair(name, progress=say)
+            if spaces is None:
+                warm_up(pair)
+            _PAIRS[name] = pair
         return _PAIRS[name]
+
+
+def warm_up(pair) -> None:
+    """One short run of each method, off every clock: the first forward passes of a fresh model
+    are slow, and whichever race lane ran first would otherwise pay for both."""
+    for method in ("ar", "spec"):
+        for _ in specviz.generate(pair, "warm up", method=method, k=2, max_new_tokens=3, record_topk=0):
+            pass
 
 
 def _gpu(fn):
@@ -197,39 +208,39 @@ def _baseline(history: list, events: list):
                  and all(r[key] == started[key] for key in same)), None)
 
 
-def show(events, number, index=None):
+def show(events, busy, number, index=None):
     """Replay: the slider's step `number` (1-based; 0 is the prompt alone)."""
     if not events:
         return {}
-    return step_view(events, int(number) - 1, index)
+    return step_view(events, int(number) - 1, index, busy)
 
 
-def shift(events, number, delta):
-    return show(events, max(0, int(number) + delta)) if events else {}
+def shift(events, busy, number, delta):
+    return show(events, busy, max(0, int(number) + delta))
 
 
-def on_chip(events, evt: gr.EventData):
+def on_chip(events, busy, evt: gr.EventData):
     data = evt._data or {}
     if not events or "step" not in data:
         return {}
-    return {**step_view(events, int(data["step"]), int(data["index"])), inspector_box: gr.Accordion(open=True)}
+    return {**step_view(events, int(data["step"]), int(data["index"]), busy), inspector_box: gr.Accordion(open=True)}
 
 
-def toggle_play(playing, events, number):
+def toggle_play(playing, events, busy, number):
     playing = bool(events) and not playing
     out = {timer: gr.Timer(active=playing), play_btn: gr.Button("⏸ Pause" if playing else "▶ Play"),
            playing_state: playing}
     n = len(steps.build(events).steps) if events else 0
     if playing and int(number) >= n:
-        out.update(show(events, 0))
+        out.update(show(events, busy, 0))
     return out
 
 
-def tick(events, number):
+def tick(events, busy, number):
     n = len(steps.build(events).steps) if events else 0
     if int(number) >= n:
         return {timer: gr.Timer(active=False), play_btn: gr.Button("▶ Play"), playing_state: False}
-    return show(events, int(number) + 1)
+    return show(events, busy, int(number) + 1)
 
 
 def open_trace(file, history):
@@ -281,7 +292,7 @@ def race_run(prompt, pair_name, k, temperature, top_p, max_new_tokens, seed, cha
     ar = charts.summarize(lanes["ar"]["events"], lanes["ar"]["busy"], label="race: autoregressive")
     spec = charts.summarize(lanes["spec"]["events"], lanes["spec"]["busy"], label="race: speculative", baseline=ar)
     history = history + [ar, spec]
-    yield {**race_view(lanes, ar, spec), history_state: history, speedup_plot: charts.speedup_figure(history)}
+    yield {**race_view(lanes, ar, spec), **chart_view(lanes["spec"]["events"], history), history_state: history}
 
 
 def race_view(lanes: dict, ar: dict = None, spec: dict = None) -> dict:
@@ -341,7 +352,7 @@ HOW_IT_WORKS = """
 """
 
 
-with gr.Blocks(title="specviz: speculative decoding, step by step") as demo:
+with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=True) as demo:
     gr.Markdown("# specviz · speculative decoding, step by step\nA small draft model guesses; "
                 "the big target model checks all guesses in one pass. Every colour and number "
                 "below comes from the real engine's events.", elem_classes="sv-title")
@@ -369,7 +380,7 @@ with gr.Blocks(title="specviz: speculative decoding, step by step") as demo:
             stats_html = gr.HTML(label="stats", elem_id="sv-stats")
             text_html = gr.HTML('<div class="sv-muted">Press Run to generate.</div>', label="text", elem_id="sv-text",
                                 js_on_load=CHIP_CLICK_JS)
-            with gr.Row(equal_height=True):
+            with gr.Row():
                 prev_btn = gr.Button("◀ Prev", size="sm", scale=0, min_width=90)
                 play_btn = gr.Button("▶ Play", size="sm", scale=0, min_width=100)
                 next_btn = gr.Button("Next ▶", size="sm", scale=0, min_width=90)
@@ -396,6 +407,8 @@ with gr.Blocks(title="specviz: speculative decoding, step by step") as demo:
             with gr.Row():
                 tau_plot = gr.Plot(label="tokens per target forward", show_label=False, elem_id="sv-tau")
                 position_plot = gr.Plot(label="acceptance by position", show_label=False, elem_id="sv-positions")
+            gr.Markdown("The charts below describe the latest run: a Run in the step view, or the speculative "
+                        "lane of the latest race.", elem_classes="sv-muted")
             explain_md = gr.Markdown("Run speculative decoding to compare α with accepted/drafted.", label="alpha explained")
             clear_btn = gr.Button("Clear this session's runs", size="sm")
         with gr.Tab("Tree", id="tree"):
@@ -412,20 +425,20 @@ with gr.Blocks(title="specviz: speculative decoding, step by step") as demo:
     run_event = run_btn.click(run, settings, view + charts_out + [events_state, busy_state, history_state],
                               api_name="run", show_progress="minimal", **engine_queue)
     race_inputs = [prompt, pair, k, temperature, top_p, max_new_tokens, seed, chat, history_state]
-    race_event = race_btn.click(race_run, race_inputs, [ar_html, spec_html, verdict_html, history_state, speedup_plot],
+    race_event = race_btn.click(race_run, race_inputs, [ar_html, spec_html, verdict_html, history_state] + charts_out,
                                 api_name="race", show_progress="minimal", **engine_queue)
     for stop in (stop_btn, race_stop):
         stop.click(None, cancels=[run_event, race_event])
     private = dict(api_visibility="private", show_progress="hidden")
-    step_slider.release(show, [events_state, step_slider], view, **private)
-    prev_btn.click(lambda e, n: shift(e, n, -1), [events_state, step_slider], view, **private)
-    next_btn.click(lambda e, n: shift(e, n, +1), [events_state, step_slider], view, **private)
-    position.input(show, [events_state, step_slider, position], view, **private)
+    replay = [events_state, busy_state, step_slider]
+    step_slider.release(show, replay, view, **private)
+    prev_btn.click(lambda e, b, n: shift(e, b, n, -1), replay, view, **private)
+    next_btn.click(lambda e, b, n: shift(e, b, n, +1), replay, view, **private)
+    position.input(show, replay + [position], view, **private)
     for html in (text_html, panel_html):
-        html.click(on_chip, [events_state], view + [inspector_box], **private)
-    play_btn.click(toggle_play, [playing_state, events_state, step_slider],
-                   view + [timer, play_btn, playing_state], **private)
-    timer.tick(tick, [events_state, step_slider], view + [timer, play_btn, playing_state], **private)
+        html.click(on_chip, [events_state, busy_state], view + [inspector_box], **private)
+    play_btn.click(toggle_play, [playing_state] + replay, view + [timer, play_btn, playing_state], **private)
+    timer.tick(tick, replay, view + [timer, play_btn, playing_state], **private)
     trace_file.upload(open_trace, [trace_file, history_state], view + charts_out + [events_state, busy_state],
                       api_name="open_trace", show_progress="minimal")
     clear_btn.click(clear_history, None, [history_state, speedup_plot], **private)

@@ -90,7 +90,7 @@ def test_run_streams_one_update_per_step(server, client):
 
 def test_race_returns_both_lanes_and_a_verdict(client):
     job = client.submit(PROMPT, "tiny", 4, 0.0, 1.0, 16, 0, False, api_name="/race")
-    ar_lane, spec_lane, verdict, speedup = job.result(timeout=120)
+    ar_lane, spec_lane, verdict, speedup, tau, positions, explained = job.result(timeout=120)
     for lane, name in ((ar_lane, "autoregressive"), (spec_lane, "speculative")):
         assert f'data-lane="{name}"' in lane and 'data-done="1"' in lane
     tokens = [int(re.search(r'data-tokens="(\d+)"', lane).group(1)) for lane in (ar_lane, spec_lane)]
@@ -98,7 +98,7 @@ def test_race_returns_both_lanes_and_a_verdict(client):
     assert committed_text(ar_lane) == committed_text(spec_lane)  # greedy speculative is lossless
     assert re.search(r"Speculative was \d+\.\d\d× (faster|slower)", verdict)
     assert "Same text as autoregressive: yes" in verdict
-    assert "measured (race)" in speedup["plot"]
+    assert "measured (race)" in speedup["plot"] and "Tokens per target forward" in tau["plot"]
     n_updates = len(job.outputs())
     assert n_updates >= 2  # lane by lane, step by step
 
@@ -143,3 +143,18 @@ def test_a_saved_trace_with_markup_replays_escaped(client, tmp_path):
     out = client.predict(handle_file(str(path)), api_name="/open_trace")
     assert "<img" not in out[0] and "&lt;img src=x onerror=window.__pwned=1&gt;" in out[0]
     assert statuses(out[0])["accepted"] == sum(e["kind"] == "token_accepted" for e in events)
+
+
+def test_a_cancelled_run_stops_streaming(client):
+    """What the Stop button does (cancels=): the run's generator stops after the current step."""
+    import time
+
+    job = client.submit(**{**RUN, "k": 1, "temperature": 0.0, "max_new_tokens": 256}, api_name="/run")
+    deadline = time.monotonic() + 60
+    while not job.outputs() and time.monotonic() < deadline:
+        time.sleep(0.05)  # waiting for the first step, not asserting on time
+    assert job.outputs(), "no step arrived within 60 s"
+    job.cancel()
+    while not job.done() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert job.done() and len(job.outputs()) < 200  # 256 one-token steps would have followed

@@ -59,7 +59,8 @@ def speedup_figure(history: list) -> go.Figure:
     for k in sorted(set(K_CURVES) | {r["k"] for r in history if isinstance(r.get("k"), int) and r["k"] > 0}):
         fig.add_scatter(x=alphas, y=[theory.speedup(a, k, c) for a in alphas], mode="lines",
                         name=f"theory k = {k}", line=dict(color=K_COLORS.get(k, "#475569"), width=3))
-    fig.add_hline(y=1.0, line=dict(color="#0f172a", dash="dot"), annotation_text="break-even (1×)")
+    fig.add_hline(y=1.0, line=dict(color="#0f172a", dash="dot"), annotation_text="break-even (1×)",
+                  annotation_position="top left")
     _add_runs(fig, [r for r in history if r.get("alpha") is not None])
     fig.update_layout(title=f"Speedup vs acceptance rate α (theory at measured c = {c:.2f})",
                       xaxis_title="α (accepted / judged)", yaxis_title="speedup over autoregressive",

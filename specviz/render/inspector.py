@@ -34,16 +34,16 @@ def inspector_figure(run: st.RunView, number: int, index: Optional[int] = None) 
     closing = next((t for t in here if t.status in ("residual", "bonus", "target")), None)
     fig = make_subplots(rows=1, cols=2, column_widths=[0.62, 0.38], horizontal_spacing=0.1,
                         subplot_titles=(_left_title(step, index, drafted), _right_title(closing, drafted)))
-    _add_pq(fig, step, index, drafted, closing)
-    _add_residual(fig, step, closing, drafted)
-    fig.update_layout(title=dict(text=text(_title(step, index, drafted, closing, run.greedy)), x=0.01),
-                      barmode="group", height=470, margin=dict(l=50, r=20, t=90, b=95), font=FONT,
-                      legend=dict(orientation="h", y=-0.2), plot_bgcolor="white")
-    fig.update_yaxes(range=[0, 1.05], gridcolor="#e2e8f0", col=1, title_text="probability")
-    fig.update_yaxes(range=[0, 1.05], gridcolor="#e2e8f0", col=2)
-    fig.add_annotation(text=f"Bars are the recorded top-{_k(step, index)} of each distribution (events), "
-                            "not the full vocabulary; β and 1 − β are exact.",
-                       xref="paper", yref="paper", x=0, y=-0.32, showarrow=False, font=dict(size=13))
+    top = max(_add_pq(fig, step, index, drafted, closing), _add_residual(fig, step, closing, drafted))
+    note = (f"Bars are the recorded top-{_k(step, index)} of each distribution (from the events), not the "
+            "whole vocabulary; β and 1 − β are exact.")
+    fig.update_layout(title=dict(text=f"{text(_title(step, index, drafted, closing, run.greedy))}"
+                                      f"<br><span style='font-size:13px'>{note}</span>", x=0.01),
+                      barmode="group", height=520, margin=dict(l=60, r=20, t=110, b=120), font=FONT,
+                      legend=dict(orientation="h", y=-0.3, x=0), plot_bgcolor="white")
+    for col in (1, 2):
+        fig.update_yaxes(range=[0, min(1.05, top * 1.25 + 0.02)], gridcolor="#e2e8f0", col=col)
+    fig.update_yaxes(title_text="probability", col=1)
     return fig
 
 
@@ -109,48 +109,55 @@ def _outline(rows, marked: dict) -> tuple:
     return widths, ["#0f172a"] * len(rows)
 
 
-def _add_pq(fig, step, index, drafted, closing) -> None:
+def _add_pq(fig, step, index, drafted, closing) -> float:
+    """p, q and min(p, q) bars with the drafted and emitted tokens outlined; returns the top bar."""
     p_slice = _p_slice(step, index)
-    rows = _merge(p_slice, step.q_topk.get(index), drafted)
     if closing is not None and closing.status in ("bonus", "target"):
         rows = _merge(p_slice, None, None)
+    else:
+        rows = _merge(p_slice, step.q_topk.get(index), drafted)
     x = _labels(rows)
     marked = {t.token_id: t for t in (drafted, closing) if t is not None}
     widths, colors = _outline(rows, marked)
-    fig.add_bar(x=x, y=[r.get("p") for r in rows], name="p (target)", marker_color=P_COLOR,
-                marker_line_width=widths, marker_line_color=colors, row=1, col=1,
-                hovertemplate="%{x}: p = %{y:.3f}<extra></extra>")
+    p = [r.get("p") for r in rows]
+    fig.add_bar(x=x, y=p, name="p (target)", marker_color=P_COLOR, marker_line_width=widths,
+                marker_line_color=colors, row=1, col=1, hovertemplate="%{x}: p = %{y:.3f}<extra></extra>")
+    q = [r.get("q") for r in rows] if drafted is not None else []
     if drafted is not None:
-        fig.add_bar(x=x, y=[r.get("q") for r in rows], name="q (draft)", marker_color=Q_COLOR,
-                    marker_line_width=widths, marker_line_color=colors, row=1, col=1,
-                    hovertemplate="%{x}: q = %{y:.3f}<extra></extra>")
-        overlap = [min(r["p"], r["q"]) if r.get("p") is not None and r.get("q") is not None else None
-                   for r in rows]
+        fig.add_bar(x=x, y=q, name="q (draft)", marker_color=Q_COLOR, marker_line_width=widths,
+                    marker_line_color=colors, row=1, col=1, hovertemplate="%{x}: q = %{y:.3f}<extra></extra>")
+        overlap = [min(a, b) if a is not None and b is not None else None for a, b in zip(p, q)]
         fig.add_bar(x=x, y=overlap, name="min(p, q): overlap", marker_color=MIN_COLOR, row=1, col=1,
                     hovertemplate="%{x}: min(p, q) = %{y:.3f}<extra></extra>")
+    heights = [max(a or 0, b or 0) for a, b in zip(p, q or [None] * len(p))]
+    ids = [r["id"] for r in rows]
     for token in marked.values():
-        if token.token_id in [r["id"] for r in rows]:
-            label = x[[r["id"] for r in rows].index(token.token_id)]
-            fig.add_annotation(x=label, y=1.0, text=f"▼ {token.status}", showarrow=False,
+        if token.token_id in ids:
+            i = ids.index(token.token_id)
+            fig.add_annotation(x=x[i], y=heights[i], text=f"▼ {token.status}", showarrow=False, yanchor="bottom",
                                font=dict(size=14, color="#0f172a"), row=1, col=1)
+    return max(heights, default=0.0)
 
 
-def _add_residual(fig, step, closing, drafted) -> None:
+def _add_residual(fig, step, closing, drafted) -> float:
+    """The residual's recorded top-k with the resampled token outlined; returns the top bar."""
     if closing is None or closing.status != "residual" or not step.residual_topk:
         reason = ("accepted: the rule never looked at the residual" if drafted is not None
                   and drafted.status == "accepted" else "no rejection at this position")
         if closing is not None and closing.status == "residual":
             reason = "residual top-k was not recorded"
-        fig.add_annotation(text=reason, xref="x2 domain", yref="y2 domain", x=0.5, y=0.5,
+        left, right = fig.layout.xaxis2.domain
+        fig.add_annotation(text=reason, xref="paper", yref="paper", x=(left + right) / 2, y=0.5,
                            showarrow=False, font=dict(size=14, color="#64748b"))
         fig.update_xaxes(visible=False, row=1, col=2)
-        return
+        return 0.0
     part = step.residual_topk
     rows = [{"id": i, "text": t, "r": r} for i, t, r in zip(part["ids"], part["texts"], part["probs"])]
     widths = [4 if r["id"] == closing.token_id else 0 for r in rows]
     fig.add_bar(x=_labels(rows), y=[r["r"] for r in rows], name="residual", marker_color=RES_COLOR,
                 marker_line_width=widths, marker_line_color="#0f172a", row=1, col=2,
                 hovertemplate="%{x}: r = %{y:.3f}<extra></extra>")
+    return max(r["r"] for r in rows)
 
 
 def _empty(message: str) -> go.Figure:
