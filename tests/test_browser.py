@@ -1,0 +1,210 @@
+"""The app in a real browser (Playwright driving /usr/bin/chromium), on the tiny pair.
+
+Skips when playwright or /usr/bin/chromium is missing. With SPECVIZ_SCREENSHOTS=<folder> set,
+saves a PNG of each view there (docs/screenshots/ holds the committed ones):
+
+    SPECVIZ_SCREENSHOTS=docs/screenshots python -m pytest tests/test_browser.py
+"""
+
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+EVIL = "<img src=x onerror=window.__pwned=1>"
+RUN_TIMEOUT = 90_000  # ms: tiny runs take seconds, but the machine may be shared
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+expect = sync_api.expect
+
+
+def import_app():
+    sys.path.insert(0, str(ROOT))
+    before = os.environ.get("SPECVIZ_PAIR")
+    os.environ["SPECVIZ_PAIR"] = "tiny"
+    try:
+        import app
+    finally:
+        if before is None:
+            os.environ.pop("SPECVIZ_PAIR")
+        else:
+            os.environ["SPECVIZ_PAIR"] = before
+    assert app.DEFAULT_PAIR == "tiny", "app was imported earlier with another default pair"
+    return app
+
+
+@pytest.fixture(scope="module")
+def url():
+    app = import_app()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    yield f"http://127.0.0.1:{port}/"
+    app.demo.close()
+
+
+@pytest.fixture(scope="module")
+def ui(url):
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.set_default_timeout(30_000)
+        page.goto(url)
+        yield page
+        browser.close()
+
+
+def shot(page, name: str, locator=None) -> None:
+    folder = os.environ.get("SPECVIZ_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (locator or page).screenshot(path=str(Path(folder) / f"{name}.png"), **({} if locator else {"full_page": True}))
+
+
+def shot_span(page, name: str, top, bottom) -> None:
+    """A PNG of the page from the top of one element to the bottom of another."""
+    if os.environ.get("SPECVIZ_SCREENSHOTS"):
+        first, last = top.bounding_box(), bottom.bounding_box()
+        scroll = page.evaluate("window.scrollY")
+        clip = {"x": 0, "y": first["y"] + scroll - 12, "width": page.viewport_size["width"],
+                "height": last["y"] + last["height"] - first["y"] + 24}
+        folder = Path(os.environ["SPECVIZ_SCREENSHOTS"])
+        folder.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(folder / f"{name}.png"), clip=clip, full_page=True)
+
+
+def tab(page, name: str) -> None:
+    page.get_by_role("tab", name=name, exact=True).click()
+
+
+# The tests below share one page and run in order, like a lesson: run, inspect, race, chart.
+
+def test_page_loads_with_the_legend(ui):
+    expect(ui.get_by_role("heading", name="specviz · speculative decoding, step by step")).to_be_visible()
+    legend = ui.locator("#sv-legend .sv-chip")
+    expect(legend).to_have_count(7)
+    for status in ("draft", "accepted", "rejected", "wasted", "residual", "bonus"):
+        expect(ui.locator(f"#sv-legend .sv-chip.sv-{status}")).to_be_visible()
+
+
+def test_a_run_shows_chips_of_every_status(ui):
+    ui.get_by_text("Hot sampling, T = 1.5: speculation loses", exact=True).click()
+    ui.get_by_role("button", name="Run", exact=True).click()
+    expect(ui.locator('#sv-stats [data-finished="1"]')).to_be_visible(timeout=RUN_TIMEOUT)
+    for status in ("accepted", "rejected", "wasted", "residual", "bonus"):
+        expect(ui.locator(f"#sv-text .sv-chip.sv-{status}").first).to_be_visible()
+    expect(ui.locator("#sv-panel")).to_contain_text("emitted")
+    shot(ui, "step_view")
+
+
+def test_hovering_a_chip_tells_its_decision(ui):
+    chip = ui.locator("#sv-text .sv-chip.sv-rejected").first
+    chip.hover()
+    tip = chip.evaluate("el => getComputedStyle(el, '::after').content")
+    assert "rejected: u = " in tip and "p/q = " in tip
+    shot_span(ui, "tooltip", ui.locator("#sv-stats"), ui.locator("#sv-panel"))
+
+
+def test_clicking_a_rejected_chip_opens_it_in_the_inspector(ui):
+    chip = ui.locator("#sv-text .sv-chip.sv-rejected").first
+    step = int(chip.get_attribute("data-step"))
+    chip.click()
+    expect(ui.locator("#sv-panel")).to_contain_text(f"Step {step + 1} of")
+    inspector = ui.locator("#sv-inspector")
+    expect(inspector).to_contain_text("rejected: u =")
+    expect(inspector).to_contain_text("recorded top-10")
+    expect(inspector).to_contain_text("residual norm(max(p − q, 0))")
+    expect(ui.locator("#sv-panel .sv-chip.sv-draft").first).to_be_visible()  # the draft phase row
+    ui.locator("#sv-panel b").first.click()  # move focus off the chip: its tooltip closes
+    shot_span(ui, "inspector", ui.locator("#sv-panel"), inspector)
+
+
+def test_prev_and_next_replay_the_run(ui):
+    panel = ui.locator("#sv-panel .sv-panel")
+    before = int(panel.get_attribute("data-step"))
+    ui.get_by_role("button", name="Next ▶", exact=True).click()
+    expect(panel).to_have_attribute("data-step", str(before + 1))
+    ui.get_by_role("button", name="◀ Prev", exact=True).click()
+    expect(panel).to_have_attribute("data-step", str(before))
+    ui.get_by_role("button", name="◀ Prev", exact=True).click()
+    expect(panel).to_have_attribute("data-step", str(before - 1))
+    expect(ui.locator("#sv-text .sv-step.sv-cur")).to_have_attribute("data-step", str(before - 1))
+
+
+def test_play_replays_the_run_step_by_step(ui):
+    slider = ui.locator("input[aria-label='number input for Step (0 = the prompt alone)']")
+    ui.get_by_role("button", name="▶ Play", exact=True).click()
+    expect(ui.get_by_role("button", name="⏸ Pause", exact=True)).to_be_visible()
+    start = int(slider.input_value())
+    expect(slider).not_to_have_value(str(start), timeout=10_000)
+    ui.get_by_role("button", name="⏸ Pause", exact=True).click()
+    expect(ui.get_by_role("button", name="▶ Play", exact=True)).to_be_visible()
+
+
+def test_the_race_runs_both_lanes_to_a_verdict(ui):
+    tab(ui, "Race")
+    ui.get_by_text("Code, greedy: speculation wins", exact=True).click()
+    ui.get_by_role("button", name="Race", exact=True).click()
+    verdict = ui.locator("#sv-verdict")
+    expect(verdict).to_contain_text("Speculative was", timeout=RUN_TIMEOUT)
+    expect(verdict).to_contain_text("own compute clock")
+    for lane in ("ar", "spec"):
+        expect(ui.locator(f"#sv-lane-{lane} .sv-lane")).to_have_attribute("data-done", "1")
+        expect(ui.locator(f"#sv-lane-{lane} .sv-chip").first).to_be_visible()
+    shot(ui, "race")
+
+
+def test_the_speedup_chart_shows_theory_and_the_measured_race(ui):
+    tab(ui, "Speedup vs acceptance")
+    chart = ui.locator("#sv-speedup")
+    expect(chart).to_contain_text("theory k = 4")
+    expect(chart).to_contain_text("measured (race)")
+    expect(chart).to_contain_text("measured c =")
+    expect(ui.locator("#sv-tau")).to_contain_text("Tokens per target forward")
+    expect(ui.locator("#sv-positions")).to_contain_text("Acceptance by draft position")
+    expect(ui.get_by_text("accepted / drafted", exact=False).first).to_be_visible()
+    shot(ui, "speedup")
+
+
+def test_how_it_works_and_tree_tabs(ui):
+    tab(ui, "How it works")
+    expect(ui.get_by_text("One step of speculative decoding")).to_be_visible()
+    shot(ui, "how_it_works")
+    tab(ui, "Tree")
+    expect(ui.get_by_text("No draft tree in this step")).to_be_visible()
+    shot(ui, "tree")
+
+
+def test_markup_in_a_token_never_runs(ui, tmp_path):
+    """A trace whose every token is `<img src=x onerror=...>`, through the real renderer and page."""
+    events = [json.loads(line) for line in
+              (ROOT / "tests" / "golden" / "tiny_spec_t1.jsonl").read_text(encoding="utf-8").splitlines()]
+    for event in events:
+        if "token_text" in event:
+            event["token_text"] = EVIL
+        slices = event.get("topk")
+        for part in (slices if isinstance(slices, list) else [slices]):
+            if isinstance(part, dict):
+                part["texts"] = [EVIL] * len(part["texts"])
+    path = tmp_path / "evil.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in events), encoding="utf-8")
+    tab(ui, "Step view")
+    ui.get_by_text("Open a saved trace (.jsonl)").click()
+    ui.locator("input[type=file]").set_input_files(str(path))
+    chip = ui.locator("#sv-text .sv-chip.sv-accepted").first
+    expect(chip).to_have_text(EVIL.replace(" ", "·"))
+    expect(chip).to_have_attribute("data-text", EVIL)
+    ui.locator("#sv-text .sv-chip.sv-rejected").first.click()
+    expect(ui.locator("#sv-inspector")).to_contain_text("<img")
+    assert ui.locator("#sv-text img, #sv-panel img, #sv-inspector img").count() == 0
+    assert ui.evaluate("window.__pwned") is None
