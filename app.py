@@ -92,8 +92,9 @@ def warm_up(pair) -> None:
 
 
 def _gpu(fn):
-    """On a ZeroGPU Space the engine streams run under spaces.GPU; elsewhere they run as is."""
-    return spaces.GPU(fn) if spaces is not None else fn
+    """On a ZeroGPU Space the engine streams run under spaces.GPU (they yield plain data, as it
+    requires); elsewhere they run as they are."""
+    return spaces.GPU(duration=120)(fn) if spaces is not None else fn
 
 
 @_gpu
