@@ -29,7 +29,7 @@ from specviz import engine, events as ev
 from specviz.errors import SpecvizError
 from specviz.models import default_pair_name, list_pairs
 from specviz.render import CSS, charts, chips, inspector, panel, steps, tree
-from specviz.render.race import Lane, lane_html, race, verdict
+from specviz.render.race import Lane, lane_html, race, race_status, verdict
 from specviz.render.html import quoted
 
 MAX_TOKENS = int(os.environ.get("SPECVIZ_MAX_TOKENS", "256"))
@@ -119,7 +119,9 @@ def check_request(pair_name, prompt, max_new_tokens, progress=None) -> None:
     """App-level limits (the engine checks the rest), then the pair, loaded once per process."""
     if pair_name not in PRESET_PAIRS and not ALLOW_CUSTOM and pair_name != DEFAULT_PAIR:
         raise gr.Error(f"Custom model pairs are disabled on this server: choose one of {', '.join(PRESET_PAIRS)}.")
-    if prompt is not None and len(prompt) > MAX_PROMPT_CHARS:
+    if not isinstance(prompt, str):
+        raise gr.Error("The prompt must be text.")
+    if len(prompt) > MAX_PROMPT_CHARS:
         raise gr.Error(f"The prompt is {len(prompt)} characters; this app accepts at most {MAX_PROMPT_CHARS}.")
     if isinstance(max_new_tokens, (int, float)) and max_new_tokens > MAX_TOKENS:
         raise gr.Error(f"max tokens is capped at {MAX_TOKENS} in this app (asked for {int(max_new_tokens)}).")
@@ -130,7 +132,9 @@ def check_request(pair_name, prompt, max_new_tokens, progress=None) -> None:
 
 
 def _options(method, k, temperature, top_p, max_new_tokens, seed, chat) -> dict:
-    return dict(method=method, k=_int(k), temperature=float(temperature), top_p=float(top_p),
+    """Engine arguments as the widgets give them (whole numbers arrive as floats); the engine
+    checks them and says what is wrong."""
+    return dict(method=method, k=_int(k), temperature=temperature, top_p=top_p,
                 max_new_tokens=_int(max_new_tokens), seed=_int(seed), chat=bool(chat),
                 record_topk=RECORD_TOPK)
 
@@ -205,7 +209,7 @@ def _baseline(history: list, events: list):
     if started.get("method") == "ar":
         return None
     same = ("pair", "temperature", "chat")
-    return next((r for r in reversed(history) if r["method"] == "ar" and r["prompt"] == started["prompt"][:60]
+    return next((r for r in reversed(history) if r["method"] == "ar" and r["prompt"] == started["prompt"]
                  and all(r[key] == started[key] for key in same)), None)
 
 
@@ -304,16 +308,16 @@ def race_view(lanes: dict, ar: dict = None, spec: dict = None) -> dict:
     if ar and spec:
         out[verdict_html] = verdict(ar, spec, _same_text(lanes)).html
     else:
-        out[verdict_html] = (f'<div class="sv-verdict sv-muted">Racing… autoregressive at {lanes["ar"]["busy"]:.2f} s, '
-                             f'speculative at {lanes["spec"]["busy"]:.2f} s of its own compute</div>')
+        out[verdict_html] = race_status(lanes["ar"]["busy"], lanes["spec"]["busy"]).html
     return out
 
 
 def _same_text(lanes: dict):
-    ends = [steps.build(lane["events"]).finished for lane in lanes.values()]
-    if not all(ends):
+    """Under greedy decoding both lanes must produce the same tokens; None when sampling."""
+    runs = [steps.build(lane["events"]) for lane in lanes.values()]
+    if not all(run.finished and run.greedy for run in runs):
         return None
-    return ends[0]["token_ids"] == ends[1]["token_ids"]
+    return runs[0].finished["token_ids"] == runs[1].finished["token_ids"]
 
 
 def clear_history():

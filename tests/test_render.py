@@ -312,6 +312,7 @@ def test_verdict_says_faster_or_slower_plainly():
     lose = verdict(ar_rec, {"tokens_per_s": 8.0, "target_forwards": 40, "alpha": 0.3, "tau": 1.4, "c": 0.4})
     assert "Speculative was 1.84× faster" in win.html and "sv-win" in win.html
     assert "Speculative was 1.25× slower" in lose.html and "sv-lose" in lose.html
+    assert "lossless" in win.html and "by chance" in lose.html
 
 
 def test_lane_shows_its_own_counters(sampled):

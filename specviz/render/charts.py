@@ -34,7 +34,7 @@ def summarize(events, compute_s: Optional[float] = None, label: str = "", baseli
     started = run.started or {}
     record = {"label": label, "pair": started.get("pair"), "method": m.get("method"), "k": m.get("k"),
               "temperature": started.get("temperature"), "chat": started.get("chat"),
-              "prompt": (started.get("prompt") or "")[:60], "tokens": m.get("new_tokens", 0),
+              "prompt": started.get("prompt") or "", "tokens": m.get("new_tokens", 0),
               "seconds": seconds, "tokens_per_s": m.get("new_tokens", 0) / seconds if seconds else None,
               "alpha": m.get("alpha_empirical"), "tau": m.get("tau"), "c": m.get("c"),
               "target_forwards": m.get("target_forwards"), "speedup": None}
@@ -88,7 +88,7 @@ def _add_runs(fig: go.Figure, runs: list) -> None:
 
 def _hover(record: dict) -> str:
     setting = f"k={record['k']}, T={record['temperature']}, {'chat' if record['chat'] else 'plain'}"
-    return text(f"{record.get('label') or record['prompt']} ({setting}): α {num(record['alpha'], 2)}, "
+    return text(f"{record.get('label') or record['prompt'][:40]} ({setting}): α {num(record['alpha'], 2)}, "
                 f"c {num(record['c'], 2)}, τ {num(record['tau'], 2)}")
 
 

@@ -100,18 +100,29 @@ def lane_html(events: list, seconds: float, title: str, subtitle: str = "", done
 
 
 def verdict(ar: dict, spec: dict, same_text: Optional[bool] = None) -> Rendered:
-    """'Speculative was X.XXx faster/slower', from the two lanes' tokens/s on their own clocks."""
+    """'Speculative was X.XX× faster/slower', from the two lanes' tokens/s on their own clocks.
+
+    `same_text`: whether the two outputs are identical, given for greedy runs (where they must be)."""
     if not ar.get("tokens_per_s") or not spec.get("tokens_per_s"):
-        return Rendered('<div class="sv-verdict sv-muted">Racing…</div>')
+        return Rendered('<div class="sv-verdict sv-muted">No verdict: a lane produced no tokens.</div>')
     ratio = spec["tokens_per_s"] / ar["tokens_per_s"]
     word, css = ("faster", "sv-win") if ratio >= 1 else ("slower", "sv-lose")
     factor = ratio if ratio >= 1 else 1 / ratio
     detail = (f"{spec['tokens_per_s']:.1f} vs {ar['tokens_per_s']:.1f} tokens/s, each on its own compute clock; "
               f"target forwards {spec['target_forwards']} vs {ar['target_forwards']}; "
               f"α {num(spec.get('alpha'), 2)}, τ {num(spec.get('tau'), 2)}, c {num(spec.get('c'), 2)}.")
-    if same_text is not None:
-        detail += (" Same text as autoregressive: yes (greedy is lossless)." if same_text else
-                   " The texts differ: expected when sampling (both follow p); under greedy, look for a "
-                   "near-tie in p (see the inspector).")
+    if same_text is True:
+        detail += " Same text as autoregressive: yes (greedy speculative decoding is lossless)."
+    elif same_text is False:
+        detail += (" The texts differ although decoding is greedy: look for a near-tie in p where they part "
+                   "(low-precision arithmetic can flip an argmax).")
+    else:
+        detail += " Sampling: the texts differ by chance, both follow the target's distribution."
     return Rendered(f'<div class="sv-verdict {css}" data-ratio="{ratio:.4f}">Speculative was {factor:.2f}× '
                     f'{word}</div><div class="sv-muted">{text(detail)}</div>')
+
+
+def race_status(ar_seconds: float, spec_seconds: float) -> Rendered:
+    """The line under a race in progress: where each lane's own clock stands."""
+    return Rendered(f'<div class="sv-verdict sv-muted">Racing… autoregressive at {ar_seconds:.2f} s, '
+                    f'speculative at {spec_seconds:.2f} s of its own compute</div>')
