@@ -24,13 +24,22 @@ import torch
 
 from specviz import events as ev
 from specviz import metrics, sampling
-from specviz.drafters import ModelDrafter, Proposal
+from specviz.adaptive import RULES, AdaptiveK
+from specviz.drafters import CascadeDrafter, ModelDrafter, PromptLookupDrafter, Proposal
 from specviz.errors import InputError
 from specviz.lm import runner_for, synchronize
 from specviz.sampling import Warp
-from specviz.verifiers import default_verifier
+from specviz.verifiers import TypicalVerifier, default_verifier
 
-METHODS = ("ar", "spec")
+METHODS = ("ar", "spec", "pld", "cascade")
+METHOD_HELP = {
+    "ar": "autoregressive: one target forward per token (the baseline)",
+    "spec": "draft model proposes k tokens, the target verifies them in one pass",
+    "pld": "prompt lookup: copy the continuation of an earlier n-gram, no draft model",
+    "cascade": "n-gram -> draft model -> target: prompt lookup speeds up the draft model",
+}
+AUTO_METHODS = ("spec", "cascade")
+ACCEPTANCE = ("exact", "typical")
 MAX_K = 32
 MAX_NEW_TOKENS = 4096
 MAX_TOPK = 100
@@ -39,40 +48,85 @@ MAX_TOPK = 100
 @dataclass(frozen=True)
 class RunConfig:
     method: str
-    k: int
+    k: Union[int, str]  # "auto": chosen every step by AdaptiveK
     warp: Warp
     max_new_tokens: int
     seed: int
     chat: bool
     record_topk: int
+    acceptance: str = "exact"
+    auto_rule: str = "cost"
+    confidence: float = 0.4
+    ngram: int = 3
+
+    def options(self) -> dict:
+        """Method options as recorded in run_started."""
+        out = {"acceptance": self.acceptance}
+        if self.k == "auto":
+            out.update(auto_rule=self.auto_rule, confidence=self.confidence)
+        if self.method in ("pld", "cascade"):
+            out["ngram"] = self.ngram
+        return out
 
 
-def generate(pair, prompt: Union[str, list], *, method: str = "spec", k: int = 4,
+def generate(pair, prompt: Union[str, list], *, method: str = "spec", k: Union[int, str] = 4,
              temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
              max_new_tokens: int = 64, seed: int = 0, chat: bool = False, record_topk: int = 10,
-             drafter=None, verifier=None) -> Iterator[ev.Event]:
+             acceptance: str = "exact", auto_rule: str = "cost", confidence: float = 0.4,
+             ngram: int = 3, drafter=None, verifier=None) -> Iterator[ev.Event]:
     """Stream the events of one run of `method` on `pair` (see `specviz.events` for the schema).
+
+    method      one of METHODS (see METHOD_HELP)
+    k           draft length, or "auto" (spec, cascade) to choose it every step by `auto_rule`:
+                "heuristic" (+2/-1), "confidence" (stop when q(x) < `confidence`) or "cost"
+                (theory.optimal_k from the running alpha and measured c); see specviz.adaptive
+    acceptance  "exact" (lossless: greedy match or the rejection rule) or "typical" (Medusa's
+                typical acceptance; LOSSY, marked lossless=false in every event stream)
+    ngram       longest n-gram prompt lookup tries (pld, cascade)
 
     Arguments are checked here, before the first event, so bad input fails at the call with a
     `specviz.errors.InputError` that says what to change. `drafter` and `verifier` replace the
-    defaults (the pair's draft model; greedy or rejection by temperature), e.g. in tests.
+    defaults, e.g. in tests.
     """
-    cfg = validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_topk, chat)
+    cfg = validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_topk, chat,
+                   acceptance, auto_rule, confidence, ngram)
     prompt_ids = prompt_to_ids(pair, prompt, chat)
     check_context(pair, len(prompt_ids), cfg)
-    if drafter is None:
-        drafter = ModelDrafter(pair.draft, pair.eos_token_ids) if cfg.method == "spec" else _NoDrafter()
-    return _Run(pair, cfg, prompt, prompt_ids, drafter, verifier or default_verifier(cfg.warp)).events()
+    policy = AdaptiveK(cfg.auto_rule, confidence=cfg.confidence) if cfg.k == "auto" else None
+    drafter = drafter or make_drafter(pair, cfg, policy)
+    verifier = verifier or (TypicalVerifier() if cfg.acceptance == "typical" else default_verifier(cfg.warp))
+    return _Run(pair, cfg, prompt, prompt_ids, drafter, verifier, policy).events()
+
+
+def make_drafter(pair, cfg: RunConfig, policy=None):
+    if cfg.method == "spec":
+        return ModelDrafter(pair.draft, pair.eos_token_ids, policy.stop_below if policy else None)
+    if cfg.method == "pld":
+        return PromptLookupDrafter(_vocab_size(pair), pair.device, cfg.ngram)
+    if cfg.method == "cascade":
+        return CascadeDrafter(pair.draft, pair.eos_token_ids, cfg.ngram)
+    return _NoDrafter()
 
 
 # ---------------------------------------------------------------------------------------------
 # input checks
 
-def validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_topk, chat) -> RunConfig:
+def validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_topk, chat,
+             acceptance="exact", auto_rule="cost", confidence=0.4, ngram=3) -> RunConfig:
     if method not in METHODS:
         raise InputError(f"Unknown method {method!r}: choose one of {', '.join(METHODS)}.")
-    if not _is_int(k) or not 1 <= k <= MAX_K:
-        raise InputError(f"k (draft length) must be a whole number from 1 to {MAX_K}, got {k!r}.")
+    if k == "auto" and method not in AUTO_METHODS:
+        raise InputError(f"k='auto' works with {', '.join(AUTO_METHODS)}; give {method} a number.")
+    if k != "auto" and (not _is_int(k) or not 1 <= k <= MAX_K):
+        raise InputError(f"k (draft length) must be a whole number from 1 to {MAX_K} or 'auto', got {k!r}.")
+    if acceptance not in ACCEPTANCE:
+        raise InputError(f"acceptance must be one of {', '.join(ACCEPTANCE)}, got {acceptance!r}.")
+    if auto_rule not in RULES:
+        raise InputError(f"auto_rule must be one of {', '.join(RULES)}, got {auto_rule!r}.")
+    if not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
+        raise InputError(f"confidence must be between 0 and 1, got {confidence!r}.")
+    if not _is_int(ngram) or not 1 <= ngram <= 8:
+        raise InputError(f"ngram must be a whole number from 1 to 8, got {ngram!r}.")
     if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
         raise InputError(f"temperature must be 0 (greedy) or a positive number, got {temperature!r}.")
     if not _is_int(top_k) or top_k < 0:
@@ -85,9 +139,10 @@ def validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_
         raise InputError(f"seed must be a non-negative whole number, got {seed!r}.")
     if not _is_int(record_topk) or not 0 <= record_topk <= MAX_TOPK:
         raise InputError(f"record_topk must be from 0 to {MAX_TOPK}, got {record_topk!r}.")
-    k = 0 if method == "ar" else int(k)
+    k = 0 if method == "ar" else k
     return RunConfig(method, k, Warp(float(temperature), int(top_k), float(top_p)),
-                     int(max_new_tokens), int(seed), bool(chat), int(record_topk))
+                     int(max_new_tokens), int(seed), bool(chat), int(record_topk), acceptance,
+                     auto_rule, float(confidence), int(ngram))
 
 
 def _is_int(value) -> bool:
@@ -115,7 +170,7 @@ def _vocab_size(pair) -> int:
 
 
 def check_context(pair, n_prompt: int, cfg: RunConfig) -> None:
-    need = n_prompt + cfg.max_new_tokens + cfg.k + 1
+    need = n_prompt + cfg.max_new_tokens + (MAX_K if cfg.k == "auto" else cfg.k) + 1
     if need > pair.context_length:
         raise InputError(f"The prompt ({n_prompt} tokens) plus max_new_tokens ({cfg.max_new_tokens}) "
                          f"does not fit the {pair.context_length}-token context of {pair.name}: "
@@ -141,8 +196,9 @@ class _NoDrafter:
 # the loop
 
 class _Run:
-    def __init__(self, pair, cfg: RunConfig, prompt, prompt_ids: list, drafter, verifier):
+    def __init__(self, pair, cfg: RunConfig, prompt, prompt_ids: list, drafter, verifier, policy=None):
         self.pair, self.cfg, self.drafter, self.verifier = pair, cfg, drafter, verifier
+        self.policy = policy
         self.prompt = prompt if isinstance(prompt, str) else pair.decode(prompt_ids)
         self.prompt_ids = list(prompt_ids)
         self.committed = list(prompt_ids)
@@ -181,11 +237,11 @@ class _Run:
             prompt_texts=[pair.token_text(t) for t in self.prompt_ids], device=str(pair.device),
             dtype=str(pair.dtype).replace("torch.", ""), rule=self.verifier.name,
             lossless=bool(self.verifier.lossless), eos_token_ids=sorted(self.eos),
-            drafter=self.drafter.name, options={})
+            drafter=self.drafter.name, options=cfg.options())
 
     def _step(self, step: int) -> Iterator[ev.Event]:
         base = len(self.committed)  # position of the first drafted token
-        k = min(self.cfg.k, self.cfg.max_new_tokens - self.new_tokens - 1)
+        k, info = self._choose_k()
         proposal = self._cut_at_eos(self.drafter.propose(self.committed, k, self.cfg.warp, self.generator))
         yield from self._draft_events(step, base, proposal)
         target_probs, verify_time, fed = self._score(proposal.tokens)
@@ -198,12 +254,26 @@ class _Run:
         if verdict.next_token is not None:
             emitted.append(verdict.next_token)
         self._commit(emitted, verdict.accepted)
+        if self.policy is not None:
+            self.policy.update(len(proposal), verdict.accepted, len(verdict.decisions),
+                               proposal.seconds, proposal.forwards, verify_time)
+        if hasattr(self.drafter, "step_info"):
+            info.update(self.drafter.step_info())
         yield ev.StepFinished(
             step=step, k=k, drafted=len(proposal), accepted=verdict.accepted,
             evaluated=len(verdict.decisions), emitted_ids=emitted,
             emitted_texts=[self.pair.token_text(t) for t in emitted], beta=verdict.beta,
             draft_time=proposal.seconds, verify_time=verify_time, draft_forwards=proposal.forwards,
-            target_forwards=1, elapsed=time.perf_counter() - self.t0, finish_reason=self.finish)
+            target_forwards=1, elapsed=time.perf_counter() - self.t0, finish_reason=self.finish,
+            info=info or None)
+
+    def _choose_k(self) -> tuple:
+        """This step's draft length (never past max_new_tokens) and, for k="auto", why."""
+        room = self.cfg.max_new_tokens - self.new_tokens - 1
+        if self.policy is None:
+            return min(self.cfg.k, room), {}
+        k, why = self.policy.choose()
+        return min(k, room), {"k_rule": self.policy.rule, "k_chosen": k, "why": why}
 
     def _cut_at_eos(self, proposal: Proposal) -> Proposal:
         for i, token in enumerate(proposal.tokens):

@@ -43,6 +43,9 @@ class RunStats:
     verify_time: float = 0.0
     c: Optional[float] = None
     finish_reason: Optional[str] = None
+    lossless: bool = True  # False for a lossy acceptance rule (typical): output != target's law
+    counters: dict = field(default_factory=dict)  # method-specific sums (cascade n-gram hits, ...)
+    k_chosen: list = field(default_factory=list)  # k="auto": the k of each step
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,6 +58,8 @@ class RunStats:
             parts.append(f"alpha {self.alpha_empirical:.2f} (analytic {self.alpha_analytic:.2f})")
         if self.c is not None:
             parts.append(f"c {self.c:.2f}")
+        if not self.lossless:
+            parts.append("LOSSY (typical acceptance)")
         return ", ".join(parts)
 
 
@@ -75,6 +80,7 @@ def fold(events: Iterable) -> RunStats:
         kind = _kind(event)
         if kind == "run_started":
             stats.method, stats.k = _get(event, "method"), _get(event, "k")
+            stats.lossless = _get(event, "lossless")
         elif kind == "step_finished":
             beta_sum += _fold_step(stats, event, pos_eval, pos_acc)
     _finish(stats, beta_sum, pos_eval, pos_acc)
@@ -102,6 +108,11 @@ def _fold_step(stats: RunStats, step, pos_eval: list, pos_acc: list) -> float:
     for i in range(evaluated):
         pos_eval[i] += 1
         pos_acc[i] += i < accepted
+    info = _get(step, "info") or {}
+    for name, value in info.get("counters", {}).items():
+        stats.counters[name] = stats.counters.get(name, 0) + value
+    if "k_chosen" in info:
+        stats.k_chosen.append(info["k_chosen"])
     if _get(step, "drafted"):
         while len(stats.accepted_histogram) <= accepted:
             stats.accepted_histogram.append(0)

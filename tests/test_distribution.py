@@ -50,10 +50,10 @@ def toy():
     return toy_pair(target, draft)
 
 
-def _first_tokens(pair, warp: Warp, verifier=None, runs=RUNS, k=2):
+def _first_tokens(pair, warp: Warp, verifier=None, runs=RUNS, k=2, method="spec", prompt=(0,)):
     counts, runs_events = {}, []
     for seed in range(runs):
-        events = list(generate(pair, [0], method="spec", k=k, temperature=warp.temperature,
+        events = list(generate(pair, list(prompt), method=method, k=k, temperature=warp.temperature,
                                top_k=warp.top_k, top_p=warp.top_p, max_new_tokens=N_TOKENS, seed=seed,
                                record_topk=0, verifier=verifier))
         key = tuple(events[-1].token_ids[:N_TOKENS])
@@ -82,9 +82,9 @@ def _p_value(counts, joint, runs):
     return chisquare(observed, expected).pvalue
 
 
-def _target_joint(pair, warp: Warp):
+def _target_joint(pair, warp: Warp, prompt=(0,)):
     model = pair.target
-    return exact_joint(model, [0], N_TOKENS,
+    return exact_joint(model, list(prompt), N_TOKENS,
                        probs_fn=lambda ctx: sampling.warp(model.logits_after(ctx), warp))
 
 

@@ -9,7 +9,8 @@ rejection rule lossless.
 """
 
 from specviz.drafters.base import Proposal
+from specviz.drafters.lookup import CascadeDrafter, PromptLookupDrafter
 from specviz.drafters.model import ModelDrafter
 from specviz.drafters.scripted import ScriptedDrafter
 
-__all__ = ["ModelDrafter", "Proposal", "ScriptedDrafter"]
+__all__ = ["CascadeDrafter", "ModelDrafter", "PromptLookupDrafter", "Proposal", "ScriptedDrafter"]

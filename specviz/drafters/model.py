@@ -19,9 +19,10 @@ from specviz.lm import runner_for, synchronize
 class ModelDrafter:
     name = "draft model"
 
-    def __init__(self, model, eos_token_ids=()):
+    def __init__(self, model, eos_token_ids=(), stop_below=None):
         self.runner = runner_for(model)
         self.eos = set(eos_token_ids)
+        self.stop_below = stop_below  # stop drafting once q(x) of the drafted token falls below
 
     def start(self, prompt_ids: list) -> None:
         self.runner.reset()
@@ -39,12 +40,15 @@ class ModelDrafter:
             token = sampling.sample(q, warp, generator)
             tokens.append(token)
             probs.append(q)
-            if len(tokens) == k or token in self.eos:
+            if len(tokens) == k or token in self.eos or self._unsure(q, token):
                 break
             logits = self.runner.forward([token], last_only=True)[-1]
             forwards += 1
         synchronize(self.runner.device)
         return Proposal(tokens, torch.stack(probs), forwards, time.perf_counter() - start)
+
+    def _unsure(self, q, token: int) -> bool:
+        return self.stop_below is not None and float(q[token]) < self.stop_below
 
     def observe(self, committed: list, accepted: int) -> None:
         self.runner.crop(min(self.runner.length, len(committed) - 1))

@@ -7,5 +7,7 @@ verifier must set `lossless = False`, which the engine copies into every run it 
 """
 
 from specviz.verifiers.chain import Decision, GreedyVerifier, RejectionVerifier, Verdict, default_verifier
+from specviz.verifiers.typical import TypicalVerifier
 
-__all__ = ["Decision", "GreedyVerifier", "RejectionVerifier", "Verdict", "default_verifier"]
+__all__ = ["Decision", "GreedyVerifier", "RejectionVerifier", "TypicalVerifier", "Verdict",
+           "default_verifier"]

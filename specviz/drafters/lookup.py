@@ -1,0 +1,148 @@
+"""Drafting without a draft model: prompt lookup (n-gram copying), and the cascade that uses it
+to speed up the draft model itself.
+
+Prompt lookup decoding (Saxena 2023; transformers' `prompt_lookup_num_tokens`): find the most
+recent earlier occurrence of the last n tokens (n = max_ngram down to min_ngram) and propose the
+tokens that followed it. The drafter is deterministic, so its q is one-hot on each proposed
+token: under the rejection rule a copy x is kept with probability p(x), and a rejected one is
+replaced from norm(max(p - onehot(x), 0)), i.e. p without x. Lossless.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import torch
+
+from specviz import sampling
+from specviz.drafters.base import Proposal
+from specviz.lm import runner_for, synchronize
+
+
+def lookup(tokens: list, k: int, max_ngram: int = 3, min_ngram: int = 1) -> Optional[dict]:
+    """The continuation of the latest earlier match of the longest suffix n-gram, or None.
+
+    Returns {"tokens": [...], "ngram": n, "match": [start, end), "copied": [start, end)} with
+    absolute indices into `tokens`.
+    """
+    if k <= 0:
+        return None
+    size = len(tokens)
+    for n in range(min(max_ngram, size - 1), min_ngram - 1, -1):
+        suffix = tokens[size - n:]
+        for start in range(size - n - 1, -1, -1):  # latest match first, never the suffix itself
+            if tokens[start:start + n] == suffix:
+                copied = tokens[start + n:start + n + k]
+                if copied:
+                    return {"tokens": copied, "ngram": n, "match": [start, start + n],
+                            "copied": [start + n, start + n + len(copied)]}
+    return None
+
+
+def one_hot_rows(tokens: list, vocab_size: int, device) -> torch.Tensor:
+    probs = torch.zeros(len(tokens), vocab_size, device=device)  # (n, V)
+    if tokens:
+        probs[torch.arange(len(tokens), device=device), torch.tensor(tokens, device=device)] = 1.0
+    return probs
+
+
+class PromptLookupDrafter:
+    """Copies the continuation of an earlier n-gram of the prompt or output."""
+
+    name = "prompt lookup"
+
+    def __init__(self, vocab_size: int, device, max_ngram: int = 3, min_ngram: int = 1):
+        self.vocab_size, self.device = vocab_size, device
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+
+    def start(self, prompt_ids: list) -> None:
+        pass
+
+    def propose(self, committed, k, warp, generator) -> Proposal:
+        start = time.perf_counter()
+        found = lookup(committed, k, self.max_ngram, self.min_ngram)
+        if found is None:
+            return Proposal([], None, seconds=time.perf_counter() - start)
+        tokens = found["tokens"]
+        source = {"kind": "ngram", "ngram": found["ngram"], "match": found["match"]}
+        sources = [{**source, "copied_from": found["copied"][0] + i} for i in range(len(tokens))]
+        return Proposal(tokens, one_hot_rows(tokens, self.vocab_size, self.device), 0,
+                        time.perf_counter() - start, sources)
+
+    def observe(self, committed, accepted) -> None:
+        pass
+
+
+class CascadeDrafter:
+    """n-gram -> draft model -> target: the draft model drafts k tokens for the target, and its
+    own decoding is sped up by prompt lookup, verified by the draft model exactly as the target
+    verifies the draft (greedy match, or the rejection rule against q). Each drafted token is
+    therefore distributed exactly as q, the q it reports, and the outer rule stays lossless."""
+
+    name = "cascade (n-gram -> draft model)"
+
+    def __init__(self, model, eos_token_ids=(), max_ngram: int = 3, min_ngram: int = 1):
+        self.runner = runner_for(model)
+        self.eos = set(eos_token_ids)
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.counters = {}
+
+    def start(self, prompt_ids: list) -> None:
+        self.runner.reset()
+        if len(prompt_ids) > 1:
+            self.runner.forward(prompt_ids[:-1], last_only=True)
+
+    def propose(self, committed, k, warp, generator) -> Proposal:
+        self.counters = {"draft_forwards": 0, "ngram_proposed": 0, "ngram_accepted": 0}
+        if k <= 0:
+            return Proposal([], None)
+        start = time.perf_counter()
+        tokens, probs, sources = [], [], []
+        while len(tokens) < k and not (tokens and tokens[-1] in self.eos):
+            self._one_round(committed, tokens, probs, sources, k, warp, generator)
+        synchronize(self.runner.device)
+        return Proposal(tokens, torch.stack(probs), self.counters["draft_forwards"],
+                        time.perf_counter() - start, sources)
+
+    def _one_round(self, committed, tokens, probs, sources, k, warp, generator) -> None:
+        """One draft forward over the pending tokens plus an n-gram guess; keep what q allows."""
+        context = committed + tokens
+        found = lookup(context, k - len(tokens) - 1, self.max_ngram, self.min_ngram)
+        guess = found["tokens"] if found else []
+        pending = context[self.runner.length:]
+        logits = self.runner.forward(pending + guess)[len(pending) - 1:]  # (len(guess) + 1, V)
+        self.counters["draft_forwards"] += 1
+        self.counters["ngram_proposed"] += len(guess)
+        for i in range(len(guess) + 1):
+            q = sampling.warp(logits[i], warp)
+            if i < len(guess) and self._keeps(q, guess[i], warp, generator):
+                token, how = guess[i], "ngram"
+                self.counters["ngram_accepted"] += 1
+            else:
+                token, how = self._replacement(q, guess[i] if i < len(guess) else None, warp, generator), "draft"
+            tokens.append(token)
+            probs.append(q)
+            sources.append({"kind": how})
+            if how == "draft" or len(tokens) == k or token in self.eos:
+                break
+        self.runner.crop(len(committed) + len(tokens) - 1)
+
+    @staticmethod
+    def _keeps(q, guess: int, warp, generator) -> bool:
+        if warp.greedy:
+            return int(torch.argmax(q)) == guess
+        return sampling.uniform(generator) < float(q[guess])  # min(1, q(x)/1) for a one-hot guess
+
+    @staticmethod
+    def _replacement(q, rejected: Optional[int], warp, generator) -> int:
+        if rejected is None or warp.greedy:
+            return sampling.sample(q, warp, generator)
+        residual, _ = sampling.residual(q, sampling.one_hot(rejected, q))
+        return sampling.sample(residual, sampling.Warp(1.0), generator)
+
+    def observe(self, committed, accepted) -> None:
+        self.runner.crop(min(self.runner.length, len(committed) - 1))
+
+    def step_info(self) -> dict:
+        return {"counters": dict(self.counters)}
