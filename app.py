@@ -110,7 +110,7 @@ def stream_race(pair_name: str, prompt: str, options: dict):
     """Both lanes' events, one step of one lane per item: whichever lane's own clock is behind."""
     pair = get_pair(pair_name)
     ar = Lane("ar", specviz.generate(pair, prompt, **{**options, "method": "ar"}))
-    spec = Lane("spec", specviz.generate(pair, prompt, **{**options, "method": "spec"}))
+    spec = Lane("spec", specviz.generate(pair, prompt, **options))
     for lane, new in race(ar, spec):
         yield {"lane": lane.name, "events": new, "busy": lane.busy, "done": lane.done}
 
@@ -280,11 +280,12 @@ def _trace_event(line: str, number: int) -> dict:
 # race
 
 
-def race_run(prompt, pair_name, k, temperature, top_p, max_new_tokens, seed, chat, history,
+def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, chat, history,
              progress=gr.Progress()):
-    """Autoregressive vs speculative, streamed lane by lane on their own clocks."""
+    """Autoregressive vs the selected speculative method ("spec" when "ar" is selected), streamed
+    lane by lane on their own clocks."""
     check_request(pair_name, prompt, max_new_tokens, progress)
-    options = _options("spec", k, temperature, top_p, max_new_tokens, seed, chat)
+    options = _options("spec" if method == "ar" else method, k, temperature, top_p, max_new_tokens, seed, chat)
     lanes = {"ar": {"events": [], "busy": 0.0, "done": False}, "spec": {"events": [], "busy": 0.0, "done": False}}
     try:
         for update in stream_race(pair_name, prompt, options):
@@ -295,7 +296,8 @@ def race_run(prompt, pair_name, k, temperature, top_p, max_new_tokens, seed, cha
     except SpecvizError as exc:
         raise gr.Error(str(exc)) from exc
     ar = charts.summarize(lanes["ar"]["events"], lanes["ar"]["busy"], label="race: autoregressive")
-    spec = charts.summarize(lanes["spec"]["events"], lanes["spec"]["busy"], label="race: speculative", baseline=ar)
+    spec = charts.summarize(lanes["spec"]["events"], lanes["spec"]["busy"], label=f"race: {options['method']}",
+                            baseline=ar)
     history = history + [ar, spec]
     yield {**race_view(lanes, ar, spec), **chart_view(lanes["spec"]["events"], history), history_state: history}
 
@@ -304,12 +306,17 @@ def race_view(lanes: dict, ar: dict = None, spec: dict = None) -> dict:
     out = {ar_html: lane_html(lanes["ar"]["events"], lanes["ar"]["busy"], "Autoregressive",
                               "target only: one forward per token", lanes["ar"]["done"]).html,
            spec_html: lane_html(lanes["spec"]["events"], lanes["spec"]["busy"], "Speculative",
-                                "draft k tokens, verify them in one target forward", lanes["spec"]["done"]).html}
+                                _method_line(lanes["spec"]["events"]), lanes["spec"]["done"]).html}
     if ar and spec:
         out[verdict_html] = verdict(ar, spec, _same_text(lanes)).html
     else:
         out[verdict_html] = race_status(lanes["ar"]["busy"], lanes["spec"]["busy"]).html
     return out
+
+
+def _method_line(events: list) -> str:
+    method = (steps.build(events[:1]).started or {}).get("method", "spec")
+    return f"{method}: " + getattr(engine, "METHOD_HELP", {}).get(method, "draft, then verify in one target pass")
 
 
 def _same_text(lanes: dict):
@@ -366,7 +373,8 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
         gr.Markdown("### Settings")
         pair = gr.Dropdown(sorted(set(PRESET_PAIRS) | {DEFAULT_PAIR}), value=DEFAULT_PAIR, label="Model pair",
                            allow_custom_value=ALLOW_CUSTOM)
-        method = gr.Dropdown(list(engine.METHODS), value="spec", label="Method (step view)")
+        method = gr.Dropdown(list(engine.METHODS), value="spec", label="Method",
+                             info="The race runs it against ar (spec when ar is chosen).")
         k = gr.Slider(1, 16, value=4, step=1, label="k: draft tokens per step")
         temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
         top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
@@ -429,7 +437,7 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
     engine_queue = dict(concurrency_limit=1, concurrency_id="engine")
     run_event = run_btn.click(run, settings, view + charts_out + [events_state, busy_state, history_state],
                               api_name="run", show_progress="minimal", **engine_queue)
-    race_inputs = [prompt, pair, k, temperature, top_p, max_new_tokens, seed, chat, history_state]
+    race_inputs = [prompt, pair, method, k, temperature, top_p, max_new_tokens, seed, chat, history_state]
     race_event = race_btn.click(race_run, race_inputs, [ar_html, spec_html, verdict_html, history_state] + charts_out,
                                 api_name="race", show_progress="minimal", **engine_queue)
     for stop in (stop_btn, race_stop):

@@ -83,13 +83,14 @@ def test_run_streams_one_update_per_step(server, client):
     counts = Counter(e.kind for e in expected)
     shown = statuses(final[0])
     assert shown["accepted"] == counts["token_accepted"] and shown["rejected"] == counts["token_rejected"]
-    assert shown["residual"] == counts["residual_sampled"] and shown["bonus"] == counts["bonus_sampled"]
+    assert shown["residual"] == counts["residual_sampled"]
+    assert shown["bonus"] + shown["target"] == counts["bonus_sampled"]  # target: a step that drafted nothing
     assert committed_text(final[0]) == expected[-1].text
     assert final[7]["type"] == "plotly" and "theory k = 4" in final[7]["plot"]
 
 
 def test_race_returns_both_lanes_and_a_verdict(client):
-    job = client.submit(PROMPT, "tiny", 4, 0.0, 1.0, 16, 0, False, api_name="/race")
+    job = client.submit(PROMPT, "tiny", "spec", 4, 0.0, 1.0, 16, 0, False, api_name="/race")
     ar_lane, spec_lane, verdict, speedup, tau, positions, explained = job.result(timeout=120)
     for lane, name in ((ar_lane, "autoregressive"), (spec_lane, "speculative")):
         assert f'data-lane="{name}"' in lane and 'data-done="1"' in lane

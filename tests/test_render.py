@@ -95,9 +95,13 @@ def test_chip_counts_per_status_equal_the_events(name):
     assert shown["rejected"] == counts["token_rejected"]
     assert shown["residual"] == counts["residual_sampled"]
     assert shown["wasted"] == sum(e["drafted"] - e["evaluated"] for e in finished)
-    ar = events[0]["method"] == "ar"
-    assert shown["target" if ar else "bonus"] == counts["bonus_sampled"]
+    undrafted = {e["step"] for e in finished if e["drafted"] == 0}
+    bonus_steps = [e["step"] for e in events if e["kind"] == "bonus_sampled"]
+    assert shown["bonus"] == sum(step not in undrafted for step in bonus_steps)
+    assert shown["target"] == sum(step in undrafted for step in bonus_steps)
     assert shown["draft"] == 0
+    if events[0]["method"] == "ar":
+        assert shown["target"] == counts["bonus_sampled"] > 0
 
 
 def test_committed_chips_spell_the_output(sampled):

@@ -20,7 +20,7 @@ LEGEND = (
     ("wasted", "wasted", "drafted after a rejection, thrown away unjudged"),
     ("residual", "residual resample", "drawn from norm(max(p − q, 0)) instead of the rejected draft"),
     ("bonus", "bonus", "all drafts accepted: one extra token from p, free"),
-    ("target", "autoregressive", "k = 0: one target forward, one token from p"),
+    ("target", "target only", "nothing drafted (autoregressive): one forward, one token from p"),
 )
 
 
@@ -68,7 +68,7 @@ def decision(token: st.TokenView, greedy: bool = False) -> str:
                 f"p = {num(token.p)}, q = {num(token.q)}, 1 − β = {num(token.residual_mass)}")
     if status == "bonus":
         return f"bonus: all drafts accepted, one more token from p (p = {num(token.p)})"
-    return f"autoregressive: one target forward, sampled from p (p = {num(token.p)})"
+    return f"target only: nothing drafted, one target forward samples from p (p = {num(token.p)})"
 
 
 def legend(statuses: Iterable[str] = st.STATUSES) -> Rendered:

@@ -148,7 +148,7 @@ def _add_residual(fig, step, closing, drafted) -> float:
             reason = "residual top-k was not recorded"
         left, right = fig.layout.xaxis2.domain
         fig.add_annotation(text=reason, xref="paper", yref="paper", x=(left + right) / 2, y=0.5,
-                           showarrow=False, font=dict(size=14, color="#64748b"))
+                           xanchor="center", showarrow=False, font=dict(size=14, color="#64748b"))
         fig.update_xaxes(visible=False, row=1, col=2)
         return 0.0
     part = step.residual_topk

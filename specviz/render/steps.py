@@ -10,7 +10,8 @@ Statuses:
     wasted    drafted after a rejection: thrown away without being judged
     residual  drawn from norm(max(p - q, 0)) at the rejected position
     bonus     every draft accepted: one more token drawn from p for free
-    target    autoregressive decoding (k = 0): the step's only token, drawn from p
+    target    nothing was drafted in the step (autoregressive decoding, or a step whose drafter
+              proposed nothing): its only token, drawn from p by one target forward
 
 Nothing here decides anything: statuses come from the events' kinds, numbers from their fields.
 Unknown event kinds (from a newer engine, e.g. `tree_built`) are kept in `extras`, not rendered.
@@ -183,8 +184,8 @@ def _on_residual(run, data):
 
 
 def _on_bonus(run, data):
-    status = "target" if run.method == "ar" else "bonus"
-    _step(run, data["step"]).next = _token(data, status, p=data["p"])
+    step = _step(run, data["step"])
+    step.next = _token(data, "bonus" if step.drafted else "target", p=data["p"])
 
 
 def _on_step_finished(run, data):
