@@ -165,7 +165,7 @@ def step_view(events: list, number: int = None, index: int = None, busy: float =
         step_slider: gr.Slider(minimum=0, maximum=max(1, n), value=number + 1),
         position: gr.Radio(choices=_position_choices(step), value=index),
         inspector_plot: inspector.inspector_figure(run, number, index),
-        tree_view: tree.tree_html(tree.tree_nodes(step)).html,
+        tree_view: tree.tree_html(tree.tree_nodes(step), step.node_status if step else None).html,
     }
 
 

@@ -329,3 +329,17 @@ def test_lane_shows_its_own_counters(sampled):
 def test_rendered_objects_work_in_notebooks(sampled):
     out = chips.run_text(steps.build(sampled))
     assert out._repr_html_().startswith("<style>") and out.html in out._repr_html_()
+
+
+def test_tree_hook_draws_nodes_under_their_parents_with_decisions():
+    nodes = [{"id": 0, "parent": -1, "depth": 1, "token_text": "a", "q": 0.6},
+             {"id": 1, "parent": 0, "depth": 2, "token_text": EVIL, "q": 0.3},
+             {"id": 2, "parent": -1, "depth": 1, "token_text": "b", "q": 0.2}]
+    step = steps.build([{"kind": "tree_built", "step": 0, "nodes": nodes},
+                        {"kind": "token_accepted", "step": 0, "index": 0, "position": 3, "token_id": 1,
+                         "token_text": "a", "p": 0.5, "q": 0.6, "ratio": 5 / 6, "accept_prob": 5 / 6, "u": 0.1,
+                         "rule": "rejection", "node": 0}]).steps[0]
+    out = tree.tree_html(tree.tree_nodes(step), step.node_status).html
+    assert out.count("<ul>") == 2 and out.index('data-node="1"') < out.index('data-node="2"')
+    assert 'sv-accepted" data-node="0"' in out and 'sv-draft" data-node="2"' in out
+    assert_inert(out)

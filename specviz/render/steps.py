@@ -62,6 +62,7 @@ class StepView:
     residual_topk: Optional[dict] = None
     summary: Optional[dict] = None  # the step_finished event
     extras: list = field(default_factory=list)  # events of kinds this renderer does not know
+    node_status: dict = field(default_factory=dict)  # tree methods: node id -> accepted / rejected
 
     @property
     def finished(self) -> bool:
@@ -169,6 +170,8 @@ def _on_scored(run, data):
 def _on_decision(run, data):
     step = _step(run, data["step"])
     status = "accepted" if data["kind"] == "token_accepted" else "rejected"
+    if data.get("node") is not None:
+        step.node_status[data["node"]] = status
     for token in step.drafted:
         if token.index == data["index"]:
             token.status = status
