@@ -1,0 +1,130 @@
+"""Figures and tables for the teaching notebooks (notebooks/), from measurements and events.
+
+Pure functions of plain data, like the other renderers: the notebooks measure (forward costs,
+runs, sample counts) and these draw. Theory curves come from `specviz.theory`.
+
+    cost_figure(curves)              forward time vs tokens fed, with the "linear" reference
+    throughput_figure(curves)        tokens processed per second of forward, vs tokens fed
+    distribution_figure(labels, series)  grouped bars of named distributions over tokens
+    joint_figure(counts, joint, ...)     observed frequencies vs exact probabilities
+    k_figure(alpha, c, records, ...)     speedup vs draft length k: theory and measured runs
+    table(records, columns)              an HTML table of run summaries (escaped)
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+import plotly.graph_objects as go
+
+from specviz import theory
+from specviz.render.html import Rendered, attr, num, text
+
+LAYOUT = dict(height=430, font=dict(size=15), plot_bgcolor="white", margin=dict(l=70, r=20, t=70, b=60))
+COLORS = ("#2563eb", "#7c3aed", "#16a34a", "#ea580c", "#db2777", "#0ea5e9", "#475569")
+
+
+def cost_figure(curves: dict, title: str = "One forward pass: time vs tokens fed") -> go.Figure:
+    """curves: {label: {n_tokens: seconds}}. Each measured line gets a dotted 'n x the 1-token
+    time' line: what the cost would be if every token were paid for separately."""
+    fig = go.Figure()
+    for color, (label, cost) in zip(COLORS, curves.items()):
+        ns = sorted(cost)
+        fig.add_scatter(x=ns, y=[cost[n] * 1000 for n in ns], mode="lines+markers", name=f"{label} (measured)",
+                        line=dict(color=color, width=3), marker=dict(size=9),
+                        hovertemplate="%{x} tokens: %{y:.0f} ms<extra></extra>")
+        fig.add_scatter(x=ns, y=[cost[ns[0]] * 1000 * n / ns[0] for n in ns], mode="lines",
+                        name=f"{label} if each token cost one forward", line=dict(color=color, dash="dot"),
+                        hoverinfo="skip")
+    fig.update_layout(title=title, xaxis_title="tokens in one forward (after a cached prefix)",
+                      yaxis_title="milliseconds", **LAYOUT)
+    fig.update_xaxes(type="log", tickvals=sorted({n for c in curves.values() for n in c}), gridcolor="#e2e8f0")
+    fig.update_yaxes(type="log", gridcolor="#e2e8f0")
+    return fig
+
+
+def throughput_figure(curves: dict, title: str = "Tokens processed per second of forward") -> go.Figure:
+    """curves: {label: {n_tokens: seconds}} drawn as n / t(n): flat = compute-bound, rising =
+    memory-bound (the same weights read once serve more tokens)."""
+    fig = go.Figure()
+    for color, (label, cost) in zip(COLORS, curves.items()):
+        ns = sorted(cost)
+        fig.add_scatter(x=ns, y=[n / cost[n] for n in ns], mode="lines+markers", name=label,
+                        line=dict(color=color, width=3), marker=dict(size=9),
+                        hovertemplate="%{x} tokens: %{y:.0f} tokens/s<extra></extra>")
+    fig.update_layout(title=title, xaxis_title="tokens in one forward", yaxis_title="tokens / second", **LAYOUT)
+    fig.update_xaxes(type="log", tickvals=sorted({n for c in curves.values() for n in c}), gridcolor="#e2e8f0")
+    fig.update_yaxes(gridcolor="#e2e8f0", rangemode="tozero")
+    return fig
+
+
+def distribution_figure(labels: Sequence[str], series: dict, title: str = "") -> go.Figure:
+    """Grouped bars: series {name: probabilities over `labels`}."""
+    fig = go.Figure()
+    for color, (name, values) in zip(COLORS, series.items()):
+        fig.add_bar(x=[text(lab) for lab in labels], y=list(values), name=text(name), marker_color=color,
+                    hovertemplate="%{x}: %{y:.3f}<extra>" + text(name) + "</extra>")
+    fig.update_layout(title=text(title), barmode="group", yaxis_title="probability", **LAYOUT)
+    fig.update_yaxes(gridcolor="#e2e8f0", rangemode="tozero")
+    return fig
+
+
+def joint_figure(counts: dict, joint: dict, decode: Callable = str, title: str = "") -> go.Figure:
+    """Observed frequency of each outcome (counts / runs) beside its exact probability, outcomes
+    sorted by exact probability (most likely first)."""
+    runs = sum(counts.values()) or 1
+    cells = sorted(joint, key=lambda cell: -joint[cell])
+    labels = [text(decode(cell)) for cell in cells]
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=[joint[c] for c in cells], name="exact target probability", marker_color="#2563eb")
+    fig.add_bar(x=labels, y=[counts.get(c, 0) / runs for c in cells], name=f"observed frequency ({runs} runs)",
+                marker_color="#f59e0b")
+    fig.update_layout(title=text(title), barmode="group", xaxis_title="first tokens emitted",
+                      yaxis_title="probability", **{**LAYOUT, "height": 460})
+    fig.update_yaxes(gridcolor="#e2e8f0", rangemode="tozero")
+    return fig
+
+
+def k_figure(alpha: float, c: float, records: Sequence[dict] = (), k_max: int = 12,
+             verify_cost: Optional[Callable[[int], float]] = None, title: str = "") -> go.Figure:
+    """Predicted speedup vs draft length k at acceptance `alpha` and cost ratio `c` (with the
+    measured verify-cost curve too, when given), and measured runs as points (record['k'],
+    record['speedup'])."""
+    ks = list(range(1, k_max + 1))
+    fig = go.Figure()
+    fig.add_scatter(x=ks, y=[theory.speedup(alpha, k, c) for k in ks], mode="lines+markers",
+                    name=f"theory: verify costs 1 forward (α {alpha:.2f}, c {c:.2f})",
+                    line=dict(color="#7c3aed", width=3))
+    if verify_cost is not None:
+        fig.add_scatter(x=ks, y=[theory.speedup_with_cost(alpha, k, c, verify_cost) for k in ks],
+                        mode="lines+markers", name="theory with this machine's verify cost",
+                        line=dict(color="#0ea5e9", width=3, dash="dash"))
+    measured = [r for r in records if r.get("speedup") is not None and isinstance(r.get("k"), int)]
+    if measured:
+        fig.add_scatter(x=[r["k"] for r in measured], y=[r["speedup"] for r in measured], mode="markers+text",
+                        name="measured", text=[f"{r['speedup']:.2f}×" for r in measured], textposition="top center",
+                        marker=dict(size=15, symbol="diamond", color="#f59e0b", line=dict(width=2, color="#0f172a")))
+    fig.add_hline(y=1.0, line=dict(color="#0f172a", dash="dot"), annotation_text="break-even",
+                  annotation_position="bottom right")
+    fig.update_layout(title=text(title or "Speedup vs draft length k"), xaxis_title="k (tokens drafted per step)",
+                      yaxis_title="speedup over autoregressive", **LAYOUT)
+    fig.update_yaxes(gridcolor="#e2e8f0", rangemode="tozero")
+    return fig
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return num(value, 2)
+    return text("—" if value is None else value)
+
+
+def table(records: Sequence[dict], columns: Sequence, caption: str = "") -> Rendered:
+    """An HTML table: columns are keys, or (key, header) pairs; floats shown with 2 decimals."""
+    cols = [(c, c) if isinstance(c, str) else tuple(c) for c in columns]
+    head = "".join(f"<th>{text(h)}</th>" for _, h in cols)
+    rows = "".join("<tr>" + "".join(f'<td data-col="{attr(k)}">{_cell(r.get(k))}</td>' for k, _ in cols) + "</tr>"
+                   for r in records)
+    cap = f"<caption>{text(caption)}</caption>" if caption else ""
+    style = ("<style>.sv-table{border-collapse:collapse;font-size:15px}.sv-table td,.sv-table th{border:1px solid "
+             "#cbd5e1;padding:3px 10px;text-align:right}.sv-table caption{text-align:left;font-weight:600}</style>")
+    return Rendered(f'{style}<table class="sv-table">{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>')
