@@ -1,14 +1,19 @@
-"""specviz: speculative decoding you can watch. See README.md."""
+"""specviz: speculative decoding you can watch. See README.md.
 
-from specviz.errors import SpecvizError
-from specviz.models import Pair, list_pairs, load_pair
+`load_pair`, `list_pairs`, `Pair` and `generate` are loaded on first use, so that importing the
+renderers (`specviz.render`) or the event schema does not import torch.
+"""
 
 __all__ = ["Pair", "SpecvizError", "generate", "list_pairs", "load_pair"]
 __version__ = "0.1.0"
 
+_LAZY = {"Pair": "specviz.models", "list_pairs": "specviz.models", "load_pair": "specviz.models",
+         "generate": "specviz.engine", "SpecvizError": "specviz.errors"}
 
-def generate(*args, **kwargs):
-    """Stream the events of one run; see `specviz.engine.generate`."""
-    from specviz.engine import generate as _generate
 
-    return _generate(*args, **kwargs)
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'specviz' has no attribute {name!r}")

@@ -15,6 +15,7 @@ The engine never prints and imports no UI code; every number a view needs is in 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -26,15 +27,19 @@ from specviz import events as ev
 from specviz import metrics, sampling
 from specviz.adaptive import RULES, AdaptiveK
 from specviz.drafters import CascadeDrafter, ModelDrafter, PromptLookupDrafter, Proposal
+from specviz.drafters.tree import TreeDrafter
 from specviz.errors import InputError
 from specviz.lm import runner_for, synchronize
 from specviz.sampling import Warp
+from specviz.tree import attention, parse_shape
 from specviz.verifiers import TypicalVerifier, default_verifier
+from specviz.verifiers.tree import TreeVerifier
 
-METHODS = ("ar", "spec", "pld", "cascade")
+METHODS = ("ar", "spec", "tree", "pld", "cascade")
 METHOD_HELP = {
     "ar": "autoregressive: one target forward per token (the baseline)",
     "spec": "draft model proposes k tokens, the target verifies them in one pass",
+    "tree": "draft model proposes a tree of continuations, verified in one pass with tree attention",
     "pld": "prompt lookup: copy the continuation of an earlier n-gram, no draft model",
     "cascade": "n-gram -> draft model -> target: prompt lookup speeds up the draft model",
 }
@@ -58,6 +63,10 @@ class RunConfig:
     auto_rule: str = "cost"
     confidence: float = 0.4
     ngram: int = 3
+    tree: str = "3,2,1"  # static shape, or "dynamic"
+    tree_budget: int = 16
+    tree_depth: int = 6
+    tree_width: int = 4
 
     def options(self) -> dict:
         """Method options as recorded in run_started."""
@@ -66,6 +75,11 @@ class RunConfig:
             out.update(auto_rule=self.auto_rule, confidence=self.confidence)
         if self.method in ("pld", "cascade"):
             out["ngram"] = self.ngram
+        if self.method == "tree":
+            out["tree"] = self.tree
+            if self.tree == "dynamic":
+                out.update(tree_budget=self.tree_budget, tree_depth=self.tree_depth,
+                           tree_width=self.tree_width)
         return out
 
 
@@ -73,7 +87,8 @@ def generate(pair, prompt: Union[str, list], *, method: str = "spec", k: Union[i
              temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
              max_new_tokens: int = 64, seed: int = 0, chat: bool = False, record_topk: int = 10,
              acceptance: str = "exact", auto_rule: str = "cost", confidence: float = 0.4,
-             ngram: int = 3, drafter=None, verifier=None) -> Iterator[ev.Event]:
+             ngram: int = 3, tree: str = "3,2,1", tree_budget: int = 16, tree_depth: int = 6,
+             tree_width: int = 4, drafter=None, verifier=None) -> Iterator[ev.Event]:
     """Stream the events of one run of `method` on `pair` (see `specviz.events` for the schema).
 
     method      one of METHODS (see METHOD_HELP)
@@ -83,6 +98,9 @@ def generate(pair, prompt: Union[str, list], *, method: str = "spec", k: Union[i
     acceptance  "exact" (lossless: greedy match or the rejection rule) or "typical" (Medusa's
                 typical acceptance; LOSSY, marked lossless=false in every event stream)
     ngram       longest n-gram prompt lookup tries (pld, cascade)
+    tree        children per node at each depth, e.g. "3,2,1" (static), or "dynamic": grown by
+                cumulative draft probability with `tree_width` children per expanded node,
+                `tree_width` expanded nodes per depth, `tree_depth` depths, `tree_budget` nodes
 
     Arguments are checked here, before the first event, so bad input fails at the call with a
     `specviz.errors.InputError` that says what to change. `drafter` and `verifier` replace the
@@ -90,10 +108,13 @@ def generate(pair, prompt: Union[str, list], *, method: str = "spec", k: Union[i
     """
     cfg = validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_topk, chat,
                    acceptance, auto_rule, confidence, ngram)
+    cfg = dataclasses.replace(cfg, **validate_tree(cfg, tree, tree_budget, tree_depth, tree_width))
     prompt_ids = prompt_to_ids(pair, prompt, chat)
     check_context(pair, len(prompt_ids), cfg)
     policy = AdaptiveK(cfg.auto_rule, confidence=cfg.confidence) if cfg.k == "auto" else None
     drafter = drafter or make_drafter(pair, cfg, policy)
+    if verifier is None and cfg.method == "tree":
+        verifier = TreeVerifier(cfg.warp.greedy, pair.eos_token_ids)
     verifier = verifier or (TypicalVerifier() if cfg.acceptance == "typical" else default_verifier(cfg.warp))
     return _Run(pair, cfg, prompt, prompt_ids, drafter, verifier, policy).events()
 
@@ -105,7 +126,39 @@ def make_drafter(pair, cfg: RunConfig, policy=None):
         return PromptLookupDrafter(_vocab_size(pair), pair.device, cfg.ngram)
     if cfg.method == "cascade":
         return CascadeDrafter(pair.draft, pair.eos_token_ids, cfg.ngram)
+    if cfg.method == "tree":
+        dynamic = cfg.tree == "dynamic"
+        return TreeDrafter(pair.draft, pair.eos_token_ids, () if dynamic else parse_shape(cfg.tree),
+                           dynamic, cfg.tree_budget, cfg.tree_depth, cfg.tree_width)
     return _NoDrafter()
+
+
+MAX_TREE_NODES = 64
+
+
+def validate_tree(cfg: RunConfig, tree, budget, depth, width) -> dict:
+    if cfg.method != "tree":
+        return {}
+    if cfg.acceptance != "exact":
+        raise InputError("The tree method verifies exactly; typical acceptance is for chains.")
+    if tree != "dynamic":
+        try:
+            shape = parse_shape(tree)
+        except (TypeError, ValueError):
+            shape = []
+        nodes, level = 0, 1
+        for b in shape:
+            level *= b
+            nodes += level
+        if not shape or min(shape) < 1 or nodes > MAX_TREE_NODES:
+            raise InputError(f"tree must be 'dynamic' or children per depth like '3,2,1' with at most "
+                             f"{MAX_TREE_NODES} nodes in all, got {tree!r}.")
+        tree = ",".join(map(str, shape))
+    for name, value, top in (("tree_budget", budget, MAX_TREE_NODES), ("tree_depth", depth, MAX_K),
+                             ("tree_width", width, 16)):
+        if not _is_int(value) or not 1 <= value <= top:
+            raise InputError(f"{name} must be a whole number from 1 to {top}, got {value!r}.")
+    return dict(tree=tree, tree_budget=budget, tree_depth=depth, tree_width=width)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -170,7 +223,8 @@ def _vocab_size(pair) -> int:
 
 
 def check_context(pair, n_prompt: int, cfg: RunConfig) -> None:
-    need = n_prompt + cfg.max_new_tokens + (MAX_K if cfg.k == "auto" else cfg.k) + 1
+    lookahead = MAX_TREE_NODES if cfg.method == "tree" else (MAX_K if cfg.k == "auto" else cfg.k)
+    need = n_prompt + cfg.max_new_tokens + lookahead + 1
     if need > pair.context_length:
         raise InputError(f"The prompt ({n_prompt} tokens) plus max_new_tokens ({cfg.max_new_tokens}) "
                          f"does not fit the {pair.context_length}-token context of {pair.name}: "
@@ -212,6 +266,15 @@ class _Run:
         return len(self.committed) - len(self.prompt_ids)
 
     def events(self) -> Iterator[ev.Event]:
+        """The run's events. Time the consumer spends between two events (rendering, sending,
+        another engine's turn in a race) is left out of the run's clock."""
+        for event in self._events():
+            paused = time.perf_counter()
+            yield event
+            if hasattr(self, "t0"):
+                self.t0 += time.perf_counter() - paused
+
+    def _events(self) -> Iterator[ev.Event]:
         started = self._started()
         yield started
         self.t0 = time.perf_counter()
@@ -221,7 +284,8 @@ class _Run:
         self.drafter.start(self.prompt_ids)
         steps = []
         while self.finish is None:
-            for event in self._step(len(steps)):
+            step = self._tree_step if self.cfg.method == "tree" else self._step
+            for event in step(len(steps)):
                 yield event
             steps.append(event)
         generated = self.committed[len(self.prompt_ids):]
@@ -267,6 +331,89 @@ class _Run:
             target_forwards=1, elapsed=time.perf_counter() - self.t0, finish_reason=self.finish,
             info=info or None)
 
+    def _tree_step(self, step: int) -> Iterator[ev.Event]:
+        """Draft a tree, score every node in one target pass, walk it, keep the accepted path."""
+        base = len(self.committed)
+        room = self.cfg.max_new_tokens - self.new_tokens - 1
+        proposal = self.drafter.propose_tree(self.committed, room, self.cfg.warp, self.generator)
+        tree = proposal.tree
+        target_probs, verify_time, attend = self._score_tree(tree)
+        yield self._tree_event(step, base, proposal, attend)
+        yield self._tree_scored_event(step, base, tree, target_probs, attend.shape[0])
+        verdict = self.verifier.verify(tree, proposal.dists, target_probs, self.generator)
+        yield from self._tree_decision_events(step, base, tree, verdict)
+        emitted = [tree.tokens[n] for n in verdict.path]
+        if verdict.next_token is not None:
+            emitted.append(verdict.next_token)
+        self.committed.extend(emitted)
+        self._finish_check(emitted)
+        self.target.keep(base, [base + n for n in verdict.path])
+        self.drafter.observe_tree(verdict.path)
+        yield ev.StepFinished(
+            step=step, k=room, drafted=len(tree), accepted=len(verdict.path),
+            evaluated=len(verdict.decisions), emitted_ids=emitted,
+            emitted_texts=[self.pair.token_text(t) for t in emitted],
+            beta=[d.beta for d in verdict.decisions], draft_time=proposal.seconds,
+            verify_time=verify_time, draft_forwards=proposal.forwards, target_forwards=1,
+            elapsed=time.perf_counter() - self.t0, finish_reason=self.finish,
+            info={"tree": proposal.kind, "path": verdict.path, "depth": tree.max_depth()})
+
+    def _score_tree(self, tree):
+        """One target pass over the uncached tail and every node, with tree attention."""
+        start = time.perf_counter()
+        pending = self.committed[self.target.length:]
+        attend, _ = attention(tree, self.target.length, len(pending), {}, list(range(len(tree))))
+        positions = (list(range(self.target.length, len(self.committed)))
+                     + tree.position_ids(len(self.committed) - 1))
+        logits = self.target.forward(pending + tree.tokens, attend=attend, positions=positions)
+        probs = sampling.warp(logits[len(pending) - 1:], self.cfg.warp)  # row 0: root, 1 + i: node i
+        synchronize(self.pair.device)
+        return probs, time.perf_counter() - start, attend
+
+    def _tree_event(self, step, base, proposal, attend) -> ev.TreeBuilt:
+        tree = proposal.tree
+        nodes = [{"id": i, "parent": tree.parents[i], "depth": tree.depth(i),
+                  "position": base - 1 + tree.depth(i), "token_id": tree.tokens[i],
+                  "token_text": self.pair.token_text(tree.tokens[i]), "q": tree.q[i],
+                  "cum_q": tree.cum_q[i]} for i in range(len(tree))]
+        return ev.TreeBuilt(step=step, shape=proposal.kind, nodes=nodes, mask_shape=list(attend.shape),
+                            draft_forwards=proposal.forwards)
+
+    def _tree_scored_event(self, step, base, tree, target_probs, fed) -> ev.TargetScored:
+        rows = range(len(tree) + 1)
+        return ev.TargetScored(
+            step=step, positions=[base] + [base + tree.depth(i) for i in range(len(tree))],
+            p_draft=[float(target_probs[tree.parents[i] + 1, t]) for i, t in enumerate(tree.tokens)],
+            topk=[self._topk(target_probs[r]) for r in rows] if self.cfg.record_topk else [],
+            tokens_in=fed)
+
+    def _tree_decision_events(self, step, base, tree, verdict):
+        rule = self.verifier.name
+        for d in verdict.decisions:
+            cls = ev.TokenAccepted if d.accepted else ev.TokenRejected
+            depth = tree.depth(d.node)
+            yield cls(step=step, index=depth - 1, position=base - 1 + depth, token_id=d.token,
+                      token_text=self.pair.token_text(d.token), p=d.p, q=d.q, ratio=d.ratio,
+                      accept_prob=d.accept_prob, u=d.u, rule=rule, node=d.node)
+        if verdict.next_token is None:
+            return
+        index = len(verdict.path)
+        common = dict(step=step, index=index, position=base + index, token_id=verdict.next_token,
+                      token_text=self.pair.token_text(verdict.next_token), node=verdict.next_parent)
+        if verdict.next_kind == "residual":
+            yield ev.ResidualSampled(**common, p=verdict.next_p, q=verdict.next_q,
+                                     residual_prob=float(verdict.next_probs[verdict.next_token]),
+                                     residual_mass=verdict.residual_mass,
+                                     topk=self._topk(verdict.next_probs))
+        else:
+            yield ev.BonusSampled(**common, p=verdict.next_p)
+
+    def _finish_check(self, emitted: list) -> None:
+        if any(t in self.eos for t in emitted):
+            self.finish = "eos"
+        elif self.new_tokens >= self.cfg.max_new_tokens:
+            self.finish = "length"
+
     def _choose_k(self) -> tuple:
         """This step's draft length (never past max_new_tokens) and, for k="auto", why."""
         room = self.cfg.max_new_tokens - self.new_tokens - 1
@@ -294,10 +441,7 @@ class _Run:
 
     def _commit(self, emitted: list, accepted: int) -> None:
         self.committed.extend(emitted)
-        if any(t in self.eos for t in emitted):
-            self.finish = "eos"
-        elif self.new_tokens >= self.cfg.max_new_tokens:
-            self.finish = "length"
+        self._finish_check(emitted)
         self.target.crop(len(self.committed) - 1)
         self.drafter.observe(self.committed, accepted)
 

@@ -103,6 +103,7 @@ class _Decision(Event):
     accept_prob: float  # min(1, p/q), or 1/0 under the greedy rule
     u: Optional[float]  # the uniform draw actually compared (None under greedy)
     rule: str
+    node: Optional[int] = None  # tree methods: the node decided on (index is then its depth - 1)
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,7 @@ class ResidualSampled(Event):
     residual_prob: float  # probability of the token under the residual distribution
     residual_mass: float  # sum_x max(p(x) - q(x), 0) = 1 - beta
     topk: Optional[TopK]  # top of the residual distribution
+    node: Optional[int] = None  # tree methods: the node after which it was drawn (-1: root)
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,25 @@ class BonusSampled(Event):
     token_id: int
     token_text: str
     p: float
+    node: Optional[int] = None  # tree methods: the accepted leaf it follows (-1: root)
+
+
+@dataclass(frozen=True)
+class TreeBuilt(Event):
+    """The draft tree of a step, before the target's single pass over it.
+
+    nodes: [{"id", "parent" (-1 = root, the last committed token), "depth", "position",
+    "token_id", "token_text", "q" (at its parent), "cum_q" (product along its path)}], in
+    creation order; siblings in the order they were drawn. mask_shape is the shape of the
+    target pass's attention mask (rows fed, columns visible).
+    """
+
+    kind: ClassVar[str] = "tree_built"
+    step: int
+    shape: str
+    nodes: list
+    mask_shape: list
+    draft_forwards: int
 
 
 @dataclass(frozen=True)
@@ -182,7 +203,7 @@ class RunFinished(Event):
 EVENT_TYPES = {
     cls.kind: cls
     for cls in (RunStarted, DraftProposed, TargetScored, TokenAccepted, TokenRejected,
-                ResidualSampled, BonusSampled, StepFinished, RunFinished)
+                ResidualSampled, BonusSampled, TreeBuilt, StepFinished, RunFinished)
 }
 
 # Fields that hold wall-clock measurements: they differ between otherwise identical runs.

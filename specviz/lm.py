@@ -25,11 +25,19 @@ class CachedLM:
         self.length = 0
 
     @torch.inference_mode()
-    def forward(self, ids: list, last_only: bool = False) -> torch.Tensor:
-        """Feed `ids` after the cached prefix; return float32 logits (T, V), or (1, V) if last_only."""
+    def forward(self, ids: list, last_only: bool = False, attend=None, positions=None) -> torch.Tensor:
+        """Feed `ids` after the cache; return float32 logits (T, V), or (1, V) if last_only.
+
+        For tree attention, `attend` is the (T, length + T) bool mask of what each fed token may
+        see and `positions` their position ids (see specviz.tree.attention).
+        """
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+        extra = {}
+        if attend is not None:
+            extra["attention_mask"] = attend.to(self.device)[None, None]  # (1, 1, T, length + T)
+            extra["position_ids"] = torch.tensor([positions], dtype=torch.long, device=self.device)
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
-                         logits_to_keep=1 if last_only else 0)
+                         logits_to_keep=1 if last_only else 0, **extra)
         self.length += len(ids)
         return out.logits[0].float()  # (T, V)
 
@@ -38,6 +46,17 @@ class CachedLM:
         if length < self.length:
             self.cache.crop(length - self.length)  # this transformers takes a negative count
             self.length = length
+
+
+    def keep(self, linear: int, slots: list) -> None:
+        """Keep the first `linear` cached tokens and the tree nodes at cache columns `slots`
+        (in order): after a tree step, only the accepted path stays."""
+        index = torch.tensor(list(range(linear)) + list(slots), dtype=torch.long, device=self.device)
+        for layer in self.cache.layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys = layer.keys.index_select(-2, index)
+                layer.values = layer.values.index_select(-2, index)
+        self.length = len(index)
 
 
 def runner_for(model):

@@ -9,7 +9,8 @@ Definitions (k = draft length, a step = one target forward):
     accepted_per_drafted  accepted / drafted. NOT alpha: drafts after the first rejection are
                           thrown away undecided, so this is a(1-a^k)/(k(1-a)) < a for iid
                           acceptance (theory.accepted_per_drafted).
-    position_acceptance   for each draft index i, accepted at i / evaluated at i (conditional).
+    position_acceptance   for each draft index i, accepted at i / evaluated at i (conditional);
+                          for trees, per depth: a child accepted at depth i / depth i reached.
     c                     mean draft forward time / mean target forward time, measured.
 """
 
@@ -102,13 +103,15 @@ def _fold_step(stats: RunStats, step, pos_eval: list, pos_acc: list) -> float:
     stats.finish_reason = _get(step, "finish_reason")
     if stats.ttft is None and _get(step, "emitted_ids"):
         stats.ttft = _get(step, "elapsed")
-    while len(pos_eval) < evaluated:
+    info = _get(step, "info") or {}
+    # chains: draft index i was judged if i < evaluated; trees: depth i was reached if i <= path
+    reached = min(accepted + 1, info["depth"]) if "path" in info else evaluated
+    while len(pos_eval) < reached:
         pos_eval.append(0)
         pos_acc.append(0)
-    for i in range(evaluated):
+    for i in range(reached):
         pos_eval[i] += 1
         pos_acc[i] += i < accepted
-    info = _get(step, "info") or {}
     for name, value in info.get("counters", {}).items():
         stats.counters[name] = stats.counters.get(name, 0) + value
     if "k_chosen" in info:

@@ -57,16 +57,24 @@ class TableRunner:
     def length(self) -> int:
         return len(self.history)
 
-    def forward(self, ids: list, last_only: bool = False) -> torch.Tensor:
+    def forward(self, ids: list, last_only: bool = False, attend=None, positions=None) -> torch.Tensor:
+        start = len(self.history)
+        self.history.extend(int(t) for t in ids)
         rows = []
-        for token in ids:
-            self.history.append(int(token))
-            rows.append(self.model.logits_after(self.history))
+        for r in range(len(ids)):
+            if attend is None:
+                context = self.history[:start + r + 1]
+            else:  # tree attention: the context is exactly what this row may see
+                context = [self.history[j] for j in torch.nonzero(attend[r]).flatten().tolist()]
+            rows.append(self.model.logits_after(context))
         out = torch.stack(rows)  # (T, V)
         return out[-1:] if last_only else out
 
     def crop(self, length: int) -> None:
         del self.history[length:]
+
+    def keep(self, linear: int, slots: list) -> None:
+        self.history = self.history[:linear] + [self.history[j] for j in slots]
 
 
 def exact_joint(model: TableLM, prompt: list, n: int, probs_fn=None) -> dict:

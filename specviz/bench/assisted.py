@@ -1,0 +1,137 @@
+"""specviz's engine against transformers' own generate on the same pair, prompts and k.
+
+Measures, interleaved and repeated (medians), greedy, fixed number of new tokens:
+  ar            specviz autoregressive (events on)
+  spec          specviz chain speculative decoding, k drafts, events with top-10 slices
+  spec-bare     the same with record_topk=0 (the cheapest event stream)
+  hf            transformers generate(), plain greedy
+  hf-assisted   generate(assistant_model=draft, num_assistant_tokens=k) with a constant schedule
+                and no confidence early-stop: the same algorithm at the same k
+  hf-assisted-default   the same with transformers' default adaptive schedule
+and the event overhead: the share of spec's wall time spent outside the draft and target
+forwards (sampling, the rule, events, cache crops), read from the events themselves.
+
+Usage: python -m specviz.bench.assisted [--pair qwen-coder] [--tokens 64] [--repeats 3] [--out F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import time
+
+import torch
+
+from specviz import generate
+from specviz.models import load_pair
+
+PROMPTS = {
+    "code": ("def fibonacci(n):", False),
+    "chat": ("Explain in a short paragraph why the sky is blue.", True),
+}
+
+
+def run_specviz(pair, prompt, chat, tokens, k, method, record_topk):
+    start = time.perf_counter()
+    events = list(generate(pair, prompt, method=method, k=k, max_new_tokens=tokens, chat=chat,
+                           record_topk=record_topk))
+    seconds = time.perf_counter() - start
+    m = events[-1].metrics
+    outside = 1.0 - (m["draft_time"] + m["verify_time"]) / m["wall_time"]
+    return {"seconds": seconds, "new_tokens": m["new_tokens"], "tau": m["tau"],
+            "outside_forwards": outside, "token_ids": events[-1].token_ids}
+
+
+@torch.inference_mode()
+def run_hf(pair, prompt, chat, tokens, k, assisted, constant=True):
+    ids = torch.tensor([pair.encode(prompt, chat=chat)], device=pair.device)
+    kwargs = dict(max_new_tokens=tokens, do_sample=False, attention_mask=torch.ones_like(ids),
+                  pad_token_id=pair.tokenizer.pad_token_id or pair.eos_token_ids[0],
+                  eos_token_id=pair.eos_token_ids)
+    if assisted:
+        kwargs.update(assistant_model=pair.draft, num_assistant_tokens=k)
+        if constant:
+            kwargs.update(num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    start = time.perf_counter()
+    out = pair.target.generate(ids, **kwargs)
+    seconds = time.perf_counter() - start
+    new = out[0, ids.shape[1]:].tolist()
+    return {"seconds": seconds, "new_tokens": len(new), "token_ids": new}
+
+
+def methods(k):
+    return {
+        "ar": lambda p, s, c, n: run_specviz(p, s, c, n, k, "ar", 10),
+        "spec": lambda p, s, c, n: run_specviz(p, s, c, n, k, "spec", 10),
+        "spec-bare": lambda p, s, c, n: run_specviz(p, s, c, n, k, "spec", 0),
+        "hf": lambda p, s, c, n: run_hf(p, s, c, n, k, assisted=False),
+        "hf-assisted": lambda p, s, c, n: run_hf(p, s, c, n, k, assisted=True),
+        "hf-assisted-default": lambda p, s, c, n: run_hf(p, s, c, n, k, assisted=True, constant=False),
+    }
+
+
+def bench(pair, tokens: int, k: int, repeats: int) -> dict:
+    table = methods(k)
+    results = {cat: {name: [] for name in table} for cat in PROMPTS}
+    for cat, (prompt, chat) in PROMPTS.items():  # warm-up: first calls pay one-off costs
+        run_specviz(pair, prompt, chat, 4, k, "spec", 10)
+        run_hf(pair, prompt, chat, 4, k, assisted=True)
+    for r in range(repeats):
+        for cat, (prompt, chat) in PROMPTS.items():
+            names = list(table) if r % 2 == 0 else list(reversed(table))  # alternate the order
+            for name in names:
+                results[cat][name].append(table[name](pair, prompt, chat, tokens))
+    return summarise(results)
+
+
+def summarise(results: dict) -> dict:
+    out = {}
+    for cat, per in results.items():
+        row = {}
+        for name, runs in per.items():
+            tps = statistics.median(r["new_tokens"] / r["seconds"] for r in runs)
+            row[name] = {"tokens_per_s": tps, "new_tokens": runs[0]["new_tokens"]}
+            if "tau" in runs[0]:
+                row[name]["tau"] = runs[0]["tau"]
+                row[name]["outside_forwards"] = statistics.median(r["outside_forwards"] for r in runs)
+        ar = row["ar"]["tokens_per_s"]
+        for name in row:
+            row[name]["speedup_vs_ar"] = row[name]["tokens_per_s"] / ar
+        row["ratios"] = {
+            "spec_vs_hf_assisted": row["spec"]["tokens_per_s"] / row["hf-assisted"]["tokens_per_s"],
+            "spec_vs_hf_assisted_default": row["spec"]["tokens_per_s"] / row["hf-assisted-default"]["tokens_per_s"],
+            "spec_topk10_vs_bare": row["spec"]["tokens_per_s"] / row["spec-bare"]["tokens_per_s"],
+            "ar_vs_hf": row["ar"]["tokens_per_s"] / row["hf"]["tokens_per_s"],
+        }
+        same = per["spec"][0]["token_ids"] == per["hf-assisted"][0]["token_ids"]
+        row["same_tokens_as_hf_assisted"] = same
+        out[cat] = row
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="specviz vs transformers assisted generation")
+    parser.add_argument("--pair", default="qwen-coder")
+    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--k", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    pair = load_pair(args.pair, dtype=args.dtype)
+    report = {"pair": pair.name, "device": str(pair.device), "dtype": str(pair.dtype),
+              "threads": torch.get_num_threads(), "machine": platform.machine(),
+              "tokens": args.tokens, "k": args.k, "repeats": args.repeats,
+              "results": bench(pair, args.tokens, args.k, args.repeats)}
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""Draft trees: several candidate continuations, drafted level by level, verified in one pass.
+
+Static trees (Medusa / SpecInfer): `shape` gives the children per node at each depth, e.g.
+[3, 2, 1]. Dynamic trees (EAGLE-2, Li et al. 2024): at each depth the `width` nodes of the last
+level with the highest cumulative draft probability are expanded, `width` children each, until
+`depth` levels or the `budget` of nodes is reached.
+
+Children are the target's candidates at their parent. Under greedy decoding they are the top of
+q, and the finished tree is re-ranked by cumulative probability and cut to the `budget` best
+nodes, as EAGLE-2 does. Under sampling they are drawn from q one after another *without
+replacement*, and whether a candidate enters the tree may depend only on what was drawn before
+it, never on its own value: a re-rank that keeps a node because its own q is high would bias the
+candidates towards likely tokens and the output away from the target's distribution (the
+distribution test catches exactly that). So under sampling the budget is spent as the tree grows
+(frontier nodes in rank order, each given its children before the next) and nothing is pruned.
+Each depth costs one draft forward over the nodes it expands, with tree attention.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from specviz import sampling
+from specviz.lm import runner_for, synchronize
+from specviz.tree import ROOT, DraftTree, attention
+
+
+@dataclass
+class TreeProposal:
+    tree: DraftTree
+    dists: dict  # node (ROOT for the root) -> q at that node, the distribution its children come from
+    forwards: int
+    seconds: float
+    kind: str
+
+
+class TreeDrafter:
+    name = "draft tree"
+    # Re-rank and cut the finished tree under sampling too. LOSSY (see the module docstring);
+    # only tests/test_tree.py sets it, to show that the distribution test catches the bias.
+    rerank_sampled = False
+
+    def __init__(self, model, eos_token_ids=(), shape=(3, 2, 1), dynamic=False, budget=16,
+                 depth=6, width=4):
+        self.runner = runner_for(model)
+        self.eos = set(eos_token_ids)
+        self.shape, self.dynamic = list(shape), dynamic
+        self.budget, self.depth, self.width = budget, depth, width
+        self.slots = {}
+
+    @property
+    def kind(self) -> str:
+        if self.dynamic:
+            return f"dynamic (budget {self.budget}, depth {self.depth}, width {self.width})"
+        return "static " + ",".join(map(str, self.shape))
+
+    def start(self, prompt_ids: list) -> None:
+        self.runner.reset()
+        if len(prompt_ids) > 1:
+            self.runner.forward(prompt_ids[:-1], last_only=True)
+
+    def propose_tree(self, committed: list, max_depth: int, warp, generator) -> TreeProposal:
+        start = time.perf_counter()
+        tree, self.slots = DraftTree(), {}
+        if max_depth <= 0:
+            return TreeProposal(tree, {}, 0, 0.0, self.kind)
+        self.linear = len(committed)
+        root = self.runner.forward(committed[self.runner.length:], last_only=True)[-1]
+        dists, forwards = {ROOT: sampling.warp(root, warp)}, 1
+        levels = min(self.depth if self.dynamic else len(self.shape), max_depth)
+        frontier = [ROOT]
+        for depth in range(1, levels + 1):
+            width = self.width if self.dynamic else self.shape[depth - 1]
+            new = []
+            for node in frontier:
+                room = self._room(tree, warp, width)
+                new += [tree.add(t, node, q) for t, q in self._draw(dists[node], room, warp, generator)]
+            ranked = self._rank(tree, new)[:self.width] if self.dynamic else new
+            frontier = [n for n in ranked if tree.tokens[n] not in self.eos]
+            if depth == levels or not frontier or not self._room(tree, warp, 1):
+                break
+            dists.update(self._expand(tree, frontier, warp))
+            forwards += 1
+        if self.dynamic and (warp.greedy or self.rerank_sampled):
+            tree, dists = self._prune(tree, dists)
+        synchronize(self.runner.device)
+        return TreeProposal(tree, dists, forwards, time.perf_counter() - start, self.kind)
+
+    def _room(self, tree: DraftTree, warp, width: int) -> int:
+        """Children the next node may get: under sampling the budget is spent as the tree grows."""
+        if not self.dynamic or warp.greedy or self.rerank_sampled:
+            return width
+        return max(0, min(width, self.budget - len(tree)))
+
+    def _draw(self, q: torch.Tensor, n: int, warp, generator) -> list:
+        """n children: the top n of q under greedy, else n draws from q without replacement."""
+        if n <= 0:
+            return []
+        if warp.greedy:
+            values, ids = torch.topk(q, n)
+            return [(int(t), float(v)) for t, v in zip(ids, values) if v > 0]
+        left, out = q.clone(), []
+        for _ in range(n):
+            if float(left.sum()) <= 1e-12:
+                break
+            token = sampling.sample(left / left.sum(), sampling.Warp(1.0), generator)
+            out.append((token, float(q[token])))
+            left[token] = 0.0
+        return out
+
+    def _expand(self, tree: DraftTree, nodes: list, warp) -> dict:
+        """One draft forward over `nodes` with tree attention: q at each of them."""
+        attend, new_slots = attention(tree, self.linear, 0, self.slots, nodes)
+        self.slots.update(new_slots)
+        positions = [self.linear - 1 + tree.depth(n) for n in nodes]
+        logits = self.runner.forward([tree.tokens[n] for n in nodes], attend=attend, positions=positions)
+        return {n: sampling.warp(logits[i], warp) for i, n in enumerate(nodes)}
+
+    @staticmethod
+    def _rank(tree: DraftTree, nodes: list) -> list:
+        """Best cumulative draft probability first; a parent always ranks before its children."""
+        return sorted(nodes, key=lambda n: (-tree.cum_q[n], n))
+
+    def _prune(self, tree: DraftTree, dists: dict):
+        keep = sorted(self._rank(tree, list(range(len(tree))))[:self.budget])
+        new_id = {ROOT: ROOT}
+        pruned = DraftTree()
+        for old in keep:
+            new_id[old] = pruned.add(tree.tokens[old], new_id[tree.parents[old]], tree.q[old])
+        self.slots = {new_id[n]: s for n, s in self.slots.items() if n in new_id}
+        return pruned, {new_id[n]: d for n, d in dists.items() if n in new_id}
+
+    def observe_tree(self, path: list) -> None:
+        """Keep the committed tokens and the accepted path's cached nodes in the draft cache."""
+        fed = [self.slots[n] for n in path if n in self.slots]
+        self.runner.keep(self.linear, fed)
