@@ -27,6 +27,7 @@ from specviz import events as ev
 from specviz import metrics, sampling
 from specviz.adaptive import RULES, AdaptiveK
 from specviz.drafters import CascadeDrafter, ModelDrafter, PromptLookupDrafter, Proposal
+from specviz.drafters.lookahead import LookaheadDrafter
 from specviz.drafters.tree import TreeDrafter
 from specviz.errors import InputError
 from specviz.lm import runner_for, synchronize
@@ -35,12 +36,13 @@ from specviz.tree import attention, parse_shape
 from specviz.verifiers import TypicalVerifier, default_verifier
 from specviz.verifiers.tree import TreeVerifier
 
-METHODS = ("ar", "spec", "tree", "pld", "cascade")
+METHODS = ("ar", "spec", "tree", "pld", "lookahead", "cascade")
 METHOD_HELP = {
     "ar": "autoregressive: one target forward per token (the baseline)",
     "spec": "draft model proposes k tokens, the target verifies them in one pass",
     "tree": "draft model proposes a tree of continuations, verified in one pass with tree attention",
     "pld": "prompt lookup: copy the continuation of an earlier n-gram, no draft model",
+    "lookahead": "lookahead (greedy): Jacobi window + n-gram pool verified in one pass, no draft model",
     "cascade": "n-gram -> draft model -> target: prompt lookup speeds up the draft model",
 }
 AUTO_METHODS = ("spec", "cascade")
@@ -67,14 +69,18 @@ class RunConfig:
     tree_budget: int = 16
     tree_depth: int = 6
     tree_width: int = 4
+    lookahead_window: int = 5
+    lookahead_pool: int = 5
 
     def options(self) -> dict:
         """Method options as recorded in run_started."""
         out = {"acceptance": self.acceptance}
         if self.k == "auto":
             out.update(auto_rule=self.auto_rule, confidence=self.confidence)
-        if self.method in ("pld", "cascade"):
+        if self.method in ("pld", "cascade", "lookahead"):
             out["ngram"] = self.ngram
+        if self.method == "lookahead":
+            out.update(window=self.lookahead_window, pool=self.lookahead_pool)
         if self.method == "tree":
             out["tree"] = self.tree
             if self.tree == "dynamic":
@@ -88,7 +94,8 @@ def generate(pair, prompt: Union[str, list], *, method: str = "spec", k: Union[i
              max_new_tokens: int = 64, seed: int = 0, chat: bool = False, record_topk: int = 10,
              acceptance: str = "exact", auto_rule: str = "cost", confidence: float = 0.4,
              ngram: int = 3, tree: str = "3,2,1", tree_budget: int = 16, tree_depth: int = 6,
-             tree_width: int = 4, drafter=None, verifier=None) -> Iterator[ev.Event]:
+             tree_width: int = 4, lookahead_window: int = 5, lookahead_pool: int = 5,
+             drafter=None, verifier=None) -> Iterator[ev.Event]:
     """Stream the events of one run of `method` on `pair` (see `specviz.events` for the schema).
 
     method      one of METHODS (see METHOD_HELP)
@@ -97,7 +104,8 @@ def generate(pair, prompt: Union[str, list], *, method: str = "spec", k: Union[i
                 (theory.optimal_k from the running alpha and measured c); see specviz.adaptive
     acceptance  "exact" (lossless: greedy match or the rejection rule) or "typical" (Medusa's
                 typical acceptance; LOSSY, marked lossless=false in every event stream)
-    ngram       longest n-gram prompt lookup tries (pld, cascade)
+    ngram       longest n-gram prompt lookup tries (pld, cascade); lookahead's n-gram size N
+    lookahead_window, lookahead_pool   lookahead's Jacobi window W and pool candidates G
     tree        children per node at each depth, e.g. "3,2,1" (static), or "dynamic": grown by
                 cumulative draft probability with `tree_width` children per expanded node,
                 `tree_width` expanded nodes per depth, `tree_depth` depths, `tree_budget` nodes
@@ -108,12 +116,13 @@ def generate(pair, prompt: Union[str, list], *, method: str = "spec", k: Union[i
     """
     cfg = validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_topk, chat,
                    acceptance, auto_rule, confidence, ngram)
-    cfg = dataclasses.replace(cfg, **validate_tree(cfg, tree, tree_budget, tree_depth, tree_width))
+    cfg = dataclasses.replace(cfg, **validate_tree(cfg, tree, tree_budget, tree_depth, tree_width),
+                              **validate_lookahead(cfg, lookahead_window, lookahead_pool))
     prompt_ids = prompt_to_ids(pair, prompt, chat)
     check_context(pair, len(prompt_ids), cfg)
     policy = AdaptiveK(cfg.auto_rule, confidence=cfg.confidence) if cfg.k == "auto" else None
     drafter = drafter or make_drafter(pair, cfg, policy)
-    if verifier is None and cfg.method == "tree":
+    if verifier is None and cfg.method in TREE_METHODS:
         verifier = TreeVerifier(cfg.warp.greedy, pair.eos_token_ids)
     verifier = verifier or (TypicalVerifier() if cfg.acceptance == "typical" else default_verifier(cfg.warp))
     return _Run(pair, cfg, prompt, prompt_ids, drafter, verifier, policy).events()
@@ -126,6 +135,8 @@ def make_drafter(pair, cfg: RunConfig, policy=None):
         return PromptLookupDrafter(_vocab_size(pair), pair.device, cfg.ngram)
     if cfg.method == "cascade":
         return CascadeDrafter(pair.draft, pair.eos_token_ids, cfg.ngram)
+    if cfg.method == "lookahead":
+        return LookaheadDrafter(cfg.lookahead_window, cfg.ngram, cfg.lookahead_pool)
     if cfg.method == "tree":
         dynamic = cfg.tree == "dynamic"
         return TreeDrafter(pair.draft, pair.eos_token_ids, () if dynamic else parse_shape(cfg.tree),
@@ -134,6 +145,24 @@ def make_drafter(pair, cfg: RunConfig, policy=None):
 
 
 MAX_TREE_NODES = 64
+TREE_METHODS = ("tree", "lookahead")
+
+
+def validate_lookahead(cfg: RunConfig, window, pool) -> dict:
+    if cfg.method != "lookahead":
+        return {}
+    if not cfg.warp.greedy:
+        raise InputError("lookahead decoding is greedy-only here: set temperature to 0.")
+    if cfg.acceptance != "exact":
+        raise InputError("lookahead verifies exactly; typical acceptance is for chains.")
+    if not 2 <= cfg.ngram <= 8:
+        raise InputError(f"lookahead needs an n-gram size from 2 to 8, got {cfg.ngram}.")
+    for name, value, top in (("lookahead_window", window, 16), ("lookahead_pool", pool, 16)):
+        if not _is_int(value) or not 1 <= value <= top:
+            raise InputError(f"{name} must be a whole number from 1 to {top}, got {value!r}.")
+    if window + pool * (cfg.ngram - 1) > MAX_TREE_NODES:
+        raise InputError(f"lookahead's window plus pool candidates exceed {MAX_TREE_NODES} tokens per pass.")
+    return dict(lookahead_window=window, lookahead_pool=pool)
 
 
 def validate_tree(cfg: RunConfig, tree, budget, depth, width) -> dict:
@@ -223,7 +252,7 @@ def _vocab_size(pair) -> int:
 
 
 def check_context(pair, n_prompt: int, cfg: RunConfig) -> None:
-    lookahead = MAX_TREE_NODES if cfg.method == "tree" else (MAX_K if cfg.k == "auto" else cfg.k)
+    lookahead = MAX_TREE_NODES if cfg.method in TREE_METHODS else (MAX_K if cfg.k == "auto" else cfg.k)
     need = n_prompt + cfg.max_new_tokens + lookahead + 1
     if need > pair.context_length:
         raise InputError(f"The prompt ({n_prompt} tokens) plus max_new_tokens ({cfg.max_new_tokens}) "
@@ -284,7 +313,7 @@ class _Run:
         self.drafter.start(self.prompt_ids)
         steps = []
         while self.finish is None:
-            step = self._tree_step if self.cfg.method == "tree" else self._step
+            step = self._tree_step if self.cfg.method in TREE_METHODS else self._step
             for event in step(len(steps)):
                 yield event
             steps.append(event)
@@ -348,15 +377,17 @@ class _Run:
         self.committed.extend(emitted)
         self._finish_check(emitted)
         self.target.keep(base, [base + n for n in verdict.path])
-        self.drafter.observe_tree(verdict.path)
+        self.drafter.observe_tree(verdict.path, target_probs, tree, proposal.sources)
+        info = {"tree": proposal.kind, "path": verdict.path, "depth": tree.max_depth()}
+        if hasattr(self.drafter, "step_info"):
+            info.update(self.drafter.step_info())
         yield ev.StepFinished(
             step=step, k=room, drafted=len(tree), accepted=len(verdict.path),
             evaluated=len(verdict.decisions), emitted_ids=emitted,
             emitted_texts=[self.pair.token_text(t) for t in emitted],
             beta=[d.beta for d in verdict.decisions], draft_time=proposal.seconds,
             verify_time=verify_time, draft_forwards=proposal.forwards, target_forwards=1,
-            elapsed=time.perf_counter() - self.t0, finish_reason=self.finish,
-            info={"tree": proposal.kind, "path": verdict.path, "depth": tree.max_depth()})
+            elapsed=time.perf_counter() - self.t0, finish_reason=self.finish, info=info)
 
     def _score_tree(self, tree):
         """One target pass over the uncached tail and every node, with tree attention."""
@@ -376,6 +407,8 @@ class _Run:
                   "position": base - 1 + tree.depth(i), "token_id": tree.tokens[i],
                   "token_text": self.pair.token_text(tree.tokens[i]), "q": tree.q[i],
                   "cum_q": tree.cum_q[i]} for i in range(len(tree))]
+        for node, source in zip(nodes, proposal.sources or []):
+            node["source"] = source
         return ev.TreeBuilt(step=step, shape=proposal.kind, nodes=nodes, mask_shape=list(attend.shape),
                             draft_forwards=proposal.forwards)
 

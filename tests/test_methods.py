@@ -89,3 +89,69 @@ def test_sampling_distribution_exact(toy, method):  # noqa: F811
     assert _p_value(counts, _target_joint(toy, warp, prompt), RUNS // 2) > 1e-4
     kinds = [e.kind for events in runs for e in events]
     assert kinds.count("draft_proposed") > RUNS // 2 and kinds.count("token_rejected") > RUNS // 20
+
+
+LOOKAHEAD = [dict(), dict(lookahead_window=3, ngram=2, lookahead_pool=2), dict(lookahead_window=8, ngram=4)]
+
+
+@pytest.mark.parametrize("kw", LOOKAHEAD, ids=[ids(kw) or "default" for kw in LOOKAHEAD])
+@pytest.mark.parametrize("prompt", PROMPTS + ["x"], ids=["code", "repeats", "x"])
+def test_lookahead_greedy_equals_ar(tiny, prompt, kw):
+    expected = list(generate(tiny, prompt, method="ar", max_new_tokens=50))[-1].token_ids
+    events = list(generate(tiny, prompt, method="lookahead", max_new_tokens=50, **kw))
+    assert events[-1].token_ids == expected
+
+
+def test_lookahead_pool_learns_a_cycle():
+    """On a model whose greedy continuation is a cycle, the trajectories' diagonal n-grams are
+    right, so once the pool has them each pass accepts a whole (N - 1)-token n-gram plus one."""
+    import torch
+
+    from specviz.toy import TableLM, toy_pair
+
+    table = torch.full((5, 5), -5.0)
+    for a in range(5):
+        table[a, (a + 1) % 5] = 5.0  # 0 -> 1 -> 2 -> 3 -> 4 -> 0
+    model = TableLM(table, 2)
+    events = list(generate(toy_pair(model, model), [0], method="lookahead", lookahead_window=5,
+                           ngram=5, max_new_tokens=60))
+    assert events[-1].token_ids == [(i + 1) % 5 for i in range(60)]
+    steps = [e for e in events if e.kind == "step_finished"]
+    assert events[-1].metrics["tau"] > 3.5
+    assert steps[-2].info["lookahead"]["accepted"] == 4 and steps[-2].info["lookahead"]["accepted_from"] == "pool"
+    # the Jacobi trajectory: a step's guesses are the previous step's outputs, shifted by what was kept
+    for before, after in zip(steps, steps[1:]):
+        shift, outputs = len(before.emitted_ids), before.info["lookahead"]["window_outputs"]
+        carried = outputs[shift:shift + len(after.info["lookahead"]["window"])]
+        assert after.info["lookahead"]["window"][:len(carried)] == carried
+
+
+def test_lookahead_pool_is_used_and_shown(tiny):
+    events = list(generate(tiny, REPEATS, method="lookahead", max_new_tokens=60))
+    built = [e for e in events if e.kind == "tree_built"]
+    assert all({n["source"] for n in b.nodes} <= {"window", "pool"} for b in built)
+    assert any(n["source"] == "pool" for b in built for n in b.nodes)  # the pool offered candidates
+    steps = [e for e in events if e.kind == "step_finished"]
+    assert all(s.info["lookahead"]["accepted_from"] in ("window", "pool", "none") for s in steps)
+    assert steps[-1].info["lookahead"]["pool_keys"] > 0
+
+
+def test_lookahead_collects_diagonal_ngrams():
+    from specviz.drafters.lookahead import LookaheadDrafter
+
+    d = LookaheadDrafter(window=3, ngram=3)
+    d.start([7, 8])
+    d.levels = [{2: 1, 3: 2, 4: 3}]
+    d.window = {2: 11, 3: 12, 4: 13}
+    d._collect({2: 21, 3: 22, 4: 23, 5: 24})
+    # iteration t at s, t + 1 at s + 1, t + 2 at s + 2
+    assert d.pool == {1: [[12, 23]], 2: [[13, 24]]}
+
+
+def test_lookahead_refuses_sampling(tiny):
+    from specviz.errors import InputError
+
+    with pytest.raises(InputError, match="greedy-only"):
+        generate(tiny, "x", method="lookahead", temperature=0.7)
+    with pytest.raises(InputError, match="n-gram size from 2"):
+        generate(tiny, "x", method="lookahead", ngram=1)

@@ -35,6 +35,7 @@ class TreeProposal:
     forwards: int
     seconds: float
     kind: str
+    sources: list = None  # per node, where it came from (lookahead: "window" | "pool")
 
 
 class TreeDrafter:
@@ -133,7 +134,7 @@ class TreeDrafter:
         self.slots = {new_id[n]: s for n, s in self.slots.items() if n in new_id}
         return pruned, {new_id[n]: d for n, d in dists.items() if n in new_id}
 
-    def observe_tree(self, path: list) -> None:
+    def observe_tree(self, path: list, target_probs=None, tree=None, sources=None) -> None:
         """Keep the committed tokens and the accepted path's cached nodes in the draft cache."""
         fed = [self.slots[n] for n in path if n in self.slots]
         self.runner.keep(self.linear, fed)

@@ -80,16 +80,19 @@ class TreeVerifier:
             node = chosen
 
     def _greedy_stage(self, tree, node, children, p, q, generator, out):
+        """q is None for deterministic drafters (lookahead): each candidate then has q = 1."""
         target = int(torch.argmax(p))
         for child in children:
-            ok = tree.tokens[child] == target
-            out.decisions.append(NodeDecision(child, node, tree.tokens[child], float(p[tree.tokens[child]]),
-                                              float(q[tree.tokens[child]]), float(ok), None, ok, float(ok)))
+            x = tree.tokens[child]
+            ok = x == target
+            q_x = float(q[x]) if q is not None else 1.0
+            out.decisions.append(NodeDecision(child, node, x, float(p[x]), q_x, float(ok), None, ok, float(ok)))
             if ok:
                 return child
         kind = "residual" if children else "bonus"
+        q_t = (float(q[target]) if q is not None else 0.0) if children else 0.0
         self._finish(out, node, target, kind, sampling.one_hot(target, p), float(bool(children)),
-                     float(p[target]), float(q[target]) if children else 0.0)
+                     float(p[target]), q_t)
         return None
 
     def _sampling_stage(self, tree, node, children, p, q, generator, out):
