@@ -12,16 +12,28 @@ import sys
 from specviz.errors import SpecvizError
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage mistakes are one line on stderr too, like every other error."""
+
+    def error(self, message):
+        print(f"error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m specviz",
+    parser = _Parser(prog="python -m specviz",
                                      description="Speculative decoding you can watch.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("pairs", help="list the model pair presets")
     gen = sub.add_parser("generate", help="run one generation and print text and metrics")
     gen.add_argument("--pair", default=None, help="preset name or 'target=...,draft=...' "
                      "(default: $SPECVIZ_PAIR or qwen-coder)")
-    gen.add_argument("--method", default="spec", help="ar | spec")
-    gen.add_argument("--k", type=int, default=4, help="draft length per step")
+    gen.add_argument("--method", default="spec", help="ar | spec | tree | pld | lookahead | cascade")
+    gen.add_argument("--k", type=_k, default=4, help="draft length per step, or 'auto'")
+    gen.add_argument("--auto-rule", default="cost", help="with --k auto: cost | heuristic | confidence")
+    gen.add_argument("--acceptance", default="exact", help="exact | typical (LOSSY)")
+    gen.add_argument("--ngram", type=int, default=3, help="n-gram size (pld, cascade, lookahead)")
+    gen.add_argument("--tree", default="3,2,1", help="tree shape like 3,2,1, or dynamic")
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
@@ -34,6 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16")
     gen.add_argument("--jsonl", action="store_true", help="print one event per line instead")
     return parser
+
+
+def _k(text: str):
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"k must be a whole number or 'auto', got {text!r}") from None
 
 
 def cmd_pairs(args) -> int:
@@ -55,7 +76,9 @@ def cmd_generate(args) -> int:
     stream = engine.generate(pair, args.prompt, method=args.method, k=args.k,
                              temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                              max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
-                             record_topk=args.record_topk if args.jsonl else 0)
+                             record_topk=args.record_topk if args.jsonl else 0,
+                             auto_rule=args.auto_rule, acceptance=args.acceptance, ngram=args.ngram,
+                             tree=args.tree)
     ids, shown = [], ""
     for event in stream:
         if args.jsonl:

@@ -48,9 +48,24 @@ def test_generate_jsonl_is_only_events():
     (["--prompt", "x", "--k", "0"], "error: k (draft length)"),
     (["--prompt", "x", "--top-p", "2"], "error: top_p"),
     (["--prompt", "x", "--pair", "gpt5"], "error: Unknown pair 'gpt5'"),
+    (["--prompt", "x", "--k", "2.5"], "error: argument --k: k must be a whole number or 'auto'"),
+    (["--prompt", "x", "--method", "lookahead", "--temperature", "1"], "error: lookahead decoding is greedy-only"),
+    (["--max-new-tokens", "5"], "error: the following arguments are required: --prompt"),
 ])
 def test_errors_are_one_line(args, message):
     out = cli("generate", *args)
     assert out.returncode == 2
     assert out.stderr.startswith(message) and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
     assert out.stdout == ""
+
+
+def test_methods_from_the_command_line(tiny):
+    from specviz import generate
+
+    out = cli("generate", "--pair", "tiny", "--prompt", "def f(x):", "--max-new-tokens", "12",
+              "--method", "tree", "--tree", "dynamic")
+    assert out.returncode == 0, out.stderr
+    expected = list(generate(tiny, "def f(x):", method="ar", max_new_tokens=12))[-1].text
+    assert out.stdout.startswith(expected)
+    lossy = cli("generate", "--pair", "tiny", "--prompt", "x", "--max-new-tokens", "5", "--acceptance", "typical")
+    assert "LOSSY" in lossy.stdout
