@@ -53,3 +53,16 @@ def test_greedy_spec_equals_ar(qwen, ar, chat, k):
     assert events[-1].token_ids == ar[chat].token_ids
     m = events[-1].metrics
     assert m["tau"] > 1.0 and m["target_forwards"] < N  # the drafter really saved target passes
+
+
+METHODS = [dict(method="tree", tree="3,2,1"), dict(method="tree", tree="dynamic"), dict(method="pld"),
+           dict(method="lookahead"), dict(method="cascade"), dict(method="spec", k="auto"),
+           dict(method="spec", k="auto", auto_rule="heuristic")]
+
+
+@pytest.mark.parametrize("kw", METHODS, ids=[",".join(f"{k}={v}" for k, v in kw.items()) for kw in METHODS])
+@pytest.mark.parametrize("chat", [False, True], ids=["code", "chat"])
+def test_every_method_greedy_equals_ar(qwen, ar, chat, kw):
+    n = 16  # a shorter run per method keeps this file within CI's budget
+    events = list(generate(qwen, CHAT if chat else CODE, max_new_tokens=n, chat=chat, **kw))
+    assert events[-1].token_ids == ar[chat].token_ids[:n]
