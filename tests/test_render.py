@@ -2,6 +2,7 @@
 hand-built hostile events. No model runs here: renderers are pure functions of events."""
 
 import html
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -77,16 +78,16 @@ def test_a_step_in_flight_shows_draft_proposals(sampled):
 
 
 def test_unknown_event_kinds_are_kept_aside_not_rendered(sampled):
-    future = [{"kind": "tree_built", "step": 0, "nodes": [{"id": 0, "parent": None, "depth": 0, "token": "a", "q": 0.5}]},
-              {"kind": "something_new", "value": 1}]
+    future = [{"kind": "lookahead_window", "step": 0, "window": [[1, 2], [3, 4]]}, {"kind": "something_new", "value": 1}]
     run = steps.build(sampled[:5] + future + sampled[5:])
-    assert run.steps[0].extras[0]["kind"] == "tree_built" and run.extras[0]["kind"] == "something_new"
+    assert run.steps[0].extras[0]["kind"] == "lookahead_window" and run.extras[0]["kind"] == "something_new"
     assert chips.run_text(run).html == chips.run_text(steps.build(sampled)).html
 
 
 # -- chips --------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["tiny_spec_t1.jsonl", "tiny_spec_greedy.jsonl", "tiny_ar.jsonl"])
+@pytest.mark.parametrize("name", ["tiny_spec_t1.jsonl", "tiny_spec_greedy.jsonl", "tiny_ar.jsonl",
+                                  "tiny_typical_t1.jsonl", "tiny_pld.jsonl", "tiny_cascade_auto.jsonl"])
 def test_chip_counts_per_status_equal_the_events(name):
     events = load(name)
     counts, shown = kinds(events), chip_statuses(chips.run_text(steps.build(events)).html)
@@ -331,15 +332,199 @@ def test_rendered_objects_work_in_notebooks(sampled):
     assert out._repr_html_().startswith("<style>") and out.html in out._repr_html_()
 
 
-def test_tree_hook_draws_nodes_under_their_parents_with_decisions():
+def test_tree_html_draws_raw_nodes_with_their_decisions():
     nodes = [{"id": 0, "parent": -1, "depth": 1, "token_text": "a", "q": 0.6},
              {"id": 1, "parent": 0, "depth": 2, "token_text": EVIL, "q": 0.3},
-             {"id": 2, "parent": -1, "depth": 1, "token_text": "b", "q": 0.2}]
+             {"id": 2, "parent": None, "depth": 1, "token": "b", "q": 0.2}]
     step = steps.build([{"kind": "tree_built", "step": 0, "nodes": nodes},
                         {"kind": "token_accepted", "step": 0, "index": 0, "position": 3, "token_id": 1,
                          "token_text": "a", "p": 0.5, "q": 0.6, "ratio": 5 / 6, "accept_prob": 5 / 6, "u": 0.1,
                          "rule": "rejection", "node": 0}]).steps[0]
     out = tree.tree_html(tree.tree_nodes(step), step.node_status).html
-    assert out.count("<ul>") == 2 and out.index('data-node="1"') < out.index('data-node="2"')
-    assert 'sv-accepted" data-node="0"' in out and 'sv-draft" data-node="2"' in out
+    assert out.count('data-node="') == 3
+    assert re.search(r'data-node="0" data-status="accepted" data-path="1"', out)
+    assert 'data-node="2" data-status="draft"' in out
     assert_inert(out)
+    assert "No draft tree in this step" in tree.tree_html([]).html
+
+
+# -- tree methods -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tree_run():
+    return load("tiny_tree_t1.jsonl")
+
+
+def by_step(events, kind) -> dict:
+    return {e["step"]: e for e in events if e["kind"] == kind}
+
+
+def test_tree_golden_trace_has_sibling_rejections_residuals_and_bonus(tree_run):
+    counts = kinds(tree_run)
+    assert counts["tree_built"] and counts["residual_sampled"] and counts["bonus_sampled"] and not counts["draft_proposed"]
+    decisions = [e for e in tree_run if e["kind"] in ("token_accepted", "token_rejected")]
+    assert any(a["kind"] == "token_rejected" and b["step"] == a["step"] and b["index"] == a["index"]
+               for a, b in zip(decisions, decisions[1:])), "no sibling judged after a rejection: regenerate"
+
+
+def test_tree_view_draws_every_node_the_path_and_the_closing_token(tree_run):
+    run = steps.build(tree_run)
+    built, finished = by_step(tree_run, "tree_built"), by_step(tree_run, "step_finished")
+    for step in run.steps:
+        out = tree.tree_view(step, run.greedy, len(run.steps)).html
+        nodes = built[step.step]["nodes"]
+        assert out.count('data-node="') == len(nodes) == int(re.search(r'data-nodes="(\d+)"', out).group(1))
+        on_path = [int(n) for n in re.findall(r'data-node="(\d+)" data-status="accepted" data-path="1"', out)]
+        assert on_path == finished[step.step]["info"]["path"]
+        assert len(re.findall(r'<path class="sv-edge"[^>]*data-path="1"', out)) == len(on_path)
+        rejected = {e["node"] for e in tree_run if e["kind"] == "token_rejected" and e["step"] == step.step}
+        assert {int(n) for n in re.findall(r'data-node="(\d+)" data-status="rejected"', out)} == rejected
+        judged = finished[step.step]["evaluated"]
+        assert len(re.findall(r'data-status="wasted"', out)) == len(nodes) - judged
+        closing = next(e for e in tree_run if e["kind"] in ("residual_sampled", "bonus_sampled") and e["step"] == step.step)
+        assert f'data-next="{closing["kind"].split("_")[0]}"' in out
+        parent = "root" if closing["node"] == -1 else str(closing["node"])
+        assert f'data-from="{parent}" data-to="next"' in out
+        assert closing["node"] == (on_path[-1] if on_path else -1)
+
+
+def ancestors_or_self(nodes: list, i: int) -> set:
+    parent = {n["id"]: n["parent"] for n in nodes}
+    out = {i}
+    while parent[i] != -1:
+        i = parent[i]
+        out.add(i)
+    return out
+
+
+def test_mask_heatmap_cells_equal_the_ancestor_relation(tree_run):
+    run = steps.build(tree_run)
+    built = by_step(tree_run, "tree_built")
+    for step in run.steps:
+        nodes = built[step.step]["nodes"]
+        heat = tree.mask_figure(step).data[0]
+        assert len(heat.z) == len(nodes) == len(heat.x) == len(heat.y)
+        for i, row in enumerate(heat.z):
+            assert {j for j, cell in enumerate(row) if cell} == ancestors_or_self(nodes, nodes[i]["id"])
+        assert all("<" not in str(label) for label in heat.x)
+    assert "No tree attention mask" in tree.mask_figure(steps.build(load("tiny_ar.jsonl")).steps[0]).layout.annotations[0].text
+
+
+def test_tree_steps_render_in_the_step_view(tree_run):
+    run = steps.build(tree_run)
+    counts, shown = kinds(tree_run), chip_statuses(chips.run_text(run).html)
+    assert shown["accepted"] == counts["token_accepted"] and shown["rejected"] == counts["token_rejected"]
+    assert shown["residual"] == counts["residual_sampled"] and shown["bonus"] == counts["bonus_sampled"]
+    assert shown["wasted"] == 0 and shown["draft"] == 0  # never-judged nodes live in the tree view only
+    assert "".join(chip_texts(chips.run_text(run).html, steps.COMMITTED)) == tree_run[-1]["text"]
+    finished = by_step(tree_run, "step_finished")
+    for step in run.steps:
+        assert [t.node for t in step.drafted if t.status == "accepted"] == finished[step.step]["info"]["path"]
+        assert [t.text for t in step.emitted] == finished[step.step]["emitted_texts"]
+        words = panel.step_panel(run, step.step).html
+        assert "draft builds a tree" in words and f"{len(step.nodes)} nodes" in words
+        for index in step.indices():
+            fig = inspector.inspector_figure(run, step.step, index)
+            assert fig.data and "p (target)" in {t.name for t in fig.data}
+    sibling = next(t for s in run.steps for t in s.drafted if t.after_rejection)
+    tip = chips.tooltip(sibling)
+    assert f"tree node {sibling.node}, depth {sibling.index + 1}" in tip and "earlier sibling's rejection" in tip
+
+
+def test_a_tree_step_in_flight_shows_its_nodes_as_proposals(tree_run):
+    first = next(i for i, e in enumerate(tree_run) if e["kind"] in ("token_accepted", "token_rejected"))
+    run = steps.build(tree_run[:first])
+    step = run.steps[0]
+    out = tree.tree_view(step).html
+    assert out.count('data-status="draft"') == len(step.nodes) > 0 and "data-next" not in out
+    assert "draft builds a tree" in panel.step_panel(run, 0).html and tree.mask_figure(step).data
+    assert chip_statuses(chips.run_text(run).html) == Counter()
+
+
+def test_tree_run_charts_follow_the_engine_metrics(tree_run):
+    m = tree_run[-1]["metrics"]
+    fig = charts.position_figure(tree_run)
+    assert list(fig.data[0].y) == pytest.approx(m["position_acceptance"]) and "depth" in fig.layout.title.text
+    assert charts.summarize(tree_run, 1.0)["k"] is None  # theory's chain formula has no k for a tree
+    assert len(charts.tau_histogram(tree_run).data) == 1  # no iid chain prediction for a tree
+    assert "never judged" in charts.alpha_explainer(tree_run)
+
+
+def test_markup_in_tree_tokens_is_escaped(tree_run):
+    evil = []
+    for event in tree_run:
+        event = json.loads(json.dumps(event))
+        if "token_text" in event:
+            event["token_text"] = EVIL
+        for node in event.get("nodes") or []:
+            node["token_text"] = SCRIPT
+        evil.append(event)
+    run = steps.build(evil)
+    for step in run.steps:
+        assert_inert(tree.tree_view(step, run.greedy).html)
+        assert_inert(panel.step_panel(run, step.step).html)
+        heat = tree.mask_figure(step)
+        assert all("<" not in str(v) for v in list(heat.data[0].x) + [c for row in heat.data[0].customdata for c in row])
+
+
+# -- lossy runs, prompt lookup, auto k, cascade -------------------------------------------------
+
+def test_a_lossy_run_says_so_everywhere():
+    typical, lossless = load("tiny_typical_t1.jsonl"), load("tiny_spec_t1.jsonl")
+    assert typical[0]["lossless"] is False and typical[-1]["metrics"]["lossless"] is False
+    ar_record = charts.summarize(load("tiny_ar.jsonl"), 1.0, label="ar")
+
+    def views(events) -> list:
+        run = steps.build(events)
+        record = charts.summarize(events, 0.5, label="race: spec", baseline=ar_record)
+        return [panel.stats(run, events[-1]["metrics"]).html, chips.run_text(run).html,
+                panel.step_panel(run, 0).html, lane_html(events, 0.5, "Speculative", done=True).html,
+                verdict(ar_record, record).html, charts.speedup_figure([ar_record, record]).to_json(),
+                charts.alpha_explainer(events)]
+
+    for where, shown in zip(("stats", "chips", "panel", "lane", "verdict", "chart", "alpha"), views(typical)):
+        assert "LOSSY" in shown, where
+    for shown in views(lossless):
+        assert "LOSSY" not in shown
+    run = steps.build(typical)
+    refused = next(t for t in run.tokens() if t.status == "rejected")
+    assert "typical acceptance (LOSSY)" in chips.tooltip(refused) and "greedy" not in chips.tooltip(refused)
+    measured = next(t for t in charts.speedup_figure([ar_record, charts.summarize(typical, 0.5, baseline=ar_record)]).data
+                    if t.name == "measured (race)")
+    assert "LOSSY" in measured.text[0] and "LOSSY" in measured.customdata[0]
+
+
+def test_prompt_lookup_copies_name_the_span_they_came_from():
+    events = load("tiny_pld.jsonl")
+    run = steps.build(events)
+    texts = events[0]["prompt_texts"] + [t for e in events if e["kind"] == "step_finished" for t in e["emitted_texts"]]
+    drafts = [e for e in events if e["kind"] == "draft_proposed"]
+    assert drafts
+    for event in drafts:
+        token = next(t for t in run.steps[event["step"]].drafted if t.index == event["index"])
+        source = event["source"]
+        tip = chips.tooltip(token)
+        assert f"copied from position {source['copied_from']} ('{texts[source['copied_from']].replace(' ', '·')}')" in tip
+        start, end = source["match"]
+        assert f"{end - start}-gram '{''.join(texts[start:end]).replace(' ', '·')}'" in tip
+        assert texts[source["copied_from"]] == event["token_text"]  # a copy is the token that followed the match
+    step = run.steps[drafts[0]["step"]]
+    assert f"copy of @{drafts[0]['source']['copied_from']}" in panel.step_panel(run, step.step).html
+
+
+def test_auto_k_says_why_and_cascade_counts_its_ngram_guesses():
+    events = load("tiny_cascade_auto.jsonl")
+    run = steps.build(events)
+    finished = by_step(events, "step_finished")
+    for step in run.steps:
+        info = finished[step.step]["info"]
+        words = html.unescape(panel.step_panel(run, step.step).html)
+        assert f"k = {info['k_chosen']} chosen by the {info['k_rule']} rule" in words and info["why"] in words
+        c = info["counters"]
+        assert f"n-gram guesses kept by the draft model {c['ngram_accepted']}/{c['ngram_proposed']}" in words
+    m = events[-1]["metrics"]
+    stats = panel.stats(run, m).html
+    assert f"<b>{m['counters']['ngram_accepted']}/{m['counters']['ngram_proposed']}</b>" in stats
+    assert "k auto (heuristic)" in stats
+    record = charts.summarize(events, 1.0)
+    assert record["k"] == pytest.approx(sum(m["k_chosen"]) / len(m["k_chosen"])) and record["k_setting"] == "auto"

@@ -12,7 +12,8 @@ transformers, no engine internals: every number shown is read from the events.
     inspector.inspector_figure(run, n, i) -> p, q, min(p, q) and the residual at one position
     charts.speedup_figure(history), charts.tau_histogram(events), charts.position_figure(events)
     race.Lane, race.race, race.lane_html, race.verdict -> the fair race
-    tree.tree_html(nodes)               -> hook for tree drafting methods
+    tree.tree_view(step), tree.mask_figure(step) -> a tree step's draft tree (SVG) and attention mask
+    tree.tree_html(nodes, status)       -> the tree from raw tree_built nodes
 """
 
 from specviz.render import charts, chips, inspector, panel, race, steps, tree

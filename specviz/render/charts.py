@@ -32,7 +32,15 @@ def summarize(events, compute_s: Optional[float] = None, label: str = "", baseli
     m = st.run_metrics(events)
     seconds = compute_s if compute_s is not None else m.get("wall_time") or 0.0
     started = run.started or {}
-    record = {"label": label, "pair": started.get("pair"), "method": m.get("method"), "k": m.get("k"),
+    k = m.get("k")
+    chosen = m.get("k_chosen") or []
+    if m.get("method") == "tree":  # a tree has no draft length k: theory's chain formula does not apply
+        k = None
+    elif k == "auto":
+        k = sum(chosen) / len(chosen) if chosen else None
+    record = {"label": label, "pair": started.get("pair"), "method": m.get("method"), "k": k,
+              "k_setting": m.get("k"), "lossless": bool(m.get("lossless", run.lossless)),
+              "rule": started.get("rule"),
               "temperature": started.get("temperature"), "chat": started.get("chat"),
               "prompt": started.get("prompt") or "", "tokens": m.get("new_tokens", 0),
               "seconds": seconds, "tokens_per_s": m.get("new_tokens", 0) / seconds if seconds else None,
@@ -56,7 +64,7 @@ def speedup_figure(history: list) -> go.Figure:
     if c is None:
         return _note(fig, "Run speculative decoding (Run or Race) to measure c and draw the theory.")
     alphas = [i / 100 for i in range(0, 100)]
-    for k in sorted(set(K_CURVES) | {r["k"] for r in history if isinstance(r.get("k"), int) and r["k"] > 0}):
+    for k in sorted(set(K_CURVES) | {r["k"] for r in history if _int_k(r.get("k")) and r["k"] > 0}):
         fig.add_scatter(x=alphas, y=[theory.speedup(a, k, c) for a in alphas], mode="lines",
                         name=f"theory k = {k}", line=dict(color=K_COLORS.get(k, "#475569"), width=3))
     fig.add_hline(y=1.0, line=dict(color="#0f172a", dash="dot"), annotation_text="break-even (1×)",
@@ -69,9 +77,17 @@ def speedup_figure(history: list) -> go.Figure:
     return fig
 
 
+def _int_k(k) -> bool:
+    return isinstance(k, int) and not isinstance(k, bool)
+
+
+def _lossy(record: dict) -> bool:
+    return record.get("lossless") is False
+
+
 def _add_runs(fig: go.Figure, runs: list) -> None:
     measured = [r for r in runs if r.get("speedup") is not None]
-    predicted = [r for r in runs if r.get("c") and isinstance(r.get("k"), int) and r["k"] > 0]
+    predicted = [r for r in runs if r.get("c") and isinstance(r.get("k"), (int, float)) and r["k"] > 0]
     if predicted:
         fig.add_scatter(x=[r["alpha"] for r in predicted],
                         y=[theory.speedup(r["alpha"], r["k"], r["c"]) for r in predicted],
@@ -81,15 +97,23 @@ def _add_runs(fig: go.Figure, runs: list) -> None:
     if measured:
         fig.add_scatter(x=[r["alpha"] for r in measured], y=[r["speedup"] for r in measured],
                         mode="markers+text", name="measured (race)", textposition="top center",
-                        marker=dict(size=16, symbol="diamond", color="#f59e0b", line=dict(width=2, color="#0f172a")),
-                        text=[f"{r['speedup']:.2f}×" for r in measured],
+                        marker=dict(size=16, symbol=["x" if _lossy(r) else "diamond" for r in measured],
+                                    color=["#dc2626" if _lossy(r) else "#f59e0b" for r in measured],
+                                    line=dict(width=2, color="#0f172a")),
+                        text=[f"{r['speedup']:.2f}× {r.get('method') or ''}" + (" LOSSY" if _lossy(r) else "")
+                              for r in measured],
                         customdata=[_hover(r) for r in measured], hovertemplate="%{customdata}<extra></extra>")
 
 
 def _hover(record: dict) -> str:
-    setting = f"k={record['k']}, T={record['temperature']}, {'chat' if record['chat'] else 'plain'}"
+    k = record.get("k_setting", record.get("k"))
+    if k == "auto" and isinstance(record.get("k"), (int, float)):
+        k = f"auto (mean {record['k']:.1f})"
+    setting = (f"{record.get('method') or ''} k={k}, T={record['temperature']}, "
+               f"{'chat' if record['chat'] else 'plain'}")
+    lossy = " · LOSSY (typical acceptance)" if _lossy(record) else ""
     return text(f"{record.get('label') or record['prompt'][:40]} ({setting}): α {num(record['alpha'], 2)}, "
-                f"c {num(record['c'], 2)}, τ {num(record['tau'], 2)}")
+                f"c {num(record['c'], 2)}, τ {num(record['tau'], 2)}{lossy}")
 
 
 def tau_histogram(events) -> go.Figure:
@@ -101,11 +125,13 @@ def tau_histogram(events) -> go.Figure:
         return _note(fig, "No finished step yet.")
     m = st.run_metrics(events)
     a, k = m.get("alpha_empirical"), m.get("k")
-    top = max(counts + [k + 1 if isinstance(k, int) else 1])
+    if run.method == "tree" or not _int_k(k):  # the iid chain model needs one fixed draft length
+        k = None
+    top = max(counts + [k + 1 if k is not None else 1])
     xs = list(range(1, top + 1))
     fig.add_bar(x=xs, y=[counts.count(n) for n in xs], name="steps (measured)", marker_color="#2563eb",
                 hovertemplate="%{y} step(s) emitted %{x} token(s)<extra></extra>")
-    if a is not None and isinstance(k, int) and k > 0 and top == k + 1:
+    if a is not None and k is not None and k > 0 and top == k + 1:
         expected = [len(counts) * (a ** (n - 1) * (1 - a) if n <= k else a ** k) for n in xs]
         fig.add_scatter(x=xs, y=expected, mode="markers+lines", name=f"iid model at α = {a:.2f}",
                         line=dict(color="#f59e0b", dash="dash"), marker=dict(size=10))
@@ -117,28 +143,45 @@ def tau_histogram(events) -> go.Figure:
 
 def position_figure(events) -> go.Figure:
     """Acceptance at each draft index i: accepted at i / judged at i (a draft is judged only if
-    every earlier draft of its step was accepted)."""
+    every earlier draft of its step was accepted). For trees, per depth: steps whose walk
+    accepted a node at depth i / steps whose walk reached depth i (as specviz.metrics counts)."""
     run = st.build(events)
     judged, accepted = [], []
+
+    def count(i: int, ok: bool) -> None:
+        while len(judged) <= i:
+            judged.append(0)
+            accepted.append(0)
+        judged[i] += 1
+        accepted[i] += ok
+
     for step in run.steps:
+        if step.is_tree:
+            levels = max((n.depth for n in step.nodes), default=0)
+            path = len(step.path)
+            for i in range(min(path + 1, levels)):
+                count(i, i < path)
+            continue
         for token in step.drafted:
             if token.status in ("accepted", "rejected"):
-                while len(judged) <= token.index:
-                    judged.append(0)
-                    accepted.append(0)
-                judged[token.index] += 1
-                accepted[token.index] += token.status == "accepted"
+                count(token.index, token.status == "accepted")
     fig = go.Figure()
     if not judged:
         return _note(fig, "No drafts judged yet (autoregressive runs draft nothing).")
+    tree = run.method == "tree"
     rates = [acc / n if n else None for acc, n in zip(accepted, judged)]
-    fig.add_bar(x=[f"#{i}" for i in range(len(judged))], y=rates, marker_color="#16a34a", name="accepted / judged",
+    fig.add_bar(x=[f"depth {i + 1}" if tree else f"#{i}" for i in range(len(judged))], y=rates,
+                marker_color="#16a34a", name="accepted / reached" if tree else "accepted / judged",
                 text=[f"{acc}/{n}" for acc, n in zip(accepted, judged)], textposition="outside")
     alpha = st.run_metrics(events).get("alpha_empirical")
     if alpha is not None:
         fig.add_hline(y=alpha, line=dict(color="#0f172a", dash="dot"), annotation_text=f"α = {alpha:.2f}")
-    fig.update_layout(title="Acceptance by draft position", xaxis_title="draft index in the step",
-                      yaxis_title="accepted / judged", yaxis_range=[0, 1.15], **LAYOUT)
+    if tree:
+        fig.update_layout(title="Acceptance by tree depth", xaxis_title="depth in the draft tree",
+                          yaxis_title="steps accepting a node / reaching the depth", yaxis_range=[0, 1.15], **LAYOUT)
+    else:
+        fig.update_layout(title="Acceptance by draft position", xaxis_title="draft index in the step",
+                          yaxis_title="accepted / judged", yaxis_range=[0, 1.15], **LAYOUT)
     return fig
 
 
@@ -149,16 +192,25 @@ def alpha_explainer(events) -> str:
         return "Run speculative decoding to compare α with accepted/drafted."
     a, k = m["alpha_empirical"], m["k"]
     wasted = m["drafted"] - m["evaluated"]
+    if m.get("method") == "tree":
+        return (f"**α = accepted / judged = {m['accepted']}/{m['evaluated']} = {a:.2f}**, but "
+                f"**accepted / drafted = {m['accepted']}/{m['drafted']} = {m['accepted_per_drafted']:.2f}**.\n\n"
+                f"A tree drafts many alternatives and keeps at most one path: the {wasted} nodes the walk never "
+                "judged (grey in the tree) count as drafted. α counts every judged node, rejected siblings "
+                "included; τ (tokens per target forward) is what a tree buys.")
     lines = [f"**α = accepted / judged = {m['accepted']}/{m['evaluated']} = {a:.2f}**, but "
              f"**accepted / drafted = {m['accepted']}/{m['drafted']} = {m['accepted_per_drafted']:.2f}**.",
              f"The difference is the {wasted} grey *wasted* drafts: after the first rejection in a step, "
              "the later drafts are thrown away without being judged, so they count as drafted but were "
              "never given a chance. α is the acceptance probability of a token the rule actually looked at."]
-    if isinstance(k, int) and k > 0 and a is not None and 0 < a:
+    if _int_k(k) and k > 0 and a is not None and 0 < a:
         lines.append(f"For independent acceptance at α = {a:.2f} and k = {k}, theory predicts "
                      f"accepted/drafted = α(1 − α^k) / (k(1 − α)) = {theory.accepted_per_drafted(a, k):.2f}. "
                      f"The exact mean of β over judged positions (the engine's α analytic) is "
                      f"{num(m.get('alpha_analytic'), 2)}.")
+    if m.get("lossless") is False:
+        lines.append("**LOSSY run (typical acceptance):** drafts were kept when the target found them typical "
+                     "enough, so α here is not the acceptance rate of exact speculative decoding.")
     return "\n\n".join(lines)
 
 

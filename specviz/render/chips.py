@@ -26,8 +26,9 @@ LEGEND = (
 
 def chip(token: st.TokenView, greedy: bool = False, detail: Optional[str] = None) -> str:
     """One token as a chip; `detail` is an optional small line under it (e.g. 'q .41')."""
+    node = f' data-tree-node="{token.node}"' if token.node is not None else ""
     html = (f'<span class="sv-chip sv-{token.status}" tabindex="0" data-step="{token.step}" '
-            f'data-index="{token.index}" data-status="{token.status}" data-text="{attr(token.text)}" '
+            f'data-index="{token.index}"{node} data-status="{token.status}" data-text="{attr(token.text)}" '
             f'data-tip="{attr(tooltip(token, greedy))}">{text(visible(token.text))}</span>')
     if detail is None:
         return html
@@ -36,19 +37,34 @@ def chip(token: st.TokenView, greedy: bool = False, detail: Optional[str] = None
 
 def tooltip(token: st.TokenView, greedy: bool = False) -> str:
     """The plain-text story of one token: identity, p, q, p/q, u and the decision."""
+    where = (f"tree node {token.node}, depth {token.index + 1}" if token.node is not None
+             and token.status in ("accepted", "rejected", "wasted", "draft") else f"draft #{token.index}")
     lines = [f"{quoted(token.text)}  id {token.token_id} · position {token.position} · "
-             f"step {token.step + 1}, draft #{token.index}"]
+             f"step {token.step + 1}, {where}"]
     if token.status in ("draft", "accepted", "rejected", "wasted"):
         lines.append(f"p = {num(token.p)}   q = {num(token.q)}   p/q = {num(token.ratio)}")
+    if token.after_rejection and token.u is not None:
+        lines.append("p and q here are after an earlier sibling's rejection: p ← norm(max(p − q, 0)), "
+                     "q without the rejected token")
     lines.append(decision(token, greedy))
+    if token.source_note:
+        lines.append(f"source: {token.source_note}")
     if token.beta is not None:
         lines.append(f"β = Σ min(p, q) here = {num(token.beta)}")
     return "\n".join(lines)
 
 
+def _typical(token: st.TokenView) -> bool:
+    return str(token.rule or "").startswith("typical")
+
+
 def decision(token: st.TokenView, greedy: bool = False) -> str:
     """One line saying what happened to the token and by which numbers."""
     status = token.status
+    if _typical(token) and status in ("accepted", "rejected"):
+        verb = "above" if status == "accepted" else "below"
+        return (f"{status} by typical acceptance (LOSSY): p(x) = {num(token.p)} is {verb} the threshold "
+                "min(ε, δ·exp(−H(p)))")
     if status == "accepted":
         if greedy or token.u is None:
             return "accepted: it is the target's top token (greedy)"
@@ -62,6 +78,8 @@ def decision(token: st.TokenView, greedy: bool = False) -> str:
     if status == "draft":
         return f"draft proposal: q = {num(token.q)}, waiting for the target"
     if status == "residual":
+        if _typical(token):
+            return f"drawn from p at the refused position (typical acceptance keeps no residual; p = {num(token.p)})"
         if greedy:
             return f"resample: the target's top token replaces the rejected draft (p = {num(token.p)})"
         return (f"residual resample: r(x) = {num(token.residual_prob)} from norm(max(p − q, 0)); "
@@ -94,11 +112,20 @@ def _step_chips(step: st.StepView, greedy: bool) -> str:
     return "".join(out)
 
 
+def lossy_banner(run: st.RunView) -> str:
+    """A warning line for a run made with a lossy rule (typical acceptance); '' for lossless runs."""
+    if not run.started or run.lossless:
+        return ""
+    return (f'<div class="sv-lossy" data-lossy="1">LOSSY run · rule {text(run.rule)}: a draft is kept when the '
+            "target finds it typical enough, not by the exact rule, so this output does not follow the target's "
+            "distribution. Choose acceptance = exact for lossless decoding.</div>")
+
+
 def run_text(run: st.RunView, upto: Optional[int] = None, selected: Optional[int] = None,
              show_prompt: bool = True) -> Rendered:
     """The run's text as chips, step after step up to step `upto` (all when None), with step
     `selected` highlighted. The prompt is shown first, in grey."""
-    parts = []
+    parts = [lossy_banner(run)]
     if show_prompt and run.started:
         parts.append(f'<span class="sv-prompt">{text(run.started.get("prompt", ""))}</span>')
     last = len(run.steps) - 1 if upto is None else min(upto, len(run.steps) - 1)

@@ -67,6 +67,8 @@ def _left_title(step, index, drafted) -> str:
 
 
 def _right_title(closing, drafted) -> str:
+    if closing is not None and closing.status == "residual" and str(closing.rule or "").startswith("typical"):
+        return "p at the refused position (typical acceptance draws from p: no residual)"
     if closing is not None and closing.status == "residual":
         return f"residual norm(max(p − q, 0)) · 1 − β = {num(closing.residual_mass)}"
     if drafted is not None and drafted.status == "accepted":

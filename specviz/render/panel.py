@@ -23,22 +23,51 @@ def step_panel(run: st.RunView, number: Optional[int] = None) -> Rendered:
         what = "the prompt alone; press Next or Play" if run.steps else "press Run"
         return Rendered(f'<div class="sv-panel sv-muted">Before the first step: {what}.</div>')
     rows = []
-    if step.drafted:
+    if step.is_tree and step.nodes:
+        rows += _tree_rows(step, run.greedy)
+    elif step.drafted:
         drafts = [st.TokenView(**{**t.__dict__, "status": "draft"}) for t in step.drafted]
-        rows.append(_row("1 · draft proposes, q", [chip(t, run.greedy, f"q {num(t.q, 2)}") for t in drafts]))
+        rows.append(_row("1 · draft proposes, q", [chip(t, run.greedy, _draft_detail(t)) for t in drafts]))
         verdicts = [chip(t, run.greedy, _verify_detail(t, run.greedy)) for t in step.drafted]
         if step.next is not None:
             verdicts.append(chip(step.next, run.greedy, _next_detail(step.next)))
         rows.append(_row("2 · target verifies in 1 pass", verdicts))
     emitted = [chip(t, run.greedy) for t in step.emitted]
-    rows.append(_row(("3 · " if step.drafted else "") + "emitted", emitted))
+    rows.append(_row(("3 · " if step.drafted or step.nodes else "") + "emitted", emitted))
     title = f"Step {step.step + 1} of {len(run.steps)}"
-    return Rendered(f'<div class="sv-panel" data-step="{step.step}"><b>{title}</b>{"".join(rows)}'
-                    f'<p class="sv-explain">{text(sentence(step, run.greedy))}</p></div>')
+    lossy = ' <span class="sv-warn">· LOSSY (typical acceptance)</span>' if not run.lossless else ""
+    notes = "".join(f'<p class="sv-note">{text(line)}</p>' for line in step_notes(step))
+    return Rendered(f'<div class="sv-panel" data-step="{step.step}"><b>{title}</b>{lossy}{"".join(rows)}'
+                    f'<p class="sv-explain">{text(sentence(step, run.greedy))}</p>{notes}</div>')
+
+
+def _tree_rows(step: st.StepView, greedy: bool) -> list:
+    """A tree step: what was drafted (the tree, drawn below the panel), then the walk's decisions
+    in the order it made them, then the closing token."""
+    s = step.tree or {}
+    levels = max((n.depth for n in step.nodes), default=0)
+    width = [sum(n.depth == d for n in step.nodes) for d in range(1, levels + 1)]
+    summary = (f"{len(step.nodes)} nodes in {levels} level(s) ({' + '.join(map(str, width))}), "
+               f"{s.get('shape', 'tree')}, {s.get('draft_forwards', '?')} draft forward(s)")
+    rows = [_row("1 · draft builds a tree", [f'<span class="sv-treesum">{text(summary)}</span>'])]
+    verdicts = [chip(t, greedy, f"d{t.index + 1} · {_verify_detail(t, greedy)}") for t in step.drafted]
+    if step.next is not None:
+        verdicts.append(chip(step.next, greedy, _next_detail(step.next)))
+    rows.append(_row("2 · target walks it, 1 pass", verdicts))
+    return rows
 
 
 def _row(label: str, cells: list) -> str:
     return f'<div class="sv-row"><span class="sv-rowlabel">{text(label)}</span>{"".join(cells)}</div>'
+
+
+def _draft_detail(token: st.TokenView) -> str:
+    source = token.source or {}
+    if source.get("kind") == "ngram" and "copied_from" in source:
+        return f"copy of @{source['copied_from']}"
+    if source.get("kind") == "ngram":
+        return f"n-gram q {num(token.q, 2)}"
+    return f"q {num(token.q, 2)}"
 
 
 def _verify_detail(token: st.TokenView, greedy: bool) -> str:
@@ -51,6 +80,37 @@ def _verify_detail(token: st.TokenView, greedy: bool) -> str:
     return f"p/q {num(token.ratio, 2)} u {num(token.u, 2)}"
 
 
+def step_notes(step: st.StepView) -> list:
+    """Method-specific lines for a step: why k was chosen (k = auto), the cascade's n-gram counters,
+    where prompt-lookup copies came from."""
+    info, notes = step.info, []
+    if "k_chosen" in info:
+        drafted = (step.summary or {}).get("drafted")
+        notes.append(f"k = {info['k_chosen']} chosen by the {info.get('k_rule', 'auto')} rule"
+                     + (f" ({drafted} drafted)" if drafted is not None and drafted != info["k_chosen"] else "")
+                     + f": {info.get('why', '')}")
+    counters = info.get("counters") or {}
+    if counters:
+        notes.append("cascade: " + _counter_words(counters))
+    copies = [t for t in step.drafted if (t.source or {}).get("copied_from") is not None]
+    if copies:
+        notes.append(f"prompt lookup: {copies[0].source_note}" + (f" (and the next {len(copies) - 1})"
+                                                                   if len(copies) > 1 else ""))
+    return notes
+
+
+def _counter_words(counters: dict) -> str:
+    parts = []
+    if "ngram_proposed" in counters:
+        parts.append(f"n-gram guesses kept by the draft model {counters.get('ngram_accepted', 0)}/"
+                     f"{counters['ngram_proposed']}")
+    if "draft_forwards" in counters:
+        parts.append(f"draft forwards {counters['draft_forwards']}")
+    parts += [f"{k.replace('_', ' ')} {v}" for k, v in counters.items()
+              if k not in ("ngram_proposed", "ngram_accepted", "draft_forwards")]
+    return ", ".join(parts)
+
+
 def _next_detail(token: st.TokenView) -> str:
     if token.status == "residual":
         return f"r {num(token.residual_prob, 2)}"
@@ -60,17 +120,19 @@ def _next_detail(token: st.TokenView) -> str:
 def sentence(step: st.StepView, greedy: bool = False) -> str:
     """The step in words: drafted, accepted, why the rejection, what replaced it, the cost."""
     s = step.summary
-    if not step.drafted and step.next is not None:
+    if step.is_tree and step.nodes:
+        words = _tree_sentence(step, greedy)
+    elif not step.drafted and step.next is not None:
         words = f"One target forward, one token: {quoted(step.next.text)} sampled from p."
     else:
         accepted = sum(t.status == "accepted" for t in step.drafted)
         words = f"Drafted {len(step.drafted)}, accepted {accepted}"
         rejected = step.rejected
         if rejected is not None:
-            why = ("it is not the target's top token" if greedy or rejected.u is None
-                   else f"u = {num(rejected.u, 2)} ≥ min(1, p/q) = {num(rejected.accept_prob, 2)}")
-            words += f"; rejected {quoted(rejected.text)} at draft #{rejected.index} because {why}"
-        if step.next is not None and step.next.status == "residual":
+            words += f"; rejected {quoted(rejected.text)} at draft #{rejected.index} because {_why(rejected, greedy)}"
+        if step.next is not None and step.next.status == "residual" and str(step.next.rule).startswith("typical"):
+            words += f"; drew {quoted(step.next.text)} from p there instead (typical acceptance, lossy)"
+        elif step.next is not None and step.next.status == "residual":
             words += f"; resampled {quoted(step.next.text)} from the residual norm(max(p − q, 0))"
         elif step.next is not None:
             words += f"; all accepted, so bonus {quoted(step.next.text)} from p"
@@ -83,6 +145,41 @@ def sentence(step: st.StepView, greedy: bool = False) -> str:
         if s.get("finish_reason"):
             words += f" Run ends: {s['finish_reason']}."
     return words
+
+
+def _why(rejected: st.TokenView, greedy: bool) -> str:
+    if str(rejected.rule or "").startswith("typical"):
+        return f"p = {num(rejected.p, 2)} is below the typical threshold min(ε, δ·exp(−H(p)))"
+    if greedy or rejected.u is None:
+        return "it is not the target's top token"
+    return f"u = {num(rejected.u, 2)} ≥ min(1, p/q) = {num(rejected.accept_prob, 2)}"
+
+
+def _tree_sentence(step: st.StepView, greedy: bool) -> str:
+    s = step.tree or {}
+    words = (f"Drafted a tree of {len(step.nodes)} nodes ({s.get('shape', 'tree')}); the target scored every "
+             "node in one pass with tree attention and walked it from the root")
+    path = [t for t in step.drafted if t.status == "accepted"]
+    if path:
+        words += ", accepting " + " → ".join(quoted(t.text) for t in path) + f" (depth {len(path)})"
+    else:
+        words += ", accepting no node"
+    rejected = [t for t in step.drafted if t.status == "rejected"]
+    if rejected:
+        first = rejected[0]
+        words += (f"; it rejected {len(rejected)} node(s), e.g. {quoted(first.text)} at depth {first.index + 1} "
+                  f"because {_why(first, greedy)}")
+        if len(rejected) > 1 and not greedy:
+            words += ", and each later sibling was judged against the residual of the ones before"
+    if step.next is not None and step.next.status == "residual":
+        words += (f"; every child of the last accepted node was rejected, so {quoted(step.next.text)} was drawn "
+                  + ("as the target's top token" if greedy else "from the residual"))
+    elif step.next is not None:
+        words += f"; the path reached a leaf, so bonus {quoted(step.next.text)} from p"
+    unjudged = sum(n.status == "wasted" for n in step.nodes)
+    if unjudged:
+        words += f"; {unjudged} node(s) were never judged (off the walked path)"
+    return words + "."
 
 
 def stats(run: st.RunView, metrics: dict, compute_s: Optional[float] = None) -> Rendered:
@@ -99,6 +196,17 @@ def stats(run: st.RunView, metrics: dict, compute_s: Optional[float] = None) -> 
     if run.method != "ar":
         items += [("α accepted/judged", num(metrics.get("alpha_empirical"), 2)),
                   ("c draft/target cost", num(metrics.get("c"), 2))]
+    if run.method == "tree":
+        items.append(("tree nodes drafted", str(metrics.get("drafted", 0))))
+    k_chosen = metrics.get("k_chosen") or []
+    if k_chosen:
+        items.append((f"k auto ({(run.started or {}).get('options', {}).get('auto_rule', 'rule')}): last · mean",
+                      f"{k_chosen[-1]} · {sum(k_chosen) / len(k_chosen):.1f}"))
+    counters = metrics.get("counters") or {}
+    if "ngram_proposed" in counters:
+        items.append(("n-gram guesses kept", f"{counters.get('ngram_accepted', 0)}/{counters['ngram_proposed']}"))
+    if counters.get("draft_forwards") is not None:
+        items.append(("draft forwards", str(counters["draft_forwards"])))
     items += [("seconds", num(seconds, 2)), ("tokens/s", num(tokens / seconds if seconds else None, 1))]
     cells = "".join(f'<span><b>{text(v)}</b> <span class="sv-muted">{text(k)}</span></span>'
                     for k, v in items)
@@ -108,7 +216,8 @@ def stats(run: st.RunView, metrics: dict, compute_s: Optional[float] = None) -> 
     elif run.started:
         state = '<span class="sv-muted">running…</span>'
     lossy = ""
-    if run.started and not run.started.get("lossless", True):
-        lossy = '<span class="sv-warn">lossy rule: output may differ from the target\'s</span>'
+    if run.started and not run.lossless:
+        lossy = (f'<span class="sv-warn" data-lossy="1">LOSSY: {text(run.rule)} — the output does not follow the '
+                 "target's distribution</span>")
     return Rendered(f'<div class="sv-stats" data-finished="{int(run.finished is not None)}">'
                     f'{cells}{state}{lossy}</div>')

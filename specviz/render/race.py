@@ -91,10 +91,12 @@ def lane_html(events: list, seconds: float, title: str, subtitle: str = "", done
             chips.append("<br>")
     state = f"done ({text(run.finished['finish_reason'])})" if done and run.finished else "running…"
     name = attr(title.split()[0].lower())
+    lossy = (f'<div class="sv-warn" data-lossy="1">LOSSY: {text(run.rule)}, the output does not follow the '
+             "target's distribution</div>" if run.started and not run.lossless else "")
     return Rendered(
         f'<div class="sv-lane{" sv-done" if done else ""}" data-lane="{name}" data-tokens="{tokens}" '
         f'data-done="{int(done)}"><h3>{text(title)} <span class="sv-muted">· {state}</span></h3>'
-        f'<div class="sv-muted">{text(subtitle)}</div><div class="sv-counters">{cells}</div>'
+        f'<div class="sv-muted">{text(subtitle)}</div>{lossy}<div class="sv-counters">{cells}</div>'
         f'<div class="sv-bar"><div style="width:{min(100.0, 100.0 * tokens / limit):.1f}%"></div></div>'
         f'<div class="sv-text">{"".join(chips)}</div></div>')
 
@@ -102,24 +104,43 @@ def lane_html(events: list, seconds: float, title: str, subtitle: str = "", done
 def verdict(ar: dict, spec: dict, same_text: Optional[bool] = None) -> Rendered:
     """'Speculative was X.XX× faster/slower', from the two lanes' tokens/s on their own clocks.
 
-    `same_text`: whether the two outputs are identical, given for greedy runs (where they must be)."""
+    `same_text`: whether the two outputs are identical, given for temperature-0 runs (where a
+    lossless method must reproduce autoregressive decoding). A record with `lossless: False` (typical
+    acceptance) is marked LOSSY in the headline and explained."""
     if not ar.get("tokens_per_s") or not spec.get("tokens_per_s"):
         return Rendered('<div class="sv-verdict sv-muted">No verdict: a lane produced no tokens.</div>')
+    lossy = spec.get("lossless") is False
     ratio = spec["tokens_per_s"] / ar["tokens_per_s"]
     word, css = ("faster", "sv-win") if ratio >= 1 else ("slower", "sv-lose")
     factor = ratio if ratio >= 1 else 1 / ratio
+    method = spec.get("method")
+    setting = f"{method}, k = {spec.get('k_setting', spec.get('k'))}" if method and method != "tree" else method
     detail = (f"{spec['tokens_per_s']:.1f} vs {ar['tokens_per_s']:.1f} tokens/s, each on its own compute clock; "
               f"target forwards {spec['target_forwards']} vs {ar['target_forwards']}; "
               f"α {num(spec.get('alpha'), 2)}, τ {num(spec.get('tau'), 2)}, c {num(spec.get('c'), 2)}.")
-    if same_text is True:
+    if setting:
+        detail = f"Method {setting}: " + detail
+    if same_text is True and lossy:
+        detail += " Same text as autoregressive here, but a lossy rule gives no such guarantee."
+    elif same_text is True:
         detail += " Same text as autoregressive: yes (greedy speculative decoding is lossless)."
+    elif same_text is False and lossy:
+        detail += " The texts differ: typical acceptance is lossy, it keeps drafts the target would not have chosen."
     elif same_text is False:
         detail += (" The texts differ although decoding is greedy: look for a near-tie in p where they part "
                    "(low-precision arithmetic can flip an argmax).")
+    elif lossy:
+        detail += " Sampling with a lossy rule: the speculative text does not follow the target's distribution."
     else:
         detail += " Sampling: the texts differ by chance, both follow the target's distribution."
-    return Rendered(f'<div class="sv-verdict {css}" data-ratio="{ratio:.4f}">Speculative was {factor:.2f}× '
-                    f'{word}</div><div class="sv-muted">{text(detail)}</div>')
+    warning = ""
+    if lossy:
+        warning = ('<div class="sv-lossy" data-lossy="1">LOSSY: the speculative lane used typical acceptance, '
+                   "so its speedup buys a different output distribution; it is not comparable with a lossless "
+                   "method's.</div>")
+    mark = " · LOSSY" if lossy else ""
+    return Rendered(f'<div class="sv-verdict {css}" data-ratio="{ratio:.4f}" data-lossy="{int(lossy)}">Speculative '
+                    f'was {factor:.2f}× {word}{mark}</div>{warning}<div class="sv-muted">{text(detail)}</div>')
 
 
 def race_status(ar_seconds: float, spec_seconds: float) -> Rendered:

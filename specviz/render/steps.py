@@ -13,14 +13,22 @@ Statuses:
     target    nothing was drafted in the step (autoregressive decoding, or a step whose drafter
               proposed nothing): its only token, drawn from p by one target forward
 
+Tree methods (a `tree_built` event, no draft_proposed): the step's `nodes` hold the whole draft
+tree; a decision names its node (`node`), and `drafted` holds the judged nodes in the order the
+target's walk judged them (several siblings may be judged at one depth; a token's `index` is its
+depth - 1). Nodes the walk never reached end as `wasted` (drafted, never judged) in `nodes` only.
+Decisions are matched to drafts by `node` when they carry one, else by `index` (chains).
+
 Nothing here decides anything: statuses come from the events' kinds, numbers from their fields.
-Unknown event kinds (from a newer engine, e.g. `tree_built`) are kept in `extras`, not rendered.
+Unknown event kinds (from a newer engine) are kept in `extras`, not rendered.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
+
+from specviz.render.html import quoted
 
 STATUSES = ("draft", "accepted", "rejected", "wasted", "residual", "bonus", "target")
 COMMITTED = frozenset({"accepted", "residual", "bonus", "target"})
@@ -50,6 +58,28 @@ class TokenView:
     residual_prob: Optional[float] = None
     residual_mass: Optional[float] = None
     beta: Optional[float] = None
+    node: Optional[int] = None  # tree methods: the node decided on, or the node a closing token follows
+    source: Optional[dict] = None  # draft_proposed.source: where a drafter got the token
+    source_note: Optional[str] = None  # that source in words (e.g. the earlier span a copy came from)
+    after_rejection: bool = False  # tree sampling: judged after a sibling's rejection (p, q are residuals)
+
+
+@dataclass
+class NodeView:
+    """One node of a step's draft tree (tree_built), with what the target's walk did to it."""
+
+    id: int
+    parent: int  # -1: a child of the root (the last committed token)
+    depth: int
+    position: Optional[int]
+    token_id: Optional[int]
+    text: str
+    q: Optional[float]
+    cum_q: Optional[float]
+    p: Optional[float] = None  # target p of the token at its parent (target_scored.p_draft)
+    status: str = "draft"  # draft (not judged yet) | accepted | rejected | wasted (never judged)
+    decision: Optional[TokenView] = None
+    order: Optional[int] = None  # 0-based: when the walk judged it
 
 
 @dataclass
@@ -63,6 +93,25 @@ class StepView:
     summary: Optional[dict] = None  # the step_finished event
     extras: list = field(default_factory=list)  # events of kinds this renderer does not know
     node_status: dict = field(default_factory=dict)  # tree methods: node id -> accepted / rejected
+    tree: Optional[dict] = None  # tree methods: the tree_built event
+    nodes: list = field(default_factory=list)  # tree methods: NodeView per node, by id
+    p_rows: list = field(default_factory=list)  # tree methods: top-k of p, row 0 root, 1 + i node i
+    root_text: Optional[str] = None  # the last committed token before the step
+
+    @property
+    def is_tree(self) -> bool:
+        return self.tree is not None
+
+    @property
+    def info(self) -> dict:
+        return (self.summary or {}).get("info") or {}
+
+    @property
+    def path(self) -> list:
+        """Tree methods: the accepted node ids, root to leaf (step_finished.info.path once known)."""
+        if "path" in self.info:
+            return list(self.info["path"])
+        return [t.node for t in self.drafted if t.status == "accepted" and t.node is not None]
 
     @property
     def finished(self) -> bool:
@@ -110,7 +159,28 @@ class RunView:
 
     @property
     def greedy(self) -> bool:
-        return (self.started or {}).get("rule") == "greedy"
+        """Greedy decoding: the rule is "keep the target's argmax" (chains or trees)."""
+        return str((self.started or {}).get("rule", "")).startswith("greedy")
+
+    @property
+    def deterministic(self) -> bool:
+        """Temperature 0: two lossless runs must give the same tokens."""
+        return (self.started or {}).get("temperature") == 0
+
+    @property
+    def lossless(self) -> bool:
+        return bool((self.started or {}).get("lossless", True))
+
+    @property
+    def rule(self) -> str:
+        return str((self.started or {}).get("rule", ""))
+
+    def texts(self) -> list:
+        """Token texts of the whole sequence so far, by absolute position (prompt, then output)."""
+        out = list((self.started or {}).get("prompt_texts") or [])
+        for step in self.steps:
+            out += [t.text for t in step.emitted]
+        return out
 
     def tokens(self, upto: Optional[int] = None) -> list:
         return [t for s in self.steps[:None if upto is None else upto + 1] for t in s.tokens]
@@ -140,7 +210,8 @@ def build(events: Iterable) -> RunView:
 
 def _step(run: RunView, number: int) -> StepView:
     while len(run.steps) <= number:
-        run.steps.append(StepView(step=len(run.steps)))
+        texts = run.texts()
+        run.steps.append(StepView(step=len(run.steps), root_text=texts[-1] if texts else None))
     return run.steps[number]
 
 
@@ -155,52 +226,133 @@ def _on_started(run, data):
 
 def _on_draft(run, data):
     step = _step(run, data["step"])
-    step.drafted.append(_token(data, "draft", q=data["q"]))
+    source = data.get("source")
+    step.drafted.append(_token(data, "draft", q=data["q"], source=source,
+                               source_note=source_note(source, run.texts()) if source else None))
     if data.get("topk"):
         step.q_topk[data["index"]] = data["topk"]
 
 
+def source_note(source: dict, texts: list) -> Optional[str]:
+    """Where a drafter got a token, in words: a prompt-lookup copy names the earlier span."""
+    kind = source.get("kind")
+    if kind == "ngram" and "copied_from" in source:
+        at = source["copied_from"]
+        words = f"copied from position {at}"
+        if 0 <= at < len(texts):
+            words += f" ({quoted(texts[at])})"
+        match = source.get("match") or []
+        if len(match) == 2 and 0 <= match[0] < match[1] <= len(texts):
+            start, end = match
+            where = f"position {start}" if end - start == 1 else f"positions {start}–{end - 1}"
+            words += (f": continues the earlier {end - start}-gram {quoted(''.join(texts[start:end]))} at {where}, "
+                      "the same tokens that end the text so far")
+        return words
+    if kind == "ngram":
+        return "an n-gram guess (prompt lookup) that the draft model kept"
+    if kind == "draft":
+        return "sampled by the draft model"
+    return None
+
+
+def _on_tree_built(run, data):
+    step = _step(run, data["step"])
+    step.tree = data
+    step.nodes = []
+    for i, node in enumerate(data.get("nodes") or []):
+        parent = node.get("parent")
+        step.nodes.append(NodeView(
+            id=node.get("id", i), parent=-1 if parent is None else parent, depth=node.get("depth", 0),
+            position=node.get("position"), token_id=node.get("token_id"),
+            text=str(node.get("token_text", node.get("token", ""))), q=node.get("q"), cum_q=node.get("cum_q")))
+
+
 def _on_scored(run, data):
     step = _step(run, data["step"])
-    step.p_topk = list(data.get("topk") or [])
-    for token, p in zip(step.drafted, data["p_draft"]):
+    if step.is_tree:  # rows: 0 the root, 1 + i node i; a tree's judged tokens come later
+        step.p_rows = list(data.get("topk") or [])
+        for node, p in zip(step.nodes, data.get("p_draft") or []):
+            node.p = p
+    else:
+        step.p_topk = list(data.get("topk") or [])
+    for token, p in zip(step.drafted, data.get("p_draft") or []):
         token.p = p
+
+
+def _node(step: StepView, node_id) -> Optional[NodeView]:
+    if node_id is None or not 0 <= node_id < len(step.nodes):
+        return None
+    node = step.nodes[node_id]
+    return node if node.id == node_id else next((n for n in step.nodes if n.id == node_id), None)
+
+
+def _tree_p_slice(step: StepView, index: int, parent) -> None:
+    """p_topk[index] of a tree step: the recorded p at the node the walk stood on (row parent + 1)."""
+    row = (parent if parent is not None else -1) + 1
+    if 0 <= row < len(step.p_rows):
+        while len(step.p_topk) <= index:
+            step.p_topk.append(None)
+        step.p_topk[index] = step.p_rows[row]
 
 
 def _on_decision(run, data):
     step = _step(run, data["step"])
     status = "accepted" if data["kind"] == "token_accepted" else "rejected"
+    numbers = dict(p=data["p"], q=data["q"], ratio=data["ratio"], accept_prob=data["accept_prob"], u=data["u"],
+                   rule=data["rule"])
+    node = _node(step, data.get("node")) if step.is_tree else None
     if data.get("node") is not None:
         step.node_status[data["node"]] = status
+    if node is not None:  # a tree: the decision names its node; it becomes a judged token
+        after = any(t.index == data["index"] and t.status == "rejected" for t in step.drafted)
+        token = _token(data, status, node=node.id, after_rejection=after, **numbers)
+        node.status, node.decision, node.order = status, token, len(step.drafted)
+        step.drafted.append(token)
+        _tree_p_slice(step, data["index"], node.parent)
+        return
     for token in step.drafted:
         if token.index == data["index"]:
             token.status = status
-            token.p, token.q, token.ratio = data["p"], data["q"], data["ratio"]
-            token.accept_prob, token.u, token.rule = data["accept_prob"], data["u"], data["rule"]
+            token.p, token.q, token.ratio = numbers["p"], numbers["q"], numbers["ratio"]
+            token.accept_prob, token.u, token.rule = numbers["accept_prob"], numbers["u"], numbers["rule"]
 
 
 def _on_residual(run, data):
     step = _step(run, data["step"])
     step.next = _token(data, "residual", p=data["p"], q=data["q"], residual_prob=data["residual_prob"],
-                       residual_mass=data["residual_mass"])
+                       residual_mass=data["residual_mass"], node=data.get("node"), rule=run.rule or None)
     step.residual_topk = data.get("topk")
+    if step.is_tree:
+        _tree_p_slice(step, data["index"], data.get("node"))
 
 
 def _on_bonus(run, data):
     step = _step(run, data["step"])
-    step.next = _token(data, "bonus" if step.drafted else "target", p=data["p"])
+    drafted = step.nodes if step.is_tree else step.drafted
+    step.next = _token(data, "bonus" if drafted else "target", p=data["p"], node=data.get("node"),
+                       rule=run.rule or None)
+    if step.is_tree:
+        _tree_p_slice(step, data["index"], data.get("node"))
 
 
 def _on_step_finished(run, data):
     step = _step(run, data["step"])
     step.summary = data
+    beta = data.get("beta") or []
+    if step.is_tree:  # one beta per decision, in the order the walk judged
+        for token, b in zip(step.drafted, beta):
+            token.beta = b
+        for node in step.nodes:
+            if node.status == "draft":  # the walk never reached it
+                node.status = "wasted"
+        return
     for token in step.drafted:
-        if token.index < len(data["beta"]):
-            token.beta = data["beta"][token.index]
+        if token.index < len(beta):
+            token.beta = beta[token.index]
         if token.status == "draft":  # never judged: a rejection came first
             token.status = "wasted"
-    if step.next is not None and step.next.status == "residual" and step.next.index < len(data["beta"]):
-        step.next.beta = data["beta"][step.next.index]
+    if step.next is not None and step.next.status == "residual" and step.next.index < len(beta):
+        step.next.beta = beta[step.next.index]
 
 
 def _on_run_finished(run, data):
@@ -210,6 +362,7 @@ def _on_run_finished(run, data):
 _HANDLERS = {
     "run_started": _on_started,
     "draft_proposed": _on_draft,
+    "tree_built": _on_tree_built,
     "target_scored": _on_scored,
     "token_accepted": _on_decision,
     "token_rejected": _on_decision,

@@ -61,6 +61,18 @@ CSS = r"""
 .sv-verdict { font-size: 22px; font-weight: 700; padding: 8px 0; }
 .sv-verdict.sv-win { color: #15803d; }
 .sv-verdict.sv-lose { color: #b91c1c; }
-.sv-tree ul { list-style: none; padding-left: 1.6em; margin: 0; border-left: 1px dashed #94a3b8; }
-.sv-tree li { margin: 3px 0; }
+.sv-lossy { border: 2px solid #b45309; background: #fef3c7; color: #78350f; border-radius: 8px;
+  padding: 4px 10px; margin: 2px 0 6px 0; font-family: ui-sans-serif, system-ui, sans-serif; font-size: 15px;
+  font-weight: 600; line-height: 1.4; }
+.sv-note { font-size: 15px; margin: 4px 0 0 0; color: #334155; }
+.sv-treesum { font-size: 15px; color: #334155; align-self: center; }
+.sv-treehead { font-size: 16px; margin: 2px 0 4px 0; }
+.sv-tree { overflow-x: auto; padding: 4px 0; }
+.sv-tree svg { display: block; }
+.sv-node { cursor: default; }
+.sv-node[data-step] { cursor: pointer; }
+.sv-node:focus { outline: none; }
+.sv-node:hover rect, .sv-node:focus rect { filter: brightness(0.92); }
+.sv-node:focus rect { stroke: #0f172a; }
+.sv-n-rejected .sv-svgtok { text-decoration: line-through; }
 """
