@@ -3,9 +3,9 @@
 Gradio wiring only. Each model handler is a small generator over the engine's events and yields
 what `specviz.render` draws from them: nothing here decides, scores or re-derives anything.
 
-Views: Step view (chips, replay, step panel, inspector), Race (autoregressive vs speculative on
-their own clocks), Speedup vs acceptance (theory and this session's runs), Tree (hook for tree
-methods), How it works. See docs/app.md.
+Views: Step view (chips, replay, step panel, the draft tree and its attention mask for tree runs,
+inspector), Race (autoregressive vs any method, each on its own clock), Speedup vs acceptance
+(theory and this session's runs), How it works. See docs/app.md.
 
 Environment: SPECVIZ_PAIR (default pair), SPECVIZ_ALLOW_CUSTOM=1 (let visitors load
 `target=...,draft=...` pairs), SPECVIZ_MAX_TOKENS (cap, default 256), PORT / GRADIO_SERVER_PORT.
@@ -26,6 +26,7 @@ import gradio as gr
 
 import specviz
 from specviz import engine, events as ev
+from specviz.adaptive import RULES as AUTO_RULES
 from specviz.errors import SpecvizError
 from specviz.models import default_pair_name, list_pairs
 from specviz.render import CSS, charts, chips, inspector, panel, steps, tree
@@ -40,19 +41,27 @@ DEFAULT_PAIR = default_pair_name()
 PRESET_PAIRS = [name for name, _ in list_pairs()]
 RECORD_TOPK = 10
 
-PRESETS = [  # prompt, method, k, temperature, chat
-    ['def quicksort(arr):\n    """Sort a list with quicksort."""\n', "spec", 4, 0.0, False],
-    ["Write a haiku about the sea.", "spec", 4, 0.7, True],
-    ['def quicksort(arr):\n    """Sort a list with quicksort."""\n', "spec", 4, 1.5, False],
-    ["Rename x to count in this code and return only the code:\n\nx = 0\nfor item in items:\n"
-     "    if item.ok:\n        x += 1\nprint(x)\n", "spec", 6, 0.0, True],
+CODE = 'def quicksort(arr):\n    """Sort a list with quicksort."""\n'
+REWRITE = ("Rename x to count in this code and return only the code:\n\nx = 0\nfor item in items:\n"
+           "    if item.ok:\n        x += 1\nprint(x)\n")
+PRESETS = [  # prompt, method, k, temperature, chat, acceptance
+    [CODE, "spec", 4, 0.0, False, "exact"],
+    ["Write a haiku about the sea.", "spec", 4, 0.7, True, "exact"],
+    [CODE, "spec", 4, 1.5, False, "exact"],
+    [REWRITE, "spec", 6, 0.0, True, "exact"],
+    [CODE, "tree", 4, 0.0, False, "exact"],
+    [REWRITE, "pld", 6, 0.0, True, "exact"],
+    ["Write a haiku about the sea.", "spec", 4, 0.7, True, "typical"],
 ]
 PRESET_LABELS = ["Code, greedy: speculation wins", "Chat, T = 0.7: speculation tends to lose",
-                 "Hot sampling, T = 1.5: speculation loses", "Code rewrite, k = 6: easy to draft"]
+                 "Hot sampling, T = 1.5: speculation loses", "Code rewrite, k = 6: easy to draft",
+                 "Code, draft tree 3,2,1", "Code rewrite, prompt lookup: no draft model",
+                 "Chat, T = 0.7, typical acceptance: LOSSY"]
+ACCEPTANCE_CHOICES = [("exact (lossless)", "exact"), ("typical (LOSSY)", "typical")]
 
 CHIP_CLICK_JS = """
 element.addEventListener('click', (e) => {
-  const chip = e.target.closest('.sv-chip[data-step]');
+  const chip = e.target.closest('.sv-chip[data-step], .sv-node[data-step]');
   if (chip) trigger('click', {step: Number(chip.dataset.step), index: Number(chip.dataset.index)});
 });
 """
@@ -85,9 +94,14 @@ def get_pair(name: str, progress=None):
 
 def warm_up(pair) -> None:
     """One short run of each method, off every clock: the first forward passes of a fresh model
-    are slow, and whichever race lane ran first would otherwise pay for both."""
-    for method in ("ar", "spec"):
-        for _ in specviz.generate(pair, "warm up", method=method, k=2, max_new_tokens=3, record_topk=0):
+    (and the first tree-attention pass) are slow, and whichever race lane ran first would
+    otherwise pay for both."""
+    for method in engine.METHODS:
+        extra = {"tree": "2,1"} if method == "tree" else {}
+        try:
+            for _ in specviz.generate(pair, "warm up", method=method, k=2, max_new_tokens=3, record_topk=0, **extra):
+                pass
+        except SpecvizError:  # a method that needs settings this warm-up does not know: it warms itself
             pass
 
 
@@ -109,7 +123,7 @@ def stream_run(pair_name: str, prompt: str, options: dict):
 def stream_race(pair_name: str, prompt: str, options: dict):
     """Both lanes' events, one step of one lane per item: whichever lane's own clock is behind."""
     pair = get_pair(pair_name)
-    ar = Lane("ar", specviz.generate(pair, prompt, **{**options, "method": "ar"}))
+    ar = Lane("ar", specviz.generate(pair, prompt, **ar_options(options)))
     spec = Lane("spec", specviz.generate(pair, prompt, **options))
     for lane, new in race(ar, spec):
         yield {"lane": lane.name, "events": new, "busy": lane.busy, "done": lane.done}
@@ -131,12 +145,24 @@ def check_request(pair_name, prompt, max_new_tokens, progress=None) -> None:
         raise gr.Error(str(exc)) from exc
 
 
-def _options(method, k, temperature, top_p, max_new_tokens, seed, chat) -> dict:
+def _options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=False, auto_rule="cost",
+             confidence=0.4, acceptance="exact", ngram=3, tree_shape="3,2,1", tree_dynamic=False,
+             tree_budget=16) -> dict:
     """Engine arguments as the widgets give them (whole numbers arrive as floats); the engine
-    checks them and says what is wrong."""
-    return dict(method=method, k=_int(k), temperature=temperature, top_p=top_p,
-                max_new_tokens=_int(max_new_tokens), seed=_int(seed), chat=bool(chat),
-                record_topk=RECORD_TOPK)
+    checks them and says what is wrong. Controls hidden for the chosen method are not applied:
+    "auto k" only where the engine offers it, the acceptance rule only for drafting chains
+    (ar drafts nothing, trees verify exactly)."""
+    auto = bool(auto_k) and method in getattr(engine, "AUTO_METHODS", ())
+    return dict(method=method, k="auto" if auto else _int(k), temperature=temperature, top_p=top_p,
+                max_new_tokens=_int(max_new_tokens), seed=_int(seed), chat=bool(chat), record_topk=RECORD_TOPK,
+                acceptance="exact" if method in ("ar", "tree") else acceptance, auto_rule=auto_rule,
+                confidence=confidence, ngram=_int(ngram), tree="dynamic" if tree_dynamic else tree_shape,
+                tree_budget=_int(tree_budget))
+
+
+def ar_options(options: dict) -> dict:
+    """The race's baseline: plain autoregressive decoding with the same prompt and sampling."""
+    return {**options, "method": "ar", "k": 1, "acceptance": "exact"}
 
 
 def _int(value):
@@ -165,8 +191,17 @@ def step_view(events: list, number: int = None, index: int = None, busy: float =
         step_slider: gr.Slider(minimum=0, maximum=max(1, n), value=number + 1),
         position: gr.Radio(choices=_position_choices(step), value=index),
         inspector_plot: inspector.inspector_figure(run, number, index),
-        tree_view: tree.tree_html(tree.tree_nodes(step), step.node_status if step else None).html,
+        **tree_outputs(run, step),
     }
+
+
+def tree_outputs(run, step) -> dict:
+    """The draft tree and its attention mask: shown for tree runs only."""
+    shown = run.method == "tree" or any(s.is_tree for s in run.steps)
+    if not shown:
+        return {tree_view: gr.HTML(visible=False), mask_plot: gr.Plot(visible=False)}
+    return {tree_view: gr.HTML(tree.tree_view(step, run.greedy, len(run.steps)).html, visible=True),
+            mask_plot: gr.Plot(tree.mask_figure(step), visible=True)}
 
 
 def _position_choices(step) -> list:
@@ -176,7 +211,7 @@ def _position_choices(step) -> list:
     for i in step.indices():
         tokens = step.at(i)
         label = " → ".join(f"{quoted(t.text)} {t.status}" for t in tokens)
-        choices.append((f"#{i}: {label}", i))
+        choices.append((f"{'depth ' + str(i + 1) if step.is_tree else '#' + str(i)}: {label}", i))
     return choices
 
 
@@ -185,11 +220,14 @@ def chart_view(events: list, history: list) -> dict:
             position_plot: charts.position_figure(events), explain_md: charts.alpha_explainer(events)}
 
 
-def run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, chat, history,
-        progress=gr.Progress()):
+def run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=False,
+        auto_rule="cost", confidence=0.4, acceptance="exact", ngram=3, tree_shape="3,2,1", tree_dynamic=False,
+        tree_budget=16, history=None, progress=gr.Progress()):
     """Stream one run: one update per engine step; charts and history when it ends."""
+    history = history or []
     check_request(pair_name, prompt, max_new_tokens, progress)
-    options = _options(method, k, temperature, top_p, max_new_tokens, seed, chat)
+    options = _options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k, auto_rule, confidence,
+                       acceptance, ngram, tree_shape, tree_dynamic, tree_budget)
     events, busy = [], 0.0
     try:
         for update in stream_run(pair_name, prompt, options):
@@ -198,7 +236,8 @@ def run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, 
                 yield {**step_view(events, busy=busy), events_state: events, busy_state: busy}
     except SpecvizError as exc:
         raise gr.Error(str(exc)) from exc
-    history = history + [charts.summarize(events, busy, label=f"{method} run", baseline=_baseline(history, events))]
+    label = f"{method} run" + ("" if steps.build(events[:1]).lossless else " (LOSSY)")
+    history = history + [charts.summarize(events, busy, label=label, baseline=_baseline(history, events))]
     yield {**step_view(events, busy=busy), **chart_view(events, history), events_state: events,
            busy_state: busy, history_state: history}
 
@@ -280,12 +319,16 @@ def _trace_event(line: str, number: int) -> dict:
 # race
 
 
-def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, chat, history,
-             progress=gr.Progress()):
-    """Autoregressive vs the selected speculative method ("spec" when "ar" is selected), streamed
-    lane by lane on their own clocks."""
+def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=False,
+             auto_rule="cost", confidence=0.4, acceptance="exact", ngram=3, tree_shape="3,2,1", tree_dynamic=False,
+             tree_budget=16, history=None, progress=gr.Progress()):
+    """Autoregressive vs the selected method ("spec" when "ar" is selected), with all its settings
+    (tree, prompt lookup, cascade, auto k, typical acceptance), streamed lane by lane on their own
+    clocks."""
+    history = history or []
     check_request(pair_name, prompt, max_new_tokens, progress)
-    options = _options("spec" if method == "ar" else method, k, temperature, top_p, max_new_tokens, seed, chat)
+    options = _options("spec" if method == "ar" else method, k, temperature, top_p, max_new_tokens, seed, chat,
+                       auto_k, auto_rule, confidence, acceptance, ngram, tree_shape, tree_dynamic, tree_budget)
     lanes = {"ar": {"events": [], "busy": 0.0, "done": False}, "spec": {"events": [], "busy": 0.0, "done": False}}
     try:
         for update in stream_race(pair_name, prompt, options):
@@ -296,7 +339,8 @@ def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, s
     except SpecvizError as exc:
         raise gr.Error(str(exc)) from exc
     ar = charts.summarize(lanes["ar"]["events"], lanes["ar"]["busy"], label="race: autoregressive")
-    spec = charts.summarize(lanes["spec"]["events"], lanes["spec"]["busy"], label=f"race: {options['method']}",
+    lossy = "" if steps.build(lanes["spec"]["events"][:1]).lossless else " (LOSSY)"
+    spec = charts.summarize(lanes["spec"]["events"], lanes["spec"]["busy"], label=f"race: {options['method']}{lossy}",
                             baseline=ar)
     history = history + [ar, spec]
     yield {**race_view(lanes, ar, spec), **chart_view(lanes["spec"]["events"], history), history_state: history}
@@ -315,20 +359,61 @@ def race_view(lanes: dict, ar: dict = None, spec: dict = None) -> dict:
 
 
 def _method_line(events: list) -> str:
-    method = (steps.build(events[:1]).started or {}).get("method", "spec")
-    return f"{method}: " + getattr(engine, "METHOD_HELP", {}).get(method, "draft, then verify in one target pass")
+    return method_setting(steps.build(events[:1]).started or {})
+
+
+def method_setting(started: dict) -> str:
+    """The method of a run with its settings, from run_started, e.g. 'tree (static 3,2,1): ...'."""
+    method = started.get("method", "spec")
+    options = started.get("options") or {}
+    parts = []
+    if method in ("spec", "pld", "cascade"):
+        k = started.get("k")
+        parts.append(f"k auto, {options.get('auto_rule', '')} rule" if k == "auto" else f"k = {k}")
+    if method in ("pld", "cascade") and "ngram" in options:
+        parts.append(f"n-gram ≤ {options['ngram']}")
+    if method == "tree":
+        shape = options.get("tree", "")
+        parts.append(f"dynamic, budget {options.get('tree_budget')}" if shape == "dynamic" else f"shape {shape}")
+    if started.get("lossless") is False:
+        parts.append(f"{started.get('rule', 'typical')} acceptance")
+    help_text = getattr(engine, "METHOD_HELP", {}).get(method, "draft, then verify in one target pass")
+    return f"{method}" + (f" ({', '.join(parts)})" if parts else "") + f": {help_text}"
 
 
 def _same_text(lanes: dict):
-    """Under greedy decoding both lanes must produce the same tokens; None when sampling."""
+    """At temperature 0 both lanes must produce the same tokens (a lossy rule need not); None when
+    sampling."""
     runs = [steps.build(lane["events"]) for lane in lanes.values()]
-    if not all(run.finished and run.greedy for run in runs):
+    if not all(run.finished and run.deterministic for run in runs):
         return None
     return runs[0].finished["token_ids"] == runs[1].finished["token_ids"]
 
 
 def clear_history():
     return {history_state: [], speedup_plot: charts.speedup_figure([])}
+
+
+def method_help(method: str) -> str:
+    return getattr(engine, "METHOD_HELP", {}).get(method, "")
+
+
+def on_method(method, auto_k, auto_rule):
+    """Show the controls the chosen method uses, and what the method does."""
+    auto_ok = method in getattr(engine, "AUTO_METHODS", ())
+    auto = bool(auto_k) and auto_ok
+    return {method_dd: gr.Dropdown(info=method_help(method)),
+            k: gr.Slider(visible=method not in ("ar", "tree"), interactive=not auto),
+            auto_k_box: gr.Checkbox(visible=auto_ok),
+            auto_rule_dd: gr.Dropdown(visible=auto),
+            confidence_sl: gr.Slider(visible=auto and auto_rule == "confidence"),
+            ngram_sl: gr.Slider(visible=method in ("pld", "cascade")),
+            tree_box: gr.Group(visible=method == "tree"),
+            acceptance_radio: gr.Radio(visible=method not in ("ar", "tree"))}
+
+
+def on_tree_kind(dynamic):
+    return {tree_shape_tb: gr.Textbox(interactive=not dynamic), tree_budget_sl: gr.Slider(visible=bool(dynamic))}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,6 +444,21 @@ HOW_IT_WORKS = """
   guess (code, rewrites: high α) and the draft is cheap (small c); it loses with hot sampling or
   open-ended chat (low α), or when c is large (the tiny demo pair: draft and target are the same size).
 - **accepted / drafted is not α**: wasted drafts count as drafted but were never judged.
+
+### Other methods (Method in the settings; the race runs any of them against autoregressive)
+- **tree**: the draft proposes several candidates per position (a tree, e.g. 3,2,1 children per
+  depth, or a dynamic tree grown from its likeliest nodes). One target pass scores every node with a
+  **tree attention mask**: each node sees the committed text, its ancestors and itself, never a
+  sibling branch. The target then walks the tree from the root and keeps at most one path; siblings
+  are judged in the order they were drawn, each against the residual left by the ones rejected
+  before it (or, greedy, against the target's top token). The tree and its mask are drawn under
+  the step panel.
+- **pld** (prompt lookup): no draft model; the draft copies what followed an earlier occurrence of
+  the last n tokens (hover a draft to see the span it was copied from).
+- **cascade**: prompt lookup speeds up the draft model, which then drafts for the target.
+- **auto k**: k is chosen every step by a rule (heuristic, confidence or cost); the step panel says why.
+- **typical acceptance** keeps a draft when the target finds it typical enough. It is **LOSSY**:
+  the output no longer follows the target's distribution, and every view says so.
 - The race keeps the comparison fair on a small machine: only one engine computes at a time, and
   each lane's clock counts only its own compute.
 """
@@ -373,16 +473,30 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
         gr.Markdown("### Settings")
         pair = gr.Dropdown(sorted(set(PRESET_PAIRS) | {DEFAULT_PAIR}), value=DEFAULT_PAIR, label="Model pair",
                            allow_custom_value=ALLOW_CUSTOM)
-        method = gr.Dropdown(list(engine.METHODS), value="spec", label="Method",
-                             info="The race runs it against ar (spec when ar is chosen).")
+        method_dd = gr.Dropdown(list(engine.METHODS), value="spec", label="Method (the race runs it against ar)",
+                                info=method_help("spec"))
         k = gr.Slider(1, 16, value=4, step=1, label="k: draft tokens per step")
+        with gr.Row():
+            auto_k_box = gr.Checkbox(False, label="auto k", scale=1, min_width=80)
+            auto_rule_dd = gr.Dropdown(list(AUTO_RULES), value="cost", label="rule choosing k", visible=False,
+                                       scale=2, min_width=120)
+        confidence_sl = gr.Slider(0.05, 0.95, value=0.4, step=0.05, visible=False,
+                                  label="confidence: stop drafting when q(x) <")
+        ngram_sl = gr.Slider(1, 8, value=3, step=1, visible=False, label="n-gram size (prompt lookup)")
+        with gr.Group(visible=False) as tree_box:
+            tree_shape_tb = gr.Textbox("3,2,1", label="Tree shape: children per node at each depth")
+            tree_dynamic_cb = gr.Checkbox(False, label="dynamic tree (EAGLE-2: grow the likeliest nodes)")
+            tree_budget_sl = gr.Slider(1, 64, value=16, step=1, visible=False, label="dynamic tree budget (nodes)")
+        acceptance_radio = gr.Radio(ACCEPTANCE_CHOICES, value="exact", label="Acceptance rule",
+                                    info="typical (Medusa) accepts more but is LOSSY: the output no longer "
+                                         "follows the target's distribution")
         temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
         top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
         max_new_tokens = gr.Slider(1, MAX_TOKENS, value=min(64, MAX_TOKENS), step=1, label="Max new tokens")
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
         chat = gr.Checkbox(False, label="Chat template")
     prompt = gr.Textbox(PRESETS[0][0], lines=3, max_lines=12, label="Prompt")
-    gr.Examples(PRESETS, [prompt, method, k, temperature, chat], example_labels=PRESET_LABELS,
+    gr.Examples(PRESETS, [prompt, method_dd, k, temperature, chat, acceptance_radio], example_labels=PRESET_LABELS,
                 label="Presets (then press Run or Race)")
     with gr.Tabs():
         with gr.Tab("Step view", id="step"):
@@ -399,6 +513,8 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
                 next_btn = gr.Button("Next ▶", size="sm", scale=0, min_width=90)
                 step_slider = gr.Slider(0, 1, value=0, step=1, label="Step (0 = the prompt alone)", scale=4)
             panel_html = gr.HTML(label="step", elem_id="sv-panel", js_on_load=CHIP_CLICK_JS)
+            tree_view = gr.HTML(label="draft tree", elem_id="sv-tree", visible=False, js_on_load=CHIP_CLICK_JS)
+            mask_plot = gr.Plot(label="tree attention mask", show_label=False, elem_id="sv-mask", visible=False)
             with gr.Accordion("Step inspector: p, q, their overlap and the residual", open=True) as inspector_box:
                 position = gr.Radio([], label="Position in this step (or click a chip)")
                 inspector_plot = gr.Plot(label="inspector", show_label=False, elem_id="sv-inspector")
@@ -408,9 +524,10 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
             with gr.Row():
                 race_btn = gr.Button("Race", variant="primary", scale=2)
                 race_stop = gr.Button("Stop", variant="stop", scale=1)
-            gr.Markdown("Same prompt and settings, autoregressive vs speculative. Only one engine "
-                        "computes at a time (always the one whose own clock is behind), so neither "
-                        "slows the other; each lane shows its own measured compute time.")
+            gr.Markdown("Same prompt and settings, autoregressive vs the chosen method (any of them: spec, "
+                        "tree, prompt lookup, cascade, auto k; spec when ar is chosen). Only one engine computes "
+                        "at a time (always the one whose own clock is behind), so neither slows the other; each "
+                        "lane shows its own measured compute time.")
             with gr.Row(equal_height=True):
                 ar_html = gr.HTML(label="autoregressive lane", elem_id="sv-lane-ar")
                 spec_html = gr.HTML(label="speculative lane", elem_id="sv-lane-spec")
@@ -424,21 +541,19 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
                         "lane of the latest race.", elem_classes="sv-muted")
             explain_md = gr.Markdown("Run speculative decoding to compare α with accepted/drafted.", label="alpha explained")
             clear_btn = gr.Button("Clear this session's runs", size="sm")
-        with gr.Tab("Tree", id="tree"):
-            tree_view = gr.HTML(tree.tree_html([]).html, label="tree")
         with gr.Tab("How it works", id="how"):
             gr.HTML(chips.legend().html)
             gr.Markdown(HOW_IT_WORKS)
     timer = gr.Timer(1.0, active=False)
 
-    settings = [prompt, pair, method, k, temperature, top_p, max_new_tokens, seed, chat, history_state]
-    view = [text_html, panel_html, stats_html, step_slider, position, inspector_plot, tree_view]
+    settings = [prompt, pair, method_dd, k, temperature, top_p, max_new_tokens, seed, chat, auto_k_box, auto_rule_dd,
+                confidence_sl, acceptance_radio, ngram_sl, tree_shape_tb, tree_dynamic_cb, tree_budget_sl, history_state]
+    view = [text_html, panel_html, stats_html, step_slider, position, inspector_plot, tree_view, mask_plot]
     charts_out = [speedup_plot, tau_plot, position_plot, explain_md]
     engine_queue = dict(concurrency_limit=1, concurrency_id="engine")
     run_event = run_btn.click(run, settings, view + charts_out + [events_state, busy_state, history_state],
                               api_name="run", show_progress="minimal", **engine_queue)
-    race_inputs = [prompt, pair, method, k, temperature, top_p, max_new_tokens, seed, chat, history_state]
-    race_event = race_btn.click(race_run, race_inputs, [ar_html, spec_html, verdict_html, history_state] + charts_out,
+    race_event = race_btn.click(race_run, settings, [ar_html, spec_html, verdict_html, history_state] + charts_out,
                                 api_name="race", show_progress="minimal", **engine_queue)
     for stop in (stop_btn, race_stop):
         stop.click(None, cancels=[run_event, race_event])
@@ -455,6 +570,10 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
     trace_file.upload(open_trace, [trace_file, history_state], view + charts_out + [events_state, busy_state],
                       api_name="open_trace", show_progress="minimal")
     clear_btn.click(clear_history, None, [history_state, speedup_plot], **private)
+    method_controls = [method_dd, k, auto_k_box, auto_rule_dd, confidence_sl, ngram_sl, tree_box, acceptance_radio]
+    for control in (method_dd, auto_k_box, auto_rule_dd):
+        control.change(on_method, [method_dd, auto_k_box, auto_rule_dd], method_controls, **private)
+    tree_dynamic_cb.change(on_tree_kind, tree_dynamic_cb, [tree_shape_tb, tree_budget_sl], **private)
 demo.queue(max_size=20, default_concurrency_limit=8)
 
 if spaces is not None and os.environ.get("SPACE_ID"):

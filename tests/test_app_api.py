@@ -86,7 +86,54 @@ def test_run_streams_one_update_per_step(server, client):
     assert shown["residual"] == counts["residual_sampled"]
     assert shown["bonus"] + shown["target"] == counts["bonus_sampled"]  # target: a step that drafted nothing
     assert committed_text(final[0]) == expected[-1].text
-    assert final[7]["type"] == "plotly" and "theory k = 4" in final[7]["plot"]
+    assert final[8]["type"] == "plotly" and "theory k = 4" in final[8]["plot"]
+    assert final[6]["visible"] is False and "LOSSY" not in final[0] + final[1] + final[2]  # chain, lossless
+
+
+def test_a_tree_run_streams_its_tree_and_mask_every_step(server, client):
+    import specviz
+
+    options = dict(method="tree", temperature=1.0, max_new_tokens=16, seed=0)
+    expected = [e.to_dict() for e in specviz.generate(server[0].get_pair("tiny"), PROMPT, record_topk=server[0].RECORD_TOPK,
+                                                      tree="3,2,1", **options)]
+    trees = [e for e in expected if e["kind"] == "tree_built"]
+    job = client.submit(**{**RUN, **options, "tree_shape": "3,2,1"}, api_name="/run")
+    final = job.result(timeout=120)
+    updates = job.outputs()
+    assert len(updates) == len(trees)
+    for update, built in zip(updates, trees):  # each update shows the tree of the step it ends on
+        assert update[6]["visible"] is True
+        assert update[6]["value"].count('data-node="') == len(built["nodes"])
+        assert f"Draft tree of step {built['step'] + 1}" in update[6]["value"]
+        assert update[7]["visible"] is True and "Tree attention mask" in update[7]["value"]["plot"]
+    counts, shown = Counter(e["kind"] for e in expected), statuses(final[0])
+    assert shown["accepted"] == counts["token_accepted"] and shown["rejected"] == counts["token_rejected"]
+    assert committed_text(final[0]) == expected[-1]["text"]
+    assert "draft builds a tree" in final[1] and "Acceptance by tree depth" in final[10]["plot"]
+
+
+def test_a_typical_run_is_marked_lossy(client):
+    final = client.predict(**{**RUN, "acceptance": "typical"}, api_name="/run")
+    for where, markup in (("text", final[0]), ("panel", final[1]), ("stats", final[2])):
+        assert "LOSSY" in markup, where
+    assert "LOSSY" in final[11]
+
+
+@pytest.mark.parametrize("method, extra", [("tree", {}), ("cascade", {"auto_k": True, "auto_rule": "heuristic"}),
+                                           ("spec", {"acceptance": "typical"})])
+def test_any_method_races_autoregressive(client, method, extra):
+    ar_lane, spec_lane, verdict, *_ = client.predict(
+        **{**RUN, "method": method, "temperature": 0.0, "max_new_tokens": 12, **extra}, api_name="/race")
+    assert 'data-done="1"' in ar_lane and 'data-done="1"' in spec_lane
+    assert f"{method} (" in spec_lane and re.search(r"Speculative was \d+\.\d\d× (faster|slower)", verdict)
+    assert "LOSSY" not in ar_lane  # the baseline is always exact autoregressive decoding
+    if extra.get("acceptance") == "typical":
+        assert "LOSSY" in spec_lane and "LOSSY" in verdict and 'data-lossy="1"' in verdict
+    else:
+        assert "LOSSY" not in verdict + spec_lane
+        assert "Same text as autoregressive: yes" in verdict  # greedy, lossless: tree and cascade too
+    if extra.get("auto_k"):
+        assert "k auto, heuristic rule" in spec_lane
 
 
 def test_race_returns_both_lanes_and_a_verdict(client):

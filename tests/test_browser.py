@@ -76,7 +76,8 @@ def shot_span(page, name: str, top, bottom) -> None:
     if os.environ.get("SPECVIZ_SCREENSHOTS"):
         first, last = top.bounding_box(), bottom.bounding_box()
         scroll = page.evaluate("window.scrollY")
-        clip = {"x": 0, "y": first["y"] + scroll - 12, "width": page.viewport_size["width"],
+        left = max(0, min(first["x"], last["x"]) - 12)  # from the content's left edge: no sidebar
+        clip = {"x": left, "y": first["y"] + scroll - 12, "width": page.viewport_size["width"] - left,
                 "height": last["y"] + last["height"] - first["y"] + 24}
         folder = Path(os.environ["SPECVIZ_SCREENSHOTS"])
         folder.mkdir(parents=True, exist_ok=True)
@@ -176,13 +177,48 @@ def test_the_speedup_chart_shows_theory_and_the_measured_race(ui):
     shot(ui, "speedup")
 
 
-def test_how_it_works_and_tree_tabs(ui):
+def test_a_tree_run_shows_its_tree_and_attention_mask(ui):
+    tab(ui, "Step view")
+    ui.get_by_text("Code, draft tree 3,2,1", exact=True).click()
+    expect(ui.get_by_label("Tree shape: children per node at each depth")).to_be_visible()  # tree settings shown
+    expect(ui.get_by_label("n-gram size (prompt lookup)")).to_be_hidden()
+    ui.get_by_role("button", name="Run", exact=True).click()
+    expect(ui.locator("#sv-tree .sv-tree")).to_be_visible(timeout=RUN_TIMEOUT)  # the tree run's first step
+    expect(ui.locator('#sv-stats [data-finished="1"]')).to_be_visible(timeout=RUN_TIMEOUT)
+    step = int(ui.locator("#sv-panel .sv-panel").get_attribute("data-step"))
+    head = ui.locator("#sv-tree .sv-treehead")
+    expect(head).to_contain_text(f"Draft tree of step {step + 1} of {step + 1}")  # the last step's tree
+    ui.wait_for_function("""() => {  // one drawn node per node of the step's tree_built event
+        const tree = document.querySelector('#sv-tree .sv-tree');
+        return tree.querySelectorAll('g.sv-node[data-node]').length === Number(tree.dataset.nodes); }""")
+    expect(ui.locator("#sv-tree g.sv-node[data-path]").first).to_be_visible()
+    expect(ui.locator("#sv-mask")).to_contain_text("Tree attention mask")
+    ui.get_by_role("button", name="◀ Prev", exact=True).click()  # the tree follows the step selection
+    expect(head).to_contain_text(f"Draft tree of step {step}")
+    expect(ui.locator("#sv-tree g.sv-node[data-next]")).to_have_count(1)  # a step before the last has one
+    node = ui.locator("#sv-tree g.sv-node[data-path]").last
+    depth = int(node.get_attribute("data-index"))
+    node.click()  # a judged node opens its depth in the inspector
+    expect(ui.locator("#sv-inspector")).to_contain_text(f"draft #{depth}")
+    shot_span(ui, "tree", ui.locator("#sv-panel"), ui.locator("#sv-mask"))
+
+
+def test_a_lossy_run_says_so(ui):
+    ui.get_by_text("Chat, T = 0.7, typical acceptance: LOSSY", exact=True).click()
+    expect(ui.get_by_label("Tree shape: children per node at each depth")).to_be_hidden()
+    ui.get_by_role("button", name="Run", exact=True).click()
+    expect(ui.locator("#sv-text .sv-lossy")).to_contain_text("LOSSY", timeout=RUN_TIMEOUT)
+    expect(ui.locator('#sv-stats [data-finished="1"]')).to_be_visible(timeout=RUN_TIMEOUT)
+    expect(ui.locator("#sv-stats")).to_contain_text("LOSSY")
+    expect(ui.locator("#sv-tree")).to_be_hidden()  # a chain run draws no tree
+    expect(ui.locator("#sv-panel")).to_contain_text("LOSSY")
+    shot_span(ui, "lossy", ui.locator("#sv-stats"), ui.locator("#sv-panel"))
+
+
+def test_how_it_works(ui):
     tab(ui, "How it works")
     expect(ui.get_by_text("One step of speculative decoding")).to_be_visible()
     shot(ui, "how_it_works")
-    tab(ui, "Tree")
-    expect(ui.get_by_text("No draft tree in this step")).to_be_visible()
-    shot(ui, "tree")
 
 
 def test_markup_in_a_token_never_runs(ui, tmp_path):
