@@ -199,7 +199,7 @@ def test_a_tree_run_shows_its_tree_and_attention_mask(ui):
     node = ui.locator("#sv-tree g.sv-node[data-path]").last
     depth = int(node.get_attribute("data-index"))
     node.click()  # a judged node opens its depth in the inspector
-    expect(ui.locator("#sv-inspector")).to_contain_text(f"draft #{depth}")
+    expect(ui.locator("#sv-inspector")).to_contain_text(f"depth {depth + 1} · position")
     shot_span(ui, "tree", ui.locator("#sv-panel"), ui.locator("#sv-mask"))
 
 

@@ -426,6 +426,13 @@ def test_tree_steps_render_in_the_step_view(tree_run):
         for index in step.indices():
             fig = inspector.inspector_figure(run, step.step, index)
             assert fig.data and "p (target)" in {t.name for t in fig.data}
+    step, index = next((s, t.index) for s in run.steps for t in s.drafted if t.after_rejection)
+    fig = inspector.inspector_figure(run, step.step, index)
+    assert "siblings judged in draw order" in fig.layout.title.text and f"depth {index + 1}" in fig.layout.title.text
+    judged = [t for t in step.at(index) if t.status in ("accepted", "rejected")]
+    children = [n for n in step.nodes if n.parent == step.nodes[judged[0].node].parent]
+    q_bars = next(t for t in fig.data if t.name == "q (draft)")
+    assert sorted(q for q in q_bars.y if q is not None) == sorted(n.q for n in children)  # exact q of each child
     sibling = next(t for s in run.steps for t in s.drafted if t.after_rejection)
     tip = chips.tooltip(sibling)
     assert f"tree node {sibling.node}, depth {sibling.index + 1}" in tip and "earlier sibling's rejection" in tip

@@ -37,6 +37,9 @@ def inspector_figure(run: st.RunView, number: int, index: Optional[int] = None) 
     top = max(_add_pq(fig, step, index, drafted, closing), _add_residual(fig, step, closing, drafted))
     note = (f"Bars are the recorded top-{_k(step, index)} of each distribution (from the events), not the "
             "whole vocabulary; β and 1 − β are exact.")
+    if step.is_tree:
+        note = (f"p: the recorded top-{_k(step, index)} at the node the walk stood on; q: known for the drafted "
+                "children only (a tree records no top-k of q); β is exact.")
     fig.update_layout(title=dict(text=f"{text(_title(step, index, drafted, closing, run.greedy))}"
                                       f"<br><span style='font-size:13px'>{note}</span>", x=0.01),
                       barmode="group", height=520, margin=dict(l=60, r=20, t=110, b=120), font=FONT,
@@ -54,9 +57,26 @@ def default_index(step: st.StepView) -> int:
 
 
 def _title(step, index, drafted, closing, greedy) -> str:
-    head = f"Step {step.step + 1} · draft #{index} · position {(drafted or closing).position}"
+    where = f"depth {index + 1}" if step.is_tree else f"draft #{index}"
+    head = f"Step {step.step + 1} · {where} · position {(drafted or closing).position}"
+    judged = [t for t in step.at(index) if t.status in ("accepted", "rejected")]
+    if step.is_tree and len(judged) > 1:
+        return head + f" · {len(judged)} siblings judged in draw order: " + ", ".join(
+            f"{quoted(t.text)} {t.status}" for t in judged)
     token = drafted or closing
     return f"{head} · {quoted(token.text)} {token.status}: {decision(token, greedy).split(': ', 1)[-1]}"
+
+
+def _children(step, index, drafted, closing) -> list:
+    """Tree steps: the drafted children of the node the walk stood on at this depth (their q and p
+    at that node are exact, from tree_built and target_scored)."""
+    if not step.is_tree:
+        return []
+    node = next((n for n in step.nodes if drafted is not None and n.id == drafted.node), None)
+    parent = node.parent if node is not None else (closing.node if closing is not None else None)
+    if parent is None:
+        return []
+    return [n for n in step.nodes if n.parent == parent]
 
 
 def _left_title(step, index, drafted) -> str:
@@ -114,12 +134,23 @@ def _outline(rows, marked: dict) -> tuple:
 def _add_pq(fig, step, index, drafted, closing) -> float:
     """p, q and min(p, q) bars with the drafted and emitted tokens outlined; returns the top bar."""
     p_slice = _p_slice(step, index)
+    children = _children(step, index, drafted, closing)
     if closing is not None and closing.status in ("bonus", "target"):
         rows = _merge(p_slice, None, None)
+    elif children:  # a tree records q only for what it drafted: each child's q and p at this node
+        rows = _merge(p_slice, None, None)
+        by_id = {r["id"]: r for r in rows}
+        for node in children:
+            row = by_id.setdefault(node.token_id, {"id": node.token_id, "text": node.text, "p": None})
+            if row not in rows:
+                rows.append(row)
+            row["p"], row["q"] = node.p, node.q
+        rows.sort(key=lambda r: -max(r.get("p") or 0, r.get("q") or 0))
     else:
         rows = _merge(p_slice, step.q_topk.get(index), drafted)
     x = _labels(rows)
-    marked = {t.token_id: t for t in (drafted, closing) if t is not None}
+    judged = [t for t in step.at(index) if t.status in ("accepted", "rejected")] if step.is_tree else []
+    marked = {t.token_id: t for t in [drafted, *judged, closing] if t is not None}
     widths, colors = _outline(rows, marked)
     p = [r.get("p") for r in rows]
     fig.add_bar(x=x, y=p, name="p (target)", marker_color=P_COLOR, marker_line_width=widths,
