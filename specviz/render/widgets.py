@@ -388,7 +388,9 @@ class TreeView(ipw.VBox):
         return tree_render.tree_nodes(self.run.step(self.step))
 
     def static_html(self) -> str:
-        body = tree_render.tree_html(self.nodes()).html + panel.step_panel(self.run, self.step).html
+        step = self.run.step(self.step)
+        status = step.node_status if step is not None else None
+        body = tree_render.tree_html(self.nodes(), status).html + panel.step_panel(self.run, self.step).html
         return Rendered(body)._repr_html_()
 
     def _refresh(self) -> None:
