@@ -49,6 +49,8 @@ def hostile(events: list) -> list:
             e["token_text"] = SCRIPT
         if e["kind"] == "step_finished":
             e["emitted_texts"] = [SCRIPT] * len(e["emitted_ids"])
+        if e["kind"] == "tree_built":
+            e["nodes"] = [{**node, "token_text": SCRIPT} for node in e["nodes"]]
         out.append(e)
     return out
 
@@ -233,15 +235,26 @@ def test_inspector_fallback_has_the_panel_and_an_image_when_kaleido_can(sampled,
     assert png.startswith(b"\x89PNG") and 'src="data:image/png;base64,' in w.static_html()
 
 
-def test_tree_view_draws_tree_built_nodes(sampled):
-    nodes = [{"id": 0, "parent": None, "depth": 1, "token": "def", "q": 0.5},
-             {"id": 1, "parent": 0, "depth": 2, "token": SCRIPT, "q": 0.25}]
-    events = sampled[:1] + [{"kind": "tree_built", "step": 0, "nodes": nodes}] + sampled[1:]
+def test_tree_view_draws_the_steps_tree_and_opens_at_a_rejection():
+    events = load("tiny_tree_t1.jsonl")
+    run = steps.build(events)
     w = TreeView(events)
+    first = next(s.step for s in run.steps if any(n.status == "rejected" for n in s.nodes))
+    assert w.step == first
     page = w.static_html()
-    assert page.count('data-node="') == 2 and SCRIPT not in page
-    w.step = 1
+    assert page.count('data-node="') >= len(run.steps[first].nodes) > 1
+    assert f"Draft tree of step {first + 1}" in page
+    mask = w.mask_figure().data[0].z
+    assert len(mask) == len(run.steps[first].nodes)
+    w.step = 10_000
+    assert w.step == len(run.steps) - 1
+
+
+def test_tree_view_of_a_chain_run_says_there_is_no_tree(sampled):
+    w = TreeView(sampled)
     assert "No draft tree in this step" in w.static_html()
+    evil = TreeView(hostile(load("tiny_tree_t1.jsonl"))).static_html()
+    assert SCRIPT not in evil and html.escape(SCRIPT, quote=False) in evil
 
 
 # -- race --------------------------------------------------------------------------------------

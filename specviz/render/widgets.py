@@ -362,19 +362,25 @@ class StepInspector(ipw.VBox):
 # tree view
 
 class TreeView(ipw.VBox):
-    """The draft tree of each step (from `tree_built` events) next to the step panel."""
+    """The draft tree of each step (tree methods: `tree_built` events) as the app draws it: the
+    tree with the walk's decisions and the accepted path, the step panel, and the tree attention
+    mask of the target pass. Opens at the first step with a rejected node."""
 
     step = t.Int(0)
 
-    def __init__(self, events: Iterable = (), step: int = 0, **kwargs):
+    def __init__(self, events: Iterable = (), step: Optional[int] = None, **kwargs):
         self.events = _dicts(events)
         self.run = st.build(self.events)
         self._slider = ipw.IntSlider(min=0, max=max(0, len(self.run.steps) - 1), description="step")
         self._html = ipw.HTML()
-        super().__init__([self._slider, self._html], **kwargs)
+        self._mask = ipw.Output()
+        super().__init__([self._slider, self._html, self._mask], **kwargs)
         t.link((self._slider, "value"), (self, "step"))
-        self.step = step
+        self.step = self._first_interesting() if step is None else step
         self._refresh()
+
+    def _first_interesting(self) -> int:
+        return next((s.step for s in self.run.steps if any(n.status == "rejected" for n in s.nodes)), 0)
 
     @t.validate("step")
     def _clamp(self, proposal) -> int:
@@ -387,15 +393,26 @@ class TreeView(ipw.VBox):
     def nodes(self) -> list:
         return tree_render.tree_nodes(self.run.step(self.step))
 
-    def static_html(self) -> str:
+    def mask_figure(self):
+        return tree_render.mask_figure(self.run.step(self.step))
+
+    def html(self) -> str:
         step = self.run.step(self.step)
-        status = step.node_status if step is not None else None
-        body = tree_render.tree_html(self.nodes(), status).html + panel.step_panel(self.run, self.step).html
+        body = (tree_render.tree_view(step, self.run.greedy, len(self.run.steps)).html
+                + panel.step_panel(self.run, self.step).html)
         return Rendered(body)._repr_html_()
 
+    def static_html(self) -> str:
+        png = _figure_png(self.mask_figure()) if self.nodes() else None
+        image = (f'<img alt="tree attention mask of step {self.step + 1}" style="max-width:100%" '
+                 f'src="data:image/png;base64,{base64.b64encode(png).decode()}">') if png else ""
+        return self.html() + image
+
     def _refresh(self) -> None:
-        if hasattr(self, "_html"):
-            self._html.value = self.static_html()
+        if hasattr(self, "_mask"):
+            self._html.value = self.html()
+            if self.nodes():
+                _show(self._mask, self.mask_figure())
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
