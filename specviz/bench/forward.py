@@ -2,6 +2,9 @@
 
 This is the "memory wall" measurement behind speculative decoding: at batch 1 a forward over a
 few tokens costs about as much as over one, because reading the weights dominates.
+`batch_cost` measures the same at batch B (the engine decodes batch 1 only, so the suite uses it
+as the proxy for the batch-size effect: as B grows, forwards become compute-bound and verifying
+k + 1 tokens stops being nearly free).
 Usage: python -m specviz.bench.forward --pair qwen-coder --dtype bfloat16 --tokens 1 2 4 8 16
 """
 
@@ -39,6 +42,34 @@ def forward_cost(model, n_tokens: list, prefix: int = 64, repeats: int = 5, voca
     return out
 
 
+@torch.inference_mode()
+def batch_cost(model, batches: list, n_tokens: list, prefix: int = 64, repeats: int = 3,
+               vocab: int = 1000) -> dict:
+    """{batch: {n: median seconds}} of one forward over n new tokens per row, on top of a cached
+    `prefix`-token context in each of `batch` rows."""
+    from transformers import DynamicCache
+
+    gen = torch.Generator().manual_seed(0)
+    out = {}
+    for b in batches:
+        ids = torch.randint(10, vocab, (b, prefix + max(n_tokens)), generator=gen).to(model.device)  # (B, T)
+        cache = DynamicCache(config=model.config)
+        model(input_ids=ids[:, :prefix], past_key_values=cache, use_cache=True, logits_to_keep=1)
+        out[b] = {}
+        for n in n_tokens:
+            times = []
+            for r in range(repeats + 1):  # the first is a warm-up of this shape
+                synchronize(model.device)
+                start = time.perf_counter()
+                model(input_ids=ids[:, prefix:prefix + n], past_key_values=cache, use_cache=True)
+                synchronize(model.device)
+                if r:
+                    times.append(time.perf_counter() - start)
+                cache.crop(-n)  # this transformers takes a negative count of tokens to drop
+            out[b][n] = statistics.median(times)
+    return out
+
+
 def main(argv=None) -> int:
     from specviz.models import load_pair
 
@@ -52,7 +83,8 @@ def main(argv=None) -> int:
     for dtype in args.dtype:
         pair = load_pair(args.pair, dtype=dtype)
         for role in ("target", "draft"):
-            cost = forward_cost(getattr(pair, role), args.tokens, repeats=args.repeats)
+            model = getattr(pair, role)
+            cost = forward_cost(model, args.tokens, repeats=args.repeats, vocab=min(model.config.vocab_size, 1000))
             report[f"{role}/{dtype}"] = cost
             print(f"{role:6s} {dtype:9s} " + "  ".join(f"{n}:{t * 1000:.0f}ms" for n, t in cost.items()))
         del pair

@@ -1,0 +1,182 @@
+"""From raw timed runs to the suite's ratios. Pure: plain data in, plain data out, no torch.
+
+Definitions (a group = one prompt at one temperature; every ratio compares runs of one group):
+  speedup            median tokens/s of a method / median tokens/s of specviz's AR (end to end:
+                     prefill included, as a user waits for it)
+  decode_speedup     the same on decode tokens/s (after the first update)
+  engine efficiency  specviz spec tokens/s / transformers' assisted generation tokens/s, same k
+  c_vs_ar            seconds per draft forward (this run) / seconds per target forward of AR runs:
+                     the c of the theory, whose unit is a 1-token target forward
+  model fit          measured speedup / theory.speedup_with_cost(alpha, k, c_vs_ar, verify cost),
+                     with alpha = the run's alpha_empirical and the verify-cost curve measured
+                     by the suite (a forward over k + 1 tokens / a forward over 1 token)
+  ranking            methods ordered by median tokens/s; two runs agree when no pair of methods
+                     that both runs separate by more than `tolerance` is ordered oppositely
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Optional
+
+from specviz import theory
+
+SCALARS = ("seconds", "new_tokens", "tokens_per_s", "ttft", "gap_p50", "gap_p95", "itl_p50",
+           "itl_p95", "jitter", "burst", "decode_tokens_per_s", "tau", "alpha_empirical",
+           "alpha_analytic", "accepted_per_drafted", "c", "target_forwards",
+           "target_forwards_per_token", "draft_s_per_forward", "target_s_per_forward")
+
+
+def median(values) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _ratio(a, b) -> Optional[float]:
+    return a / b if a is not None and b else None
+
+
+def mean_lists(lists: list) -> list:
+    """Element-wise mean of lists of different lengths (each index over the lists that have it)."""
+    width = max((len(x) for x in lists), default=0)
+    return [statistics.fmean([x[i] for x in lists if len(x) > i]) for i in range(width)]
+
+
+def summarise_method(runs: list) -> dict:
+    """Medians over the repeats of one method in one group."""
+    out = {name: median(r.get(name) for r in runs) for name in SCALARS}
+    out["repeats"] = len(runs)
+    out["engine"] = runs[0]["engine"]
+    out["position_acceptance"] = mean_lists([r.get("position_acceptance") or [] for r in runs])
+    out["tokens_per_s_runs"] = [r["tokens_per_s"] for r in runs]
+    return out
+
+
+def summarise_group(per_method: dict, greedy: bool = True) -> dict:
+    """{method: summary} with speedups, c_vs_ar and, under greedy, sameness against AR."""
+    out = {name: summarise_method(runs) for name, runs in per_method.items()}
+    ar = out.get("ar")
+    ar_ids = per_method["ar"][0].get("token_ids") if ar else None
+    for name, row in out.items():
+        row["speedup"] = _ratio(row["tokens_per_s"], ar and ar["tokens_per_s"])
+        row["decode_speedup"] = _ratio(row["decode_tokens_per_s"], ar and ar["decode_tokens_per_s"])
+        row["c_vs_ar"] = _ratio(row["draft_s_per_forward"], ar and ar["target_s_per_forward"])
+        ids = per_method[name][0].get("token_ids")
+        row["same_as_ar"] = None if not greedy or ar_ids is None or ids is None else ids == ar_ids
+    return out
+
+
+def model_fit(row: dict, k: int, verify_cost) -> Optional[dict]:
+    """Measured speedup against the theory's prediction from the same run's alpha and c."""
+    a, c = row.get("alpha_empirical"), row.get("c_vs_ar")
+    if a is None or c is None or row.get("speedup") is None:
+        return None
+    predicted = theory.speedup_with_cost(a, k, c, verify_cost)
+    return {"alpha": a, "alpha_analytic": row.get("alpha_analytic"), "c": c, "k": k,
+            "verify_cost": verify_cost(k + 1), "tau_measured": row.get("tau"),
+            "tau_predicted": theory.expected_tokens(a, k), "predicted_speedup": predicted,
+            "measured_speedup": row["speedup"], "ratio": row["speedup"] / predicted}
+
+
+def engine_efficiency(results: dict, ours: str = "spec", theirs: str = "hf-assisted") -> dict:
+    """{group: ours tokens/s / theirs tokens/s} for groups that ran both."""
+    out = {}
+    for group, rows in results.items():
+        if ours in rows and theirs in rows:
+            out[group] = _ratio(rows[ours]["tokens_per_s"], rows[theirs]["tokens_per_s"])
+    return out
+
+
+def geomean(values) -> Optional[float]:
+    values = [v for v in values if v]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else None
+
+
+def ranking(results: dict) -> dict:
+    """{group: [methods, fastest first]}."""
+    return {group: sorted(rows, key=lambda m: -(rows[m]["tokens_per_s"] or 0.0))
+            for group, rows in results.items()}
+
+
+def compare_rankings(current: dict, previous: dict, tolerance: float = 0.10) -> dict:
+    """Do two reports rank methods alike? `current`/`previous` are report["results"] dicts.
+
+    A pair of methods is decided in a run when the faster is faster by more than `tolerance`;
+    a swap is a pair decided in both runs in opposite orders. Kendall's tau over all pairs of
+    methods common to both runs is reported too (ties count as neither agreeing nor not).
+    """
+    groups, swaps = {}, 0
+    for group in sorted(set(current) & set(previous)):
+        cur, prev = current[group], previous[group]
+        names = [m for m in cur if m in prev]
+        agree = disagree = 0
+        swapped = []
+        for i, a in enumerate(names):
+            for b in names[i + 1:]:
+                r_cur = _ratio(cur[a]["tokens_per_s"], cur[b]["tokens_per_s"])
+                r_prev = _ratio(prev[a]["tokens_per_s"], prev[b]["tokens_per_s"])
+                if not r_cur or not r_prev:
+                    continue
+                same = (r_cur > 1) == (r_prev > 1)
+                agree, disagree = agree + same, disagree + (not same)
+                if not same and _decided(r_cur, tolerance) and _decided(r_prev, tolerance):
+                    swapped.append({"methods": [a, b], "previous_ratio": r_prev, "current_ratio": r_cur})
+        pairs = agree + disagree
+        groups[group] = {"kendall_tau": (agree - disagree) / pairs if pairs else None,
+                         "swapped": swapped}
+        swaps += len(swapped)
+    return {"tolerance": tolerance, "groups": groups, "swaps": swaps, "ok": swaps == 0}
+
+
+def _decided(ratio: float, tolerance: float) -> bool:
+    return ratio > 1 + tolerance or ratio < 1 / (1 + tolerance)
+
+
+def batch_proxy(target_cost: dict, draft_cost: dict, alpha: float, k: int) -> list:
+    """Predicted spec speedup at each batch size from forward costs measured at that batch
+    (the engine decodes batch 1 only: this is the cost-curve proxy of the batch-size effect)."""
+    rows = []
+    for b in sorted(target_cost):
+        t1, tk = target_cost[b][1], target_cost[b][k + 1]
+        c = draft_cost[b][1] / t1
+        rows.append({"batch": b, "target_1_s": t1, f"target_{k + 1}_s": tk, "draft_1_s": draft_cost[b][1],
+                     "c": c, "verify_cost": tk / t1, "ar_tokens_per_s": b / t1,
+                     "predicted_speedup": theory.expected_tokens(alpha, k) / (c * k + tk / t1)})
+    return rows
+
+
+def targets(report: dict) -> list:
+    """Issue 7's targets, judged on this report. They are set for the real pair on CPU
+    (`applies`); on other pairs and devices they are shown but not a verdict."""
+    res, ratios, env = report["results"], report["ratios"], report["environment"]
+    applies = env["pair"] == "qwen-coder" and env["device"] == "cpu"
+    eff = geomean(v for g, v in ratios["engine_efficiency"].items() if g.endswith("@greedy"))
+    fits = [ratios["model_fit"][g]["ratio"] for g in ("code@greedy", "rewrite@greedy")
+            if g in ratios["model_fit"]]
+    code = res.get("code@greedy", {})
+    ours = {m: row["speedup"] for m, row in code.items() if row["engine"] == "specviz" and m != "ar"}
+    best = max(ours, key=ours.get) if ours else None
+    pld = res.get("rewrite@greedy", {}).get("pld", {}).get("speedup")
+    plan = report["plan"]
+    rows = [
+        _target(f"spec k={plan['k']} (events on) / transformers assisted, greedy groups (geometric mean)",
+                eff, 1.0, aim=1.1),
+        _target("measured / theory speedup, spec on code prompts (mean of code, rewrite)",
+                statistics.fmean(fits) if fits else None, 0.9),
+        _target(f"best specviz method on greedy code completion ({best}) / AR",
+                ours.get(best), 2.0),
+        _target("pld on greedy code rewrite / AR", pld, 3.0),
+        _target(f"suite wall time, {report['mode']} mode (s)", report["wall_time_s"], plan["budget_s"],
+                lower_is_better=True),
+    ]
+    for row in rows:
+        row["applies"] = applies
+    return rows
+
+
+def _target(name: str, value, threshold: float, aim: Optional[float] = None,
+            lower_is_better: bool = False) -> dict:
+    met = None if value is None else (value <= threshold if lower_is_better else value >= threshold)
+    return {"name": name, "value": value, "threshold": threshold, "aim": aim,
+            "lower_is_better": lower_is_better, "met": met}

@@ -1,0 +1,318 @@
+"""The suite's report as Markdown tables and Plotly figures. Reads the JSON report only.
+
+Figures (each written as .html, and .png when kaleido can render it):
+  speedup      speedup over AR of every method, greedy groups
+  memory-wall  one target (and draft) forward over 1..64 tokens, normalised to 1 token
+  alpha        measured speedup against alpha (controlled-acceptance sweep and the spec runs)
+               with the theory's curve from the measured c and verify-cost curve
+  batch        predicted spec speedup at batch 1, 4, 16 from forward costs measured at that batch
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+LAYOUT = dict(height=440, width=820, font=dict(size=14), plot_bgcolor="white",
+              margin=dict(l=70, r=20, t=70, b=60))
+
+
+def _f(value, fmt: str = ".2f", unit: str = "") -> str:
+    if value is None:
+        return "–"
+    return f"{value:{fmt}}{unit}"
+
+
+def _ms(value) -> str:
+    """Milliseconds, with decimals only where they matter (the tiny pair runs in ~1 ms)."""
+    if value is None:
+        return "–"
+    ms = value * 1000
+    return f"{ms:.0f}" if ms >= 20 else f"{ms:.2f}"
+
+
+def _mb(value) -> str:
+    return f"{value / 1e6:.0f} MB" if value >= 1e7 else f"{value / 1e6:.2f} MB"
+
+
+def header(report: dict) -> list:
+    env, plan = report["environment"], report["plan"]
+    temps = ", ".join(f"{t:g}" for t in plan["temperatures"])
+    return [
+        f"# specviz benchmark suite: `{env['pair']}`, {plan['mode']} mode", "",
+        f"Device **{env['device']}** ({env['device_name']}), dtype **{env['dtype']}**, "
+        f"**{env['threads']} torch threads** ({env['cpu_count']} CPUs visible), torch {env['torch']}, "
+        f"transformers {env['transformers']}; {env['date_utc']} UTC. Suite wall time "
+        f"**{report['wall_time_s']:.0f} s** (model loading {report.get('load_s', 0):.0f} s included).", "",
+        f"{plan['tokens']} new tokens per run, k = {plan['k']} (pld: {plan['pld_k']}), "
+        f"{plan['repeats']} repeat(s), methods interleaved (order rotated per group and repeat); "
+        f"greedy on {', '.join(plan['prompts'])}; temperature {temps} on "
+        f"{', '.join(plan['sampled_prompts'])}. specviz runs stream their events with top-10 slices "
+        "(as the app does). Speedup = tokens/s / AR tokens/s in the same group, end to end "
+        "(prefill included). `hf*` = transformers' own `generate()` on the same prompt ids.", "",
+    ]
+
+
+def targets_table(report: dict) -> list:
+    lines = ["## Targets", "", "| target | measured | threshold | met |", "|---|---|---|---|"]
+    for t in report["targets"]:
+        aim = f" (aim {t['aim']:g})" if t.get("aim") else ""
+        sign = "≤" if t["lower_is_better"] else "≥"
+        met = {True: "yes", False: "**no**", None: "–"}[t["met"]]
+        if not t["applies"]:
+            met += " (not judged: set for qwen-coder on CPU)"
+        lines.append(f"| {t['name']} | {_f(t['value'])} | {sign} {t['threshold']:g}{aim} | {met} |")
+    check = report.get("ranking_check")
+    if check:
+        verdict = "yes" if check["ok"] else f"**no** ({check['swaps']} swapped pairs)"
+        lines.append(f"| ranking reproducible vs `{check.get('against', 'previous')}` "
+                     f"(no decided pair swapped, tolerance {check['tolerance']:.0%}) | "
+                     f"{check['swaps']} swaps | 0 | {verdict} |")
+    return lines + [""]
+
+
+def speedup_table(report: dict) -> list:
+    res = report["results"]
+    groups = list(res)
+    methods = []
+    for g in groups:
+        methods += [m for m in res[g] if m not in methods]
+    lines = ["## Speedup over AR (tokens/s ratio, end to end)", "",
+             "| method | " + " | ".join(groups) + " |", "|---|" + "---|" * len(groups)]
+    for m in methods:
+        cells = []
+        for g in groups:
+            row = res[g].get(m)
+            if row is None:
+                cells.append("")
+                continue
+            mark = " ≠AR" if row.get("same_as_ar") is False and g.endswith("@greedy") else ""
+            cells.append(f"{_f(row['speedup'])}x{mark}")
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    if any(row.get("same_as_ar") is False for g in groups if g.endswith("@greedy") for row in res[g].values()):
+        lines += ["", "`≠AR`: greedy output differs from AR's (in bf16 a multi-token forward can flip an "
+                  "argmax near-tie of the one-token forward; the methods are lossless in exact arithmetic)."]
+    return lines + [""]
+
+
+def group_tables(report: dict) -> list:
+    lines = ["## Per group", "",
+             "tok/s end to end; decode tok/s after the first update; TTFT = first update; ITL = per "
+             "emitted token (step duration / tokens emitted), gap = per visible update, jitter = mean "
+             "|difference of consecutive gaps| (ms); tau = tokens per target forward; alpha = accepted / "
+             "evaluated (analytic: mean beta); acc/dr = accepted / drafted; c = draft forward / AR "
+             "target forward; fwd/tok = target forwards per token.", ""]
+    cols = ("tok/s", "decode tok/s", "speedup", "TTFT ms", "ITL p50", "ITL p95", "gap p50", "gap p95",
+            "jitter", "tau", "alpha", "alpha an.", "acc/dr", "c", "fwd/tok", "per-position acceptance")
+    for g, rows in report["results"].items():
+        lines += [f"### {g}", "", "| method | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols)]
+        for m, r in rows.items():
+            pos = " ".join(f"{a:.2f}" for a in r["position_acceptance"][:8])
+            cells = [_f(r["tokens_per_s"]), _f(r["decode_tokens_per_s"]), _f(r["speedup"]), _ms(r["ttft"]),
+                     _ms(r["itl_p50"]), _ms(r["itl_p95"]), _ms(r["gap_p50"]), _ms(r["gap_p95"]),
+                     _ms(r["jitter"]), _f(r["tau"]), _f(r["alpha_empirical"]), _f(r["alpha_analytic"]),
+                     _f(r["accepted_per_drafted"]), _f(r["c_vs_ar"]), _f(r["target_forwards_per_token"]), pos]
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def ratio_tables(report: dict) -> list:
+    ratios = report["ratios"]
+    lines = ["## Engine efficiency: specviz spec / transformers assisted (same k)", "",
+             "| group | ratio |", "|---|---|"]
+    lines += [f"| {g} | {_f(v)} |" for g, v in ratios["engine_efficiency"].items()]
+    lines += ["", "## Model fit: measured speedup / theory", "",
+              "Theory: `speedup_with_cost(alpha, k, c, verify_cost)` = E[tokens] / (c k + verify_cost(k+1)) "
+              "with this run's alpha (empirical) and c, and the measured verify-cost curve.", "",
+              "| group | alpha | c | verify cost(k+1) | tau measured | tau predicted | speedup | predicted | ratio |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for g, f in ratios["model_fit"].items():
+        lines.append(f"| {g} | {_f(f['alpha'])} | {_f(f['c'])} | {_f(f['verify_cost'])} | "
+                     f"{_f(f['tau_measured'])} | {_f(f['tau_predicted'])} | {_f(f['measured_speedup'])} | "
+                     f"{_f(f['predicted_speedup'])} | {_f(f['ratio'])} |")
+    return lines + [""] + roofline_table(ratios["roofline"])
+
+
+def roofline_table(roof: dict) -> list:
+    bw = roof["bandwidth_bytes_per_s"]
+    lines = ["## Memory-bandwidth limit of decoding", "",
+             f"Measured bandwidth {bw / 1e9:.1f} GB/s ({roof['bandwidth_method']}). Limit = bandwidth / "
+             "weight bytes read per token (all weights but the input embedding table).", "",
+             "| model | weight bytes/token | limit tok/s | one-token forward tok/s | forward / limit |",
+             "|---|---|---|---|---|"]
+    for role in ("target", "draft"):
+        r = roof[role]
+        lines.append(f"| {role} | {_mb(r['weight_bytes_per_token'])} | {_f(r['limit_tokens_per_s'])} | "
+                     f"{_f(r['forward_tokens_per_s'])} | {_f(r['forward_vs_limit'])} |")
+    lines += ["", f"AR decode (specviz engine, events on): {_f(roof['ar_decode_tokens_per_s'])} tok/s = "
+              f"{_f(roof['ar_vs_limit'])} of the limit; transformers plain generate: "
+              f"{_f(roof.get('hf_decode_tokens_per_s'))} tok/s = {_f(roof.get('hf_vs_limit'))} of the limit.", ""]
+    return lines
+
+
+def cost_tables(report: dict) -> list:
+    curve = report["cost_curve"]
+    t, d = curve["target"], curve["draft"]
+    base = t[_key(t, 1)]
+    lines = ["## Verify-cost curve (one forward over n new tokens after a 64-token context)", "",
+             "| n | target ms | target / 1 token | draft ms |", "|---|---|---|---|"]
+    for n in t:
+        lines.append(f"| {n} | {_ms(t[n])} | {_f(t[n] / base)} | {_ms(d.get(n))} |")
+    bp = report["batch_proxy"]
+    k = bp["k"]
+    lines += ["", "## Batch-size effect (proxy)", "", bp["note"] + f" (alpha = {_f(bp['alpha'])}, k = {k})", "",
+              f"| batch | target 1-token ms | target {k + 1}-token ms | verify cost | c | AR tok/s (all rows) | "
+              "predicted spec speedup |", "|---|---|---|---|---|---|---|"]
+    for r in bp["rows"]:
+        lines.append(f"| {r['batch']} | {_ms(r['target_1_s'])} | {_ms(r[f'target_{k + 1}_s'])} | "
+                     f"{_f(r['verify_cost'])} | {_f(r['c'])} | {_f(r['ar_tokens_per_s'])} | "
+                     f"{_f(r['predicted_speedup'])} |")
+    return lines + [""]
+
+
+def _key(d: dict, n: int):
+    return n if n in d else str(n)
+
+
+def controlled_table(report: dict) -> list:
+    c = report["controlled"]
+    lines = ["## Controlled acceptance (speedup against alpha on real timings)", "",
+             f"Prompt `{c['prompt']}`, greedy, k = {c['k']}: the drafter runs the draft model for its real "
+             "cost but proposes the target's greedy continuation, each token corrupted with probability "
+             "1 - a_set.", "",
+             "| a_set | alpha measured | tau | speedup | theory | measured / theory | c | off-script | =AR |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for p in c["points"]:
+        lines.append(f"| {p['a_set']:g} | {_f(p['alpha'])} | {_f(p['tau'])} | {_f(p['speedup'])} | "
+                     f"{_f(p['predicted_speedup'])} | {_f(p['ratio'])} | {_f(p['c'])} | {p['off_script']} | "
+                     f"{'yes' if p['same_as_ar'] else 'no'} |")
+    return lines + [""]
+
+
+def ranking_lines(report: dict) -> list:
+    lines = ["## Ranking (fastest first)", ""]
+    lines += [f"- {g}: " + " > ".join(ms) for g, ms in report["ranking"].items()]
+    check = report.get("ranking_check")
+    if check:
+        lines += ["", f"Against `{check.get('against', 'previous')}`: {check['swaps']} swapped pairs "
+                  f"(pairs both runs separate by more than {check['tolerance']:.0%} and order oppositely)."]
+        for g, r in check["groups"].items():
+            tau = _f(r["kendall_tau"])
+            swapped = "; ".join(f"{s['methods'][0]} vs {s['methods'][1]} ({s['previous_ratio']:.2f} -> "
+                                f"{s['current_ratio']:.2f})" for s in r["swapped"])
+            lines.append(f"- {g}: Kendall tau {tau}" + (f"; swapped: {swapped}" if swapped else ""))
+    return lines + [""]
+
+
+def markdown(report: dict, figures: Optional[dict] = None) -> str:
+    lines = header(report) + targets_table(report) + speedup_table(report) + ratio_tables(report)
+    lines += controlled_table(report) + cost_tables(report) + ranking_lines(report) + group_tables(report)
+    if figures:
+        lines += ["## Figures", ""]
+        for name, path in figures.items():
+            lines.append(f"![{name}]({path})" if path.endswith(".png") else f"- [{name}]({path})")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# figures
+
+def figures(report: dict) -> dict:
+    """{name: plotly Figure}."""
+    return {"speedup": speedup_figure(report), "memory-wall": memory_wall_figure(report),
+            "alpha": alpha_figure(report), "batch": batch_figure(report)}
+
+
+def speedup_figure(report: dict):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for g, rows in report["results"].items():
+        if g.endswith("@greedy"):
+            fig.add_bar(name=g.split("@")[0], x=list(rows), y=[r["speedup"] for r in rows.values()])
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#64748b")
+    env = report["environment"]
+    fig.update_layout(title=f"Speedup over AR, greedy ({env['pair']}, {env['device']}, {env['dtype']})",
+                      yaxis_title="tokens/s ÷ AR tokens/s", barmode="group", **LAYOUT)
+    return fig
+
+
+def memory_wall_figure(report: dict):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for role, color in (("target", "#7c3aed"), ("draft", "#0ea5e9")):
+        curve = report["cost_curve"][role]
+        ns = [int(n) for n in curve]
+        fig.add_scatter(x=ns, y=[v * 1000 for v in curve.values()], mode="lines+markers", name=role,
+                        line_color=color)
+    fig.update_layout(title="The memory wall: one forward over n tokens costs about as much as over one",
+                      xaxis_title="tokens in one forward (n)", yaxis_title="ms per forward", xaxis_type="log",
+                      **LAYOUT)
+    return fig
+
+
+def alpha_figure(report: dict):
+    import plotly.graph_objects as go
+
+    c = report["controlled"]
+    fig = go.Figure()
+    fig.add_scatter(x=[p["alpha"] for p in c["theory"]], y=[p["speedup"] for p in c["theory"]], mode="lines",
+                    name=f"theory (c = {_f(c['c'])}, measured verify cost)", line_color="#94a3b8")
+    pts = [p for p in c["points"] if p["alpha"] is not None]
+    fig.add_scatter(x=[p["alpha"] for p in pts], y=[p["speedup"] for p in pts], mode="markers",
+                    name="controlled drafter (measured)", marker=dict(size=11, color="#7c3aed"),
+                    text=[f"a_set {p['a_set']:g}" for p in pts])
+    fits = report["ratios"]["model_fit"]
+    fig.add_scatter(x=[f["alpha"] for f in fits.values()], y=[f["measured_speedup"] for f in fits.values()],
+                    mode="markers", hovertext=list(fits),
+                    name="spec on the prompt set (measured)", marker=dict(size=10, color="#db2777", symbol="diamond"))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#64748b")
+    fig.update_layout(title=f"Speedup against acceptance rate, k = {c['k']}", xaxis_title="alpha (measured)",
+                      yaxis_title="speedup over AR", **LAYOUT)
+    return fig
+
+
+def batch_figure(report: dict):
+    import plotly.graph_objects as go
+
+    rows = report["batch_proxy"]["rows"]
+    fig = go.Figure()
+    fig.add_scatter(x=[r["batch"] for r in rows], y=[r["predicted_speedup"] for r in rows],
+                    mode="lines+markers", name="predicted spec speedup", line_color="#7c3aed")
+    fig.add_scatter(x=[r["batch"] for r in rows], y=[r["verify_cost"] for r in rows], mode="lines+markers",
+                    name="verify cost (k+1 tokens ÷ 1 token)", line_color="#f59e0b")
+    fig.add_hline(y=1.0, line_dash="dot", line_color="#64748b")
+    fig.update_layout(title="Batch size (proxy from forward costs at each batch)", xaxis_title="batch",
+                      xaxis_type="log", **LAYOUT)
+    return fig
+
+
+def write(report: dict, prefix: Path, png: bool = True, with_figures: bool = True) -> dict:
+    """Write PREFIX.json, PREFIX.md and PREFIX-<figure>.html/.png; returns {kind: path}."""
+    import json
+
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    written, links = {"json": prefix.with_name(prefix.name + ".json")}, {}
+    if with_figures:
+        for name, fig in figures(report).items():
+            html = prefix.with_name(f"{prefix.name}-{name}.html")
+            fig.write_html(html, include_plotlyjs="cdn")
+            written[name] = html
+            links[name] = html.name
+            if png and _write_png(fig, prefix.with_name(f"{prefix.name}-{name}.png")):
+                links[name] = f"{prefix.name}-{name}.png"
+    written["json"].write_text(json.dumps(report, indent=1) + "\n")
+    written["md"] = prefix.with_name(prefix.name + ".md")
+    written["md"].write_text(markdown(report, links))
+    return written
+
+
+def _write_png(fig, path: Path) -> bool:
+    try:
+        fig.write_image(path, scale=1)
+    except Exception:  # kaleido or its browser missing: the HTML figure stays
+        return False
+    return True

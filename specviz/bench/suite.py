@@ -1,0 +1,400 @@
+"""The benchmark suite (issue 7): what speculative decoding buys on one pair, in one run, as ratios.
+
+Per pair, device and dtype, over a fixed prompt set (specviz.bench.prompts), greedy and sampled:
+every specviz method and transformers' own generate() (plain, assistant_model, prompt lookup) on
+the same prompt ids, interleaved (each repeat rotates the method order so slow drift of the
+machine hits every method alike) and summarised as medians. Around them: the verify-cost curve
+(one target forward over 1..64 tokens), its batch-size proxy, the memory-bandwidth limit of
+decoding, and a controlled-acceptance sweep that traces speedup against alpha on real timings.
+
+specviz runs keep their events on with top-10 slices (record_topk=10), as the app runs them.
+Usage: python -m specviz.bench [--pair qwen-coder] [--quick] [--out PREFIX] [--check-against F]
+Definitions of every number: specviz.bench.analysis and specviz.bench.latency; docs/benchmarks/.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, replace
+
+import torch
+
+from specviz import theory
+from specviz.bench import analysis, forward, hf, latency, roofline
+from specviz.bench.controlled import ControlledDrafter
+from specviz.bench.prompts import PROMPTS
+from specviz.engine import generate
+
+SUITE_VERSION = 1
+RECORD_TOPK = 10
+
+
+def method_table(k: int, pld_k: int) -> dict:
+    """name -> (engine, arguments). specviz methods take generate() keywords."""
+    return {
+        "ar": ("specviz", dict(method="ar")),
+        "spec": ("specviz", dict(method="spec", k=k)),
+        "spec-auto": ("specviz", dict(method="spec", k="auto")),
+        "tree": ("specviz", dict(method="tree", tree="3,2,1")),
+        "tree-dynamic": ("specviz", dict(method="tree", tree="dynamic")),
+        "pld": ("specviz", dict(method="pld", k=pld_k)),
+        "lookahead": ("specviz", dict(method="lookahead")),
+        "cascade": ("specviz", dict(method="cascade", k=k)),
+        "hf": ("transformers", dict(kind="plain")),
+        "hf-assisted": ("transformers", dict(kind="assisted", k=k)),
+        "hf-pld": ("transformers", dict(kind="pld", k=pld_k)),
+    }
+
+
+GREEDY_ONLY = frozenset({"lookahead"})
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: str
+    prompts: tuple  # greedy groups: every method
+    tokens: int
+    repeats: int
+    k: int
+    pld_k: int
+    methods: tuple
+    temperatures: tuple  # sampled groups: `sampled_methods` on `sampled_prompts`
+    sampled_prompts: tuple
+    sampled_methods: tuple
+    cost_tokens: tuple
+    cost_repeats: int
+    batches: tuple
+    a_sets: tuple
+    controlled_prompt: str
+    budget_s: float  # the wall time the suite should stay under on 2 CPU cores (real pair)
+
+
+ALL_METHODS = tuple(method_table(4, 8))
+FULL = Plan("full", tuple(PROMPTS), 48, 1, 4, 8, ALL_METHODS, (0.7, 1.0), ("code", "chat"),
+            ("ar", "spec", "spec-auto", "tree", "pld", "cascade", "hf", "hf-assisted", "hf-pld"),
+            (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64), 3, (1, 4, 16),
+            (0.0, 0.2, 0.4, 0.6, 0.7, 0.8, 0.9, 1.0), "code", 900.0)
+QUICK = Plan("quick", ("code", "rewrite", "chat"), 32, 1, 4, 8,
+             ("ar", "spec", "tree", "pld", "hf", "hf-assisted", "hf-pld"), (0.7,), ("code",),
+             ("ar", "spec", "hf-assisted"), (1, 2, 4, 5, 8, 16, 32, 64), 2, (1, 4, 16),
+             (0.0, 0.5, 0.8, 1.0), "code", 180.0)
+
+
+def groups(plan: Plan) -> dict:
+    """{group name: (prompt name, temperature, methods)}: greedy groups first."""
+    out = {f"{p}@greedy": (p, 0.0, plan.methods) for p in plan.prompts}
+    for t in plan.temperatures:
+        for p in plan.sampled_prompts:
+            out[f"{p}@t{t:g}"] = (p, t, tuple(m for m in plan.sampled_methods if m not in GREEDY_ONLY))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# one timed run
+
+def run_specviz(pair, prompt_ids: list, temperature: float, tokens: int, seed: int, **kw) -> dict:
+    start = time.perf_counter()
+    events = list(generate(pair, prompt_ids, temperature=temperature, max_new_tokens=tokens,
+                           seed=seed, record_topk=RECORD_TOPK, **kw))
+    seconds = time.perf_counter() - start
+    return record_from_events(events, seconds)
+
+
+def record_from_events(events: list, seconds: float) -> dict:
+    """One run's numbers: outer wall clock for tokens/s, events for everything else."""
+    m = events[-1].metrics
+    new = m["new_tokens"]
+    return {
+        "engine": "specviz", "seconds": seconds, "new_tokens": new, "tokens_per_s": new / seconds,
+        **latency.stream_stats(*latency.updates_from_events(events)),
+        "tau": m["tau"], "alpha_empirical": m["alpha_empirical"], "alpha_analytic": m["alpha_analytic"],
+        "accepted_per_drafted": m["accepted_per_drafted"], "position_acceptance": m["position_acceptance"],
+        "c": m["c"], "target_forwards": m["target_forwards"],
+        "target_forwards_per_token": m["target_forwards"] / new if new else None,
+        "draft_s_per_forward": m["draft_time"] / m["draft_forwards"] if m["draft_forwards"] else None,
+        "target_s_per_forward": m["verify_time"] / m["target_forwards"] if m["target_forwards"] else None,
+        "counters": m["counters"], "lossless": m["lossless"], "token_ids": events[-1].token_ids,
+    }
+
+
+def run_transformers(pair, prompt_ids: list, temperature: float, tokens: int, seed: int, kind: str,
+                     k: int = 4, static_cache: bool = False) -> dict:
+    out = hf.run(pair, prompt_ids, kind, k=k, temperature=temperature, max_new_tokens=tokens, seed=seed,
+                 static_cache=static_cache)
+    new = len(out["token_ids"])
+    updates = len(out["counts"])  # one streamer update per target forward
+    return {"engine": "transformers", "seconds": out["seconds"], "new_tokens": new,
+            "tokens_per_s": new / out["seconds"], **latency.stream_stats(out["times"], out["counts"]),
+            "tau": new / updates if updates else None, "target_forwards": updates,
+            "target_forwards_per_token": updates / new if new else None, "token_ids": out["token_ids"]}
+
+
+def run_method(pair, table: dict, name: str, prompt_ids: list, temperature: float, tokens: int,
+               seed: int, static_cache: bool = False) -> dict:
+    engine, kw = table[name]
+    if engine == "specviz":
+        return run_specviz(pair, prompt_ids, temperature, tokens, seed, **kw)
+    return run_transformers(pair, prompt_ids, temperature, tokens, seed, static_cache=static_cache, **kw)
+
+
+# ---------------------------------------------------------------------------------------------
+# the sections
+
+def measure_methods(pair, plan: Plan, say, static_cache: bool = False) -> dict:
+    """{group: {method: [run records]}}, interleaved and rotated per repeat."""
+    table = method_table(plan.k, plan.pld_k)
+    plan_groups = groups(plan)
+    ids = {p: pair.encode(PROMPTS[p].text, chat=PROMPTS[p].chat) for p in PROMPTS}
+    first = ids[plan.prompts[0]]
+    for name in plan.methods:  # warm-up: first calls pay one-off costs (allocations, kernels)
+        run_method(pair, table, name, first, 0.0, 4, 0, static_cache)
+    raw = {g: {m: [] for m in methods} for g, (_, _, methods) in plan_groups.items()}
+    for r in range(plan.repeats):
+        for i, (g, (prompt, temperature, methods)) in enumerate(plan_groups.items()):
+            turn = (r + i) % len(methods)
+            for name in methods[turn:] + methods[:turn]:
+                rec = run_method(pair, table, name, ids[prompt], temperature, plan.tokens, r, static_cache)
+                raw[g][name].append(rec)
+            say(f"  {g} repeat {r + 1}/{plan.repeats}: "
+                + ", ".join(f"{m} {raw[g][m][-1]['tokens_per_s']:.1f}" for m in methods) + " tok/s")
+    return raw
+
+
+def measure_costs(pair, plan: Plan) -> dict:
+    """The verify-cost curve of both models and its batch-size proxy."""
+    vocab = min(_vocab(pair), 1000)  # random ids for timing, inside any vocabulary
+    curve = {role: forward.forward_cost(getattr(pair, role), list(plan.cost_tokens),
+                                        repeats=plan.cost_repeats, vocab=vocab)
+             for role in ("target", "draft")}
+    batch = {"target": forward.batch_cost(pair.target, list(plan.batches), [1, plan.k + 1],
+                                          repeats=plan.cost_repeats, vocab=vocab),
+             "draft": forward.batch_cost(pair.draft, list(plan.batches), [1], repeats=plan.cost_repeats,
+                                         vocab=vocab)}
+    return {"curve": curve, "batch": batch}
+
+
+def measure_controlled(pair, plan: Plan, script: list, ar_tps: float, ar_forward_s: float,
+                       verify_cost) -> dict:
+    """Speedup against alpha with the controlled-acceptance drafter, greedy, k = plan.k."""
+    prompt = PROMPTS[plan.controlled_prompt]
+    ids = pair.encode(prompt.text, chat=prompt.chat)
+    runs = {a: [] for a in plan.a_sets}
+    for r in range(plan.repeats):
+        for a in plan.a_sets:
+            drafter = ControlledDrafter(pair.draft, script, a, _vocab(pair), pair.eos_token_ids, seed=r)
+            runs[a].append(run_specviz(pair, ids, 0.0, plan.tokens, r, method="spec", k=plan.k,
+                                       drafter=drafter))
+    points = []
+    for a, recs in runs.items():
+        row = analysis.summarise_method(recs)
+        row["speedup"] = row["tokens_per_s"] / ar_tps
+        row["c_vs_ar"] = row["draft_s_per_forward"] / ar_forward_s
+        fit = analysis.model_fit(row, plan.k, verify_cost)
+        points.append({"a_set": a, "alpha": row["alpha_empirical"], "tau": row["tau"],
+                       "tokens_per_s": row["tokens_per_s"], "speedup": row["speedup"], "c": row["c_vs_ar"],
+                       "predicted_speedup": fit and fit["predicted_speedup"], "ratio": fit and fit["ratio"],
+                       "off_script": sum(rec["counters"].get("off_script", 0) for rec in recs),
+                       "same_as_ar": all(rec["token_ids"] == script for rec in recs)})
+    c_mean = analysis.median(p["c"] for p in points)
+    curve = [{"alpha": a / 50, "speedup": theory.speedup_with_cost(a / 50, plan.k, c_mean, verify_cost)}
+             for a in range(51)]
+    return {"prompt": plan.controlled_prompt, "k": plan.k, "points": points, "theory": curve, "c": c_mean}
+
+
+def measure_roofline(pair, results: dict, cost: dict) -> dict:
+    bw = roofline.copy_bandwidth(pair.device)
+    out = {"bandwidth_bytes_per_s": bw["bytes_per_s"], "bandwidth_method": bw["method"]}
+    for role in ("target", "draft"):
+        w = roofline.weight_bytes_per_token(getattr(pair, role))
+        out[role] = {"weight_bytes_per_token": w, "limit_tokens_per_s": roofline.limit(bw["bytes_per_s"], w),
+                     "forward_tokens_per_s": 1.0 / cost["curve"][role][1]}
+        out[role]["forward_vs_limit"] = out[role]["forward_tokens_per_s"] / out[role]["limit_tokens_per_s"]
+    greedy = [rows for g, rows in results.items() if g.endswith("@greedy")]
+    limit = out["target"]["limit_tokens_per_s"]
+    for name in ("ar", "hf"):
+        tps = analysis.median(rows[name]["decode_tokens_per_s"] for rows in greedy if name in rows)
+        out[f"{name}_decode_tokens_per_s"] = tps
+        out[f"{name}_vs_limit"] = tps / limit if tps else None
+    return out
+
+
+def _vocab(pair) -> int:
+    config = getattr(pair.target, "config", None)
+    return getattr(config, "vocab_size", None) or pair.target.vocab_size
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole suite
+
+def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: float = 0.0) -> dict:
+    """Every section of the report; wall_time_s counts `load_s` (model loading) too."""
+    started = time.perf_counter() - load_s
+    say(f"specviz bench ({plan.mode}) on {pair.name}, {pair.device}, {_dtype(pair)}, "
+        f"{torch.get_num_threads()} threads")
+    say("verify-cost curve and batch proxy ...")
+    cost = measure_costs(pair, plan)
+    verify_cost = theory.interpolate_cost(list(cost["curve"]["target"].items()))
+    say("methods ...")
+    raw = measure_methods(pair, plan, say, static_cache)
+    results = {g: analysis.summarise_group(per, greedy=g.endswith("@greedy")) for g, per in raw.items()}
+    fits = {g: analysis.model_fit(rows["spec"], plan.k, verify_cost)
+            for g, rows in results.items() if "spec" in rows}
+    say("controlled acceptance sweep ...")
+    group = f"{plan.controlled_prompt}@greedy"
+    ar = results[group]["ar"]
+    controlled = measure_controlled(pair, plan, raw[group]["ar"][0]["token_ids"], ar["tokens_per_s"],
+                                    ar["target_s_per_forward"], verify_cost)
+    fit_alpha = (fits.get(group) or {}).get("alpha")
+    batch = analysis.batch_proxy(cost["batch"]["target"], cost["batch"]["draft"],
+                                 fit_alpha if fit_alpha is not None else 0.8, plan.k)
+    report = {
+        "suite_version": SUITE_VERSION, "mode": plan.mode, "plan": asdict(plan),
+        "environment": environment(pair, static_cache), "prompts": prompt_table(pair),
+        "methods": {name: {"engine": e, **kw} for name, (e, kw) in method_table(plan.k, plan.pld_k).items()
+                    if name in set(plan.methods) | set(plan.sampled_methods)},
+        "results": strip_ids(results),
+        "ratios": {"engine_efficiency": analysis.engine_efficiency(results),
+                   "model_fit": {g: f for g, f in fits.items() if f},
+                   "roofline": measure_roofline(pair, results, cost)},
+        "cost_curve": cost["curve"], "batch_proxy": {"alpha": fit_alpha, "k": plan.k, "rows": batch,
+                                                     "note": BATCH_NOTE},
+        "controlled": controlled, "ranking": analysis.ranking(results),
+    }
+    report["wall_time_s"] = time.perf_counter() - started
+    report["load_s"] = load_s
+    report["targets"] = analysis.targets(report)
+    return report
+
+
+BATCH_NOTE = ("The engine decodes one sequence at a time, so the batch-size effect is a proxy: "
+              "forward costs measured at each batch size put into the theory with the code "
+              "prompt's measured alpha.")
+
+
+def strip_ids(results: dict) -> dict:
+    return {g: {m: {k: v for k, v in row.items() if k != "token_ids"} for m, row in rows.items()}
+            for g, rows in results.items()}
+
+
+def prompt_table(pair) -> dict:
+    return {name: {"category": p.category, "chat": p.chat, "description": p.description,
+                   "prompt_tokens": len(pair.encode(p.text, chat=p.chat)), "text": p.text}
+            for name, p in PROMPTS.items()}
+
+
+def _dtype(pair) -> str:
+    return str(pair.dtype).replace("torch.", "")
+
+
+def environment(pair, static_cache: bool) -> dict:
+    import platform
+
+    import transformers
+
+    device = torch.device(pair.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    return {"pair": pair.name, "pair_source": getattr(pair, "source", ""), "device": str(device),
+            "device_name": name, "dtype": _dtype(pair), "threads": torch.get_num_threads(),
+            "cpu_count": _cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "static_cache_transformers": static_cache, "cuda_synchronised": device.type == "cuda",
+            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "cpu"
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def plan_for(quick: bool, **overrides) -> Plan:
+    plan = QUICK if quick else FULL
+    return replace(plan, **{k: v for k, v in overrides.items() if v is not None})
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+def build_parser():
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m specviz.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="qwen-coder",
+                        help="preset (qwen-coder, tiny), 'target=...,draft=...', or a random-weight pair of "
+                             "real sizes 'random:<target>/<draft>' with sizes " + ", ".join(synthetic_sizes()))
+    parser.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
+    parser.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16 (default: the pair's)")
+    parser.add_argument("--quick", action="store_true", help="the quick plan (3 prompts, greedy + one "
+                        "sampled group; under 3 minutes on 2 cores with qwen-coder)")
+    parser.add_argument("--tokens", type=int, default=None, help="new tokens per run (plan default)")
+    parser.add_argument("--repeats", type=int, default=None, help="repeats per method (plan default)")
+    parser.add_argument("--k", type=int, default=None, help="draft length of spec, cascade, hf-assisted")
+    parser.add_argument("--out", default=None, help="write OUT.json, OUT.md and OUT-<figure>.html/.png "
+                        "(default docs/benchmarks/suite-<pair>-<mode>)")
+    parser.add_argument("--no-figures", action="store_true")
+    parser.add_argument("--no-png", action="store_true", help="figures as HTML only (no kaleido)")
+    parser.add_argument("--check-against", default=None, metavar="REPORT.json",
+                        help="compare method rankings with an earlier report; exit 1 on a swap")
+    parser.add_argument("--tolerance", type=float, default=0.10,
+                        help="ranking check: methods closer than this are not ordered (default 0.10)")
+    parser.add_argument("--static-cache", action="store_true",
+                        help="transformers baselines with cache_implementation='static' (GPU mode)")
+    parser.add_argument("--quiet", action="store_true")
+    return parser
+
+
+def synthetic_sizes() -> tuple:
+    from specviz.bench.synthetic import SIZES
+
+    return tuple(SIZES)
+
+
+def load(spec: str, device=None, dtype=None):
+    if spec.startswith("random:"):
+        from specviz.bench.synthetic import random_pair
+
+        return random_pair(spec, device=device, dtype=dtype)
+    from specviz.models import load_pair
+
+    return load_pair(spec, device=device, dtype=dtype)
+
+
+def main(argv=None) -> int:
+    import json
+    import re
+    import sys
+    from pathlib import Path
+
+    from specviz.bench import report as rep
+
+    args = build_parser().parse_args(argv)
+    say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    plan = plan_for(args.quick, tokens=args.tokens, repeats=args.repeats, k=args.k)
+    started = time.perf_counter()
+    pair = load(args.pair, device=args.device, dtype=args.dtype)
+    report = run_suite(pair, plan, say, static_cache=args.static_cache, load_s=time.perf_counter() - started)
+    code = 0
+    if args.check_against:
+        previous = json.loads(Path(args.check_against).read_text())
+        check = analysis.compare_rankings(report["results"], previous["results"], args.tolerance)
+        report["ranking_check"] = {"against": Path(args.check_against).name, **check}
+        code = 0 if check["ok"] else 1
+    name = re.sub(r"[^A-Za-z0-9.]+", "-", pair.name).strip("-")
+    prefix = Path(args.out or f"docs/benchmarks/suite-{name}-{plan.mode}")
+    written = rep.write(report, prefix, png=not args.no_png, with_figures=not args.no_figures)
+    print(rep.markdown(report).split("## Per group")[0])
+    say("wrote " + ", ".join(str(p) for p in written.values()))
+    return code

@@ -1,0 +1,214 @@
+"""The benchmark suite on the tiny pair: every section present, numbers consistent with each other
+and with the theory, the controlled drafter sets alpha, latency statistics of known streams,
+and the ranking check catches a swap. Timings on the tiny pair are noise: nothing here asserts
+a speed, only how the numbers relate."""
+
+import json
+import math
+
+import pytest
+
+from specviz import generate, theory
+from specviz.bench import analysis, hf, latency
+from specviz.bench.controlled import ControlledDrafter
+
+SECTIONS = ("suite_version", "mode", "plan", "environment", "prompts", "methods", "results", "ratios",
+            "cost_curve", "batch_proxy", "controlled", "ranking", "targets", "wall_time_s")
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    """The real command line, quick mode, on the tiny pair; figures as HTML only (no browser)."""
+    from specviz.bench.suite import main
+
+    prefix = tmp_path_factory.mktemp("bench") / "suite-tiny"
+    assert main(["--pair", "tiny", "--quick", "--no-png", "--quiet", "--out", str(prefix)]) == 0
+    return prefix
+
+
+@pytest.fixture(scope="module")
+def report(written):
+    return json.loads(written.with_name(written.name + ".json").read_text())
+
+
+def test_report_files_and_sections(written, report):
+    assert set(SECTIONS) <= set(report)
+    md = written.with_name(written.name + ".md").read_text()
+    for heading in ("## Targets", "## Speedup over AR", "## Engine efficiency", "## Model fit",
+                    "## Memory-bandwidth limit", "## Controlled acceptance", "## Verify-cost curve",
+                    "## Batch-size effect", "## Ranking", "## Per group"):
+        assert heading in md
+    for fig in ("speedup", "memory-wall", "alpha", "batch"):
+        assert written.with_name(f"{written.name}-{fig}.html").stat().st_size > 1000
+    assert report["environment"]["pair"] == "tiny" and report["environment"]["threads"] >= 1
+    plan = report["plan"]
+    assert list(report["results"]) == [f"{p}@greedy" for p in plan["prompts"]] + [
+        f"{p}@t{t:g}" for t in plan["temperatures"] for p in plan["sampled_prompts"]]
+    for group, rows in report["results"].items():
+        wanted = plan["methods"] if group.endswith("@greedy") else plan["sampled_methods"]
+        assert list(rows) == list(wanted)
+
+
+def test_speedups_are_ratios_of_the_same_runs(report):
+    for group, rows in report["results"].items():
+        ar = rows["ar"]
+        for name, row in rows.items():
+            assert row["speedup"] == pytest.approx(row["tokens_per_s"] / ar["tokens_per_s"])
+            assert row["tokens_per_s"] == pytest.approx(row["new_tokens"] / row["seconds"])
+            assert row["target_forwards_per_token"] == pytest.approx(row["target_forwards"] / row["new_tokens"])
+            assert row["tau"] == pytest.approx(row["new_tokens"] / row["target_forwards"])
+            if row["engine"] == "specviz" and name != "ar":
+                assert row["c_vs_ar"] == pytest.approx(row["draft_s_per_forward"] / ar["target_s_per_forward"]) \
+                    if row["draft_s_per_forward"] else row["c_vs_ar"] is None
+        eff = report["ratios"]["engine_efficiency"].get(group)
+        if "hf-assisted" in rows:
+            assert eff == pytest.approx(rows["spec"]["tokens_per_s"] / rows["hf-assisted"]["tokens_per_s"])
+
+
+def test_greedy_outputs_match_autoregressive(report):
+    """float32 tiny pair: every method and transformers' generate emit AR's tokens."""
+    for group, rows in report["results"].items():
+        for row in rows.values():
+            assert row["same_as_ar"] is (True if group.endswith("@greedy") else None)
+
+
+def test_model_fit_recomputed_from_its_own_alpha_and_c(report):
+    curve = report["cost_curve"]["target"]
+    verify_cost = theory.interpolate_cost([(int(n), s) for n, s in curve.items()])
+    k = report["plan"]["k"]
+    fits = report["ratios"]["model_fit"]
+    assert set(fits) == {g for g, rows in report["results"].items() if "spec" in rows}
+    for group, fit in fits.items():
+        row = report["results"][group]["spec"]
+        assert fit["alpha"] == row["alpha_empirical"] and fit["c"] == row["c_vs_ar"]
+        predicted = theory.speedup_with_cost(row["alpha_empirical"], k, row["c_vs_ar"], verify_cost)
+        assert fit["predicted_speedup"] == pytest.approx(predicted)
+        assert fit["ratio"] == pytest.approx(row["speedup"] / predicted)
+        assert fit["verify_cost"] == pytest.approx(verify_cost(k + 1))
+
+
+def test_controlled_sweep_sets_alpha(report):
+    points = {p["a_set"]: p for p in report["controlled"]["points"]}
+    assert points[1.0]["alpha"] == 1.0 and points[0.0]["alpha"] == 0.0
+    assert points[0.0]["tau"] == 1.0
+    assert all(p["same_as_ar"] and p["off_script"] == 0 for p in points.values())
+    alphas = [points[a]["alpha"] for a in sorted(points)]
+    assert alphas == sorted(alphas)
+
+
+def test_roofline_batch_and_targets_consistent(report):
+    roof = report["ratios"]["roofline"]
+    t = roof["target"]
+    assert t["limit_tokens_per_s"] == pytest.approx(roof["bandwidth_bytes_per_s"] / t["weight_bytes_per_token"])
+    assert roof["ar_vs_limit"] == pytest.approx(roof["ar_decode_tokens_per_s"] / t["limit_tokens_per_s"])
+    bp = report["batch_proxy"]
+    k = bp["k"]
+    assert [r["batch"] for r in bp["rows"]] == list(report["plan"]["batches"])
+    for r in bp["rows"]:
+        expected = theory.expected_tokens(bp["alpha"], k) / (r["c"] * k + r["verify_cost"])
+        assert r["predicted_speedup"] == pytest.approx(expected)
+    names = [t["name"] for t in report["targets"]]
+    assert len(names) == 5 and not any(t["applies"] for t in report["targets"])  # tiny: not judged
+    pld = next(t for t in report["targets"] if t["name"].startswith("pld"))
+    assert pld["value"] == report["results"]["rewrite@greedy"]["pld"]["speedup"]
+
+
+@pytest.mark.parametrize("a_set, alpha", [(1.0, 1.0), (0.0, 0.0)])
+def test_controlled_drafter_alpha_under_greedy(tiny, a_set, alpha):
+    ids = tiny.encode("def fibonacci(n):")
+    ar = list(generate(tiny, ids, method="ar", max_new_tokens=40))[-1]
+    assert len(ar.token_ids) == 40
+    drafter = ControlledDrafter(tiny.draft, ar.token_ids, a_set, tiny.target.config.vocab_size, tiny.eos_token_ids)
+    events = list(generate(tiny, ids, method="spec", k=4, max_new_tokens=40, drafter=drafter))
+    m = events[-1].metrics
+    assert m["alpha_empirical"] == alpha and events[-1].token_ids == ar.token_ids
+    assert m["draft_forwards"] == m["drafted"]  # one draft-model forward per proposed token: real cost
+
+
+def test_controlled_drafter_in_between(tiny):
+    ids = tiny.encode("def fibonacci(n):")
+    ar = list(generate(tiny, ids, method="ar", max_new_tokens=80))[-1]
+    drafter = ControlledDrafter(tiny.draft, ar.token_ids, 0.6, tiny.target.config.vocab_size, tiny.eos_token_ids, seed=3)
+    m = list(generate(tiny, ids, method="spec", k=4, max_new_tokens=80, drafter=drafter))[-1].metrics
+    assert m["evaluated"] > 30 and m["counters"]["corrupted"] > 0
+    assert 0.35 < m["alpha_empirical"] < 0.85  # Bernoulli(0.6) decisions
+
+
+def _stream(elapsed, counts):
+    return [{"kind": "run_started"}] + [{"kind": "step_finished", "elapsed": t, "emitted_ids": [7] * n}
+                                        for t, n in zip(elapsed, counts)] + [{"kind": "run_finished"}]
+
+
+def test_latency_of_a_known_stream():
+    stats = latency.stream_stats(*latency.updates_from_events(_stream([0.5, 0.6, 0.9, 1.0], [1, 2, 3, 1])))
+    # gaps 0.1, 0.3, 0.1; per token 0.05 x2, 0.1 x3, 0.1 x1
+    assert stats["ttft"] == 0.5
+    assert stats["gap_p50"] == pytest.approx(0.1) and stats["gap_p95"] == pytest.approx(0.28)
+    assert stats["itl_p50"] == pytest.approx(0.1) and stats["itl_p95"] == pytest.approx(0.1)
+    assert stats["jitter"] == pytest.approx(0.2)
+    assert stats["burst"] == pytest.approx(2.0)
+    assert stats["decode_tokens_per_s"] == pytest.approx(6 / 0.5)
+
+
+def test_latency_of_a_steady_stream_has_no_jitter():
+    stats = latency.stream_stats([0.2 + 0.05 * i for i in range(10)], [1] * 10)
+    assert stats["jitter"] == pytest.approx(0.0, abs=1e-12) and stats["itl_p95"] == pytest.approx(0.05)
+    assert latency.stream_stats([], [])["ttft"] is None
+
+
+def test_percentile_matches_linear_interpolation():
+    values = [3.0, 1.0, 4.0, 1.5, 9.0]
+    assert latency.percentile(values, 50) == 3.0
+    assert latency.percentile(values, 95) == pytest.approx(4.0 + 0.8 * 5.0)
+    assert latency.percentile(values, 0) == 1.0 and latency.percentile(values, 100) == 9.0
+
+
+def _results(tps: dict) -> dict:
+    return {"code@greedy": {m: {"tokens_per_s": v} for m, v in tps.items()}}
+
+
+def test_ranking_check_detects_a_swap():
+    previous = _results({"ar": 5.0, "spec": 10.0, "pld": 7.0, "hf": 5.2})
+    same = analysis.compare_rankings(_results({"ar": 5.1, "spec": 9.0, "pld": 7.2, "hf": 4.9}), previous)
+    assert same["ok"] and same["swaps"] == 0
+    swapped = analysis.compare_rankings(_results({"ar": 5.0, "spec": 6.0, "pld": 9.0, "hf": 5.1}), previous)
+    assert not swapped["ok"] and swapped["swaps"] == 1
+    assert swapped["groups"]["code@greedy"]["swapped"][0]["methods"] == ["spec", "pld"]
+    # ar and hf trade places but within the tolerance in both runs: not a swap, but tau sees it
+    assert same["groups"]["code@greedy"]["kendall_tau"] < 1.0
+    assert analysis.ranking(previous)["code@greedy"] == ["spec", "pld", "hf", "ar"]
+
+
+def test_cli_check_against_fails_on_an_inverted_ranking(written, report, tmp_path):
+    from specviz.bench.suite import main
+
+    inverted = {"results": {g: {m: {"tokens_per_s": 1.0 / row["tokens_per_s"]} for m, row in rows.items()}
+                            for g, rows in report["results"].items()}}
+    previous = tmp_path / "previous.json"
+    previous.write_text(json.dumps(inverted))
+    out = tmp_path / "again"
+    code = main(["--pair", "tiny", "--quick", "--no-figures", "--quiet", "--out", str(out),
+                 "--check-against", str(previous), "--repeats", "1", "--tokens", "12"])
+    check = json.loads(out.with_name("again.json").read_text())["ranking_check"]
+    assert code == 1 and check["swaps"] > 0 and not check["ok"]
+
+
+def test_transformers_sampling_arguments_are_explicit(tiny):
+    kw = hf.generate_kwargs(tiny, "assisted", 4, 0.7)
+    assert kw["do_sample"] and kw["top_k"] == 0 and kw["top_p"] == 1.0 and kw["temperature"] == 0.7
+    assert kw["num_assistant_tokens"] == 4 and kw["num_assistant_tokens_schedule"] == "constant"
+    assert hf.generate_kwargs(tiny, "pld", 8, 0.0)["prompt_lookup_num_tokens"] == 8
+    with pytest.raises(ValueError):
+        hf.generate_kwargs(tiny, "medusa", 4, 0.0)
+
+
+def test_random_weight_pair_falls_back_to_cpu():
+    """The GPU mode's random-weight pairs, built at the test size on the CPU."""
+    from specviz.bench.suite import load
+
+    pair = load("random:tiny/tiny", device="cpu", dtype="float32")
+    ids = pair.encode("x = 1")
+    ar = list(generate(pair, ids, method="ar", max_new_tokens=16))[-1]
+    drafter = ControlledDrafter(pair.draft, ar.token_ids, 1.0, 151_936, pair.eos_token_ids)
+    m = list(generate(pair, ids, method="spec", k=4, max_new_tokens=16, drafter=drafter))[-1].metrics
+    assert m["alpha_empirical"] == 1.0 and math.isclose(m["tau"], 16 / m["target_forwards"])
