@@ -83,7 +83,9 @@ def test_model_fit_recomputed_from_its_own_alpha_and_c(report):
         assert fit["alpha"] == row["alpha_empirical"] and fit["c"] == row["c_vs_ar"]
         predicted = theory.speedup_with_cost(row["alpha_empirical"], k, row["c_vs_ar"], verify_cost)
         assert fit["predicted_speedup"] == pytest.approx(predicted)
-        assert fit["ratio"] == pytest.approx(row["speedup"] / predicted)
+        assert fit["ratio"] == pytest.approx(row["decode_speedup"] / predicted)
+        assert row["decode_speedup"] == pytest.approx(row["decode_tokens_per_s"]
+                                                      / report["results"][group]["ar"]["decode_tokens_per_s"])
         assert fit["verify_cost"] == pytest.approx(verify_cost(k + 1))
 
 

@@ -7,9 +7,11 @@ Definitions (a group = one prompt at one temperature; every ratio compares runs 
   engine efficiency  specviz spec tokens/s / transformers' assisted generation tokens/s, same k
   c_vs_ar            seconds per draft forward (this run) / seconds per target forward of AR runs:
                      the c of the theory, whose unit is a 1-token target forward
-  model fit          measured speedup / theory.speedup_with_cost(alpha, k, c_vs_ar, verify cost),
-                     with alpha = the run's alpha_empirical and the verify-cost curve measured
-                     by the suite (a forward over k + 1 tokens / a forward over 1 token)
+  model fit          measured decode speedup / theory.speedup_with_cost(alpha, k, c_vs_ar,
+                     verify cost), with alpha = the run's alpha_empirical and the verify-cost
+                     curve measured by the suite (a forward over k + 1 tokens / over 1 token).
+                     Decode speedup, because the theory models decoding steps, not the prefill
+                     that both runs share
   ranking            methods ordered by median tokens/s; two runs agree when no pair of methods
                      that both runs separate by more than `tolerance` is ordered oppositely
 """
@@ -69,14 +71,15 @@ def summarise_group(per_method: dict, greedy: bool = True) -> dict:
 
 def model_fit(row: dict, k: int, verify_cost) -> Optional[dict]:
     """Measured speedup against the theory's prediction from the same run's alpha and c."""
-    a, c = row.get("alpha_empirical"), row.get("c_vs_ar")
-    if a is None or c is None or row.get("speedup") is None:
+    a, c, measured = row.get("alpha_empirical"), row.get("c_vs_ar"), row.get("decode_speedup")
+    if a is None or c is None or measured is None:
         return None
     predicted = theory.speedup_with_cost(a, k, c, verify_cost)
     return {"alpha": a, "alpha_analytic": row.get("alpha_analytic"), "c": c, "k": k,
             "verify_cost": verify_cost(k + 1), "tau_measured": row.get("tau"),
             "tau_predicted": theory.expected_tokens(a, k), "predicted_speedup": predicted,
-            "measured_speedup": row["speedup"], "ratio": row["speedup"] / predicted}
+            "measured_speedup": measured, "end_to_end_speedup": row.get("speedup"),
+            "ratio": measured / predicted}
 
 
 def engine_efficiency(results: dict, ours: str = "spec", theirs: str = "hf-assisted") -> dict:
@@ -157,7 +160,7 @@ def targets(report: dict) -> list:
     code = res.get("code@greedy", {})
     ours = {m: row["speedup"] for m, row in code.items() if row["engine"] == "specviz" and m != "ar"}
     best = max(ours, key=ours.get) if ours else None
-    pld = res.get("rewrite@greedy", {}).get("pld", {}).get("speedup")
+    pld = res.get("rewrite@greedy", {}).get("pld", {})
     plan = report["plan"]
     rows = [
         _target(f"spec k={plan['k']} (events on) / transformers assisted, greedy groups (geometric mean)",
@@ -165,8 +168,9 @@ def targets(report: dict) -> list:
         _target("measured / theory speedup, spec on code prompts (mean of code, rewrite)",
                 statistics.fmean(fits) if fits else None, 0.9),
         _target(f"best specviz method on greedy code completion ({best}) / AR",
-                ours.get(best), 2.0),
-        _target("pld on greedy code rewrite / AR", pld, 3.0),
+                ours.get(best), 2.0, decode=best and code[best]["decode_speedup"]),
+        _target("pld on greedy code rewrite / AR", pld.get("speedup"), 3.0,
+                decode=pld.get("decode_speedup")),
         _target(f"suite wall time, {report['mode']} mode (s)", report["wall_time_s"], plan["budget_s"],
                 lower_is_better=True),
     ]
@@ -176,7 +180,8 @@ def targets(report: dict) -> list:
 
 
 def _target(name: str, value, threshold: float, aim: Optional[float] = None,
-            lower_is_better: bool = False) -> dict:
+            lower_is_better: bool = False, decode: Optional[float] = None) -> dict:
+    """One target; speedups are judged end to end, `decode` shows the same ratio without prefill."""
     met = None if value is None else (value <= threshold if lower_is_better else value >= threshold)
     return {"name": name, "value": value, "threshold": threshold, "aim": aim,
-            "lower_is_better": lower_is_better, "met": met}
+            "lower_is_better": lower_is_better, "met": met, "decode_value": decode}

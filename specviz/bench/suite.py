@@ -173,9 +173,9 @@ def measure_costs(pair, plan: Plan) -> dict:
     return {"curve": curve, "batch": batch}
 
 
-def measure_controlled(pair, plan: Plan, script: list, ar_tps: float, ar_forward_s: float,
-                       verify_cost) -> dict:
-    """Speedup against alpha with the controlled-acceptance drafter, greedy, k = plan.k."""
+def measure_controlled(pair, plan: Plan, script: list, ar: dict, verify_cost) -> dict:
+    """Speedup against alpha with the controlled-acceptance drafter, greedy, k = plan.k, against
+    `ar`, the summary of the same prompt's AR runs."""
     prompt = PROMPTS[plan.controlled_prompt]
     ids = pair.encode(prompt.text, chat=prompt.chat)
     runs = {a: [] for a in plan.a_sets}
@@ -187,11 +187,13 @@ def measure_controlled(pair, plan: Plan, script: list, ar_tps: float, ar_forward
     points = []
     for a, recs in runs.items():
         row = analysis.summarise_method(recs)
-        row["speedup"] = row["tokens_per_s"] / ar_tps
-        row["c_vs_ar"] = row["draft_s_per_forward"] / ar_forward_s
+        row["speedup"] = row["tokens_per_s"] / ar["tokens_per_s"]
+        row["decode_speedup"] = row["decode_tokens_per_s"] / ar["decode_tokens_per_s"]
+        row["c_vs_ar"] = row["draft_s_per_forward"] / ar["target_s_per_forward"]
         fit = analysis.model_fit(row, plan.k, verify_cost)
         points.append({"a_set": a, "alpha": row["alpha_empirical"], "tau": row["tau"],
-                       "tokens_per_s": row["tokens_per_s"], "speedup": row["speedup"], "c": row["c_vs_ar"],
+                       "tokens_per_s": row["tokens_per_s"], "speedup": row["speedup"],
+                       "decode_speedup": row["decode_speedup"], "c": row["c_vs_ar"],
                        "predicted_speedup": fit and fit["predicted_speedup"], "ratio": fit and fit["ratio"],
                        "off_script": sum(rec["counters"].get("off_script", 0) for rec in recs),
                        "same_as_ar": all(rec["token_ids"] == script for rec in recs)})
@@ -229,24 +231,28 @@ def _vocab(pair) -> int:
 def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: float = 0.0) -> dict:
     """Every section of the report; wall_time_s counts `load_s` (model loading) too."""
     started = time.perf_counter() - load_s
+    sections = {"load": load_s}
+
+    def timed(name, fn, *args):
+        say(f"{name} ...")
+        t0 = time.perf_counter()
+        out = fn(*args)
+        sections[name] = time.perf_counter() - t0
+        return out
+
     say(f"specviz bench ({plan.mode}) on {pair.name}, {pair.device}, {_dtype(pair)}, "
         f"{torch.get_num_threads()} threads")
-    say("verify-cost curve and batch proxy ...")
-    cost = measure_costs(pair, plan)
+    cost = timed("verify-cost curve and batch proxy", measure_costs, pair, plan)
     verify_cost = theory.interpolate_cost(list(cost["curve"]["target"].items()))
-    say("methods ...")
-    raw = measure_methods(pair, plan, say, static_cache)
+    raw = timed("methods", measure_methods, pair, plan, say, static_cache)
     results = {g: analysis.summarise_group(per, greedy=g.endswith("@greedy")) for g, per in raw.items()}
     fits = {g: analysis.model_fit(rows["spec"], plan.k, verify_cost)
             for g, rows in results.items() if "spec" in rows}
-    say("controlled acceptance sweep ...")
     group = f"{plan.controlled_prompt}@greedy"
-    ar = results[group]["ar"]
-    controlled = measure_controlled(pair, plan, raw[group]["ar"][0]["token_ids"], ar["tokens_per_s"],
-                                    ar["target_s_per_forward"], verify_cost)
-    fit_alpha = (fits.get(group) or {}).get("alpha")
-    batch = analysis.batch_proxy(cost["batch"]["target"], cost["batch"]["draft"],
-                                 fit_alpha if fit_alpha is not None else 0.8, plan.k)
+    controlled = timed("controlled acceptance sweep", measure_controlled, pair, plan,
+                       raw[group]["ar"][0]["token_ids"], results[group]["ar"], verify_cost)
+    roof = timed("bandwidth", measure_roofline, pair, results, cost)
+    alpha = (fits.get(group) or {}).get("alpha")
     report = {
         "suite_version": SUITE_VERSION, "mode": plan.mode, "plan": asdict(plan),
         "environment": environment(pair, static_cache), "prompts": prompt_table(pair),
@@ -254,14 +260,13 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
                     if name in set(plan.methods) | set(plan.sampled_methods)},
         "results": strip_ids(results),
         "ratios": {"engine_efficiency": analysis.engine_efficiency(results),
-                   "model_fit": {g: f for g, f in fits.items() if f},
-                   "roofline": measure_roofline(pair, results, cost)},
-        "cost_curve": cost["curve"], "batch_proxy": {"alpha": fit_alpha, "k": plan.k, "rows": batch,
-                                                     "note": BATCH_NOTE},
+                   "model_fit": {g: f for g, f in fits.items() if f}, "roofline": roof},
+        "cost_curve": cost["curve"],
+        "batch_proxy": {"alpha": alpha, "k": plan.k, "note": BATCH_NOTE, "rows": analysis.batch_proxy(
+            cost["batch"]["target"], cost["batch"]["draft"], alpha if alpha is not None else 0.8, plan.k)},
         "controlled": controlled, "ranking": analysis.ranking(results),
     }
-    report["wall_time_s"] = time.perf_counter() - started
-    report["load_s"] = load_s
+    report.update(wall_time_s=time.perf_counter() - started, load_s=load_s, section_s=sections)
     report["targets"] = analysis.targets(report)
     return report
 
@@ -320,9 +325,18 @@ def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
-def plan_for(quick: bool, **overrides) -> Plan:
-    plan = QUICK if quick else FULL
-    return replace(plan, **{k: v for k, v in overrides.items() if v is not None})
+def plan_for(quick: bool, methods=None, **overrides) -> Plan:
+    """The quick or full plan with overrides; `methods` keeps only those methods (and ar)."""
+    plan = replace(QUICK if quick else FULL, **{k: v for k, v in overrides.items() if v is not None})
+    if methods:
+        unknown = set(methods) - set(ALL_METHODS)
+        if unknown:
+            raise SystemExit(f"error: unknown method(s) {', '.join(sorted(unknown))}: "
+                             f"choose from {', '.join(ALL_METHODS)}")
+        keep = {"ar", *methods}
+        plan = replace(plan, methods=tuple(m for m in plan.methods if m in keep),
+                       sampled_methods=tuple(m for m in plan.sampled_methods if m in keep))
+    return plan
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,6 +356,9 @@ def build_parser():
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per run (plan default)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per method (plan default)")
     parser.add_argument("--k", type=int, default=None, help="draft length of spec, cascade, hf-assisted")
+    parser.add_argument("--methods", nargs="+", default=None, metavar="NAME",
+                        help="run only these of the plan's methods (ar is always run: every ratio needs it); "
+                             "names: " + ", ".join(ALL_METHODS))
     parser.add_argument("--out", default=None, help="write OUT.json, OUT.md and OUT-<figure>.html/.png "
                         "(default docs/benchmarks/suite-<pair>-<mode>)")
     parser.add_argument("--no-figures", action="store_true")
@@ -381,8 +398,11 @@ def main(argv=None) -> int:
     from specviz.bench import report as rep
 
     args = build_parser().parse_args(argv)
+    import transformers
+
+    transformers.logging.set_verbosity_error()  # assisted generate() warns about its own config copies
     say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    plan = plan_for(args.quick, tokens=args.tokens, repeats=args.repeats, k=args.k)
+    plan = plan_for(args.quick, args.methods, tokens=args.tokens, repeats=args.repeats, k=args.k)
     started = time.perf_counter()
     pair = load(args.pair, device=args.device, dtype=args.dtype)
     report = run_suite(pair, plan, say, static_cache=args.static_cache, load_s=time.perf_counter() - started)
