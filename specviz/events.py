@@ -20,7 +20,7 @@ A top-k slice is a dict {"ids": [...], "texts": [...], "probs": [...]}, highest 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Optional
 
 SCHEMA_VERSION = 1
@@ -104,6 +104,7 @@ class _Decision(Event):
     u: Optional[float]  # the uniform draw actually compared (None under greedy)
     rule: str
     node: Optional[int] = None  # tree methods: the node decided on (index is then its depth - 1)
+    threshold: Optional[float] = None  # typical acceptance: kept iff p > threshold
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ class ResidualSampled(Event):
     residual_mass: float  # sum_x max(p(x) - q(x), 0) = 1 - beta
     topk: Optional[TopK]  # top of the residual distribution
     node: Optional[int] = None  # tree methods: the node after which it was drawn (-1: root)
+    drawn_from: str = "residual"  # "residual" = norm(max(p - q, 0)); "target" = p itself (typical)
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,7 @@ class TreeBuilt(Event):
     nodes: list
     mask_shape: list
     draft_forwards: int
+    q_topk: list = field(default_factory=list)  # [{"node" (-1 = root), "ids", "texts", "probs"}]
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """specviz's engine against transformers' own generate on the same pair, prompts and k.
 
-Measures, interleaved and repeated (medians), greedy, fixed number of new tokens:
+Measures, interleaved and repeated (best of the repeats, medians kept), greedy, fixed number of
+new tokens:
   ar            specviz autoregressive (events on)
   spec          specviz chain speculative decoding, k drafts, events with top-10 slices
   spec-bare     the same with record_topk=0 (the cheapest event stream)
@@ -91,8 +92,12 @@ def summarise(results: dict) -> dict:
     for cat, per in results.items():
         row = {}
         for name, runs in per.items():
-            tps = statistics.median(r["new_tokens"] / r["seconds"] for r in runs)
-            row[name] = {"tokens_per_s": tps, "new_tokens": runs[0]["new_tokens"]}
+            # best of the interleaved repeats: another process on a 2-core machine only ever
+            # slows a run down (OpenMP threads wait for each other), it never speeds one up
+            rates = [r["new_tokens"] / r["seconds"] for r in runs]
+            tps = max(rates)
+            row[name] = {"tokens_per_s": tps, "tokens_per_s_median": statistics.median(rates),
+                         "new_tokens": runs[0]["new_tokens"]}
             if "tau" in runs[0]:
                 row[name]["tau"] = runs[0]["tau"]
                 row[name]["outside_forwards"] = statistics.median(r["outside_forwards"] for r in runs)

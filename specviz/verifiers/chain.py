@@ -26,6 +26,7 @@ class Decision:
     accept_prob: float
     u: Optional[float]
     accepted: bool
+    threshold: Optional[float] = None  # typical acceptance: the p threshold it was held to
 
     @property
     def ratio(self) -> Optional[float]:
@@ -42,6 +43,7 @@ class Verdict:
     beta: list = field(default_factory=list)  # exact acceptance probability per drafted position
     next_p: float = 0.0  # p of the next token at its position (the target's, unwarped by the rule)
     next_q: float = 0.0  # q of the next token at its position (0 for a bonus: nothing was drafted)
+    drawn_from: str = "residual"  # typical acceptance draws its replacement from p ("target")
 
     @property
     def accepted(self) -> int:

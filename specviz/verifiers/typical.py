@@ -36,8 +36,9 @@ class TypicalVerifier:
         decisions = []
         for i, token in enumerate(draft_tokens):
             p_x, q_x = float(target_probs[i, token]), float(draft_probs[i, token])
-            ok = p_x > self.threshold(target_probs[i])
-            decisions.append(Decision(i, token, p_x, q_x, float(ok), None, ok))
+            threshold = self.threshold(target_probs[i])
+            ok = p_x > threshold
+            decisions.append(Decision(i, token, p_x, q_x, float(ok), None, ok, threshold))
             if not ok:
                 return self._draw(decisions, target_probs[i], "residual", generator, beta, q_x_of=draft_probs[i])
         if not allow_bonus:
@@ -48,4 +49,4 @@ class TypicalVerifier:
     def _draw(decisions, p, kind, generator, beta, q_x_of=None) -> Verdict:
         token = sampling.sample(p, Warp(1.0), generator)
         q = float(q_x_of[token]) if q_x_of is not None else 0.0
-        return Verdict(decisions, token, kind, p, 0.0, beta, float(p[token]), q)
+        return Verdict(decisions, token, kind, p, 0.0, beta, float(p[token]), q, drawn_from="target")
