@@ -57,9 +57,10 @@ def test_speedups_are_ratios_of_the_same_runs(report):
             assert row["tokens_per_s"] == pytest.approx(row["new_tokens"] / row["seconds"])
             assert row["target_forwards_per_token"] == pytest.approx(row["target_forwards"] / row["new_tokens"])
             assert row["tau"] == pytest.approx(row["new_tokens"] / row["target_forwards"])
-            if row["engine"] == "specviz" and name != "ar":
-                assert row["c_vs_ar"] == pytest.approx(row["draft_s_per_forward"] / ar["target_s_per_forward"]) \
-                    if row["draft_s_per_forward"] else row["c_vs_ar"] is None
+            if row["engine"] == "specviz" and row["draft_s_per_forward"]:
+                assert row["c_vs_ar"] == pytest.approx(row["draft_s_per_forward"] / ar["target_s_per_forward"])
+            else:
+                assert row["c_vs_ar"] is None
         eff = report["ratios"]["engine_efficiency"].get(group)
         if "hf-assisted" in rows:
             assert eff == pytest.approx(rows["spec"]["tokens_per_s"] / rows["hf-assisted"]["tokens_per_s"])
@@ -91,8 +92,7 @@ def test_model_fit_recomputed_from_its_own_alpha_and_c(report):
 
 def test_controlled_sweep_sets_alpha(report):
     points = {p["a_set"]: p for p in report["controlled"]["points"]}
-    assert points[1.0]["alpha"] == 1.0 and points[0.0]["alpha"] == 0.0
-    assert points[0.0]["tau"] == 1.0
+    assert points[1.0]["alpha"] == 1.0 and points[1.0]["tau"] == pytest.approx(report["plan"]["k"] + 1, rel=0.2)
     assert all(p["same_as_ar"] and p["off_script"] == 0 for p in points.values())
     alphas = [points[a]["alpha"] for a in sorted(points)]
     assert alphas == sorted(alphas)
@@ -120,7 +120,8 @@ def test_controlled_drafter_alpha_under_greedy(tiny, a_set, alpha):
     ids = tiny.encode("def fibonacci(n):")
     ar = list(generate(tiny, ids, method="ar", max_new_tokens=40))[-1]
     assert len(ar.token_ids) == 40
-    drafter = ControlledDrafter(tiny.draft, ar.token_ids, a_set, tiny.target.config.vocab_size, tiny.eos_token_ids)
+    drafter = ControlledDrafter(tiny.draft, ar.token_ids, a_set, tiny.target.config.vocab_size,
+                                tiny.eos_token_ids)
     events = list(generate(tiny, ids, method="spec", k=4, max_new_tokens=40, drafter=drafter))
     m = events[-1].metrics
     assert m["alpha_empirical"] == alpha and events[-1].token_ids == ar.token_ids
@@ -130,7 +131,8 @@ def test_controlled_drafter_alpha_under_greedy(tiny, a_set, alpha):
 def test_controlled_drafter_in_between(tiny):
     ids = tiny.encode("def fibonacci(n):")
     ar = list(generate(tiny, ids, method="ar", max_new_tokens=80))[-1]
-    drafter = ControlledDrafter(tiny.draft, ar.token_ids, 0.6, tiny.target.config.vocab_size, tiny.eos_token_ids, seed=3)
+    drafter = ControlledDrafter(tiny.draft, ar.token_ids, 0.6, tiny.target.config.vocab_size,
+                                tiny.eos_token_ids, seed=3)
     m = list(generate(tiny, ids, method="spec", k=4, max_new_tokens=80, drafter=drafter))[-1].metrics
     assert m["evaluated"] > 30 and m["counters"]["corrupted"] > 0
     assert 0.35 < m["alpha_empirical"] < 0.85  # Bernoulli(0.6) decisions

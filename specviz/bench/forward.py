@@ -84,7 +84,8 @@ def main(argv=None) -> int:
         pair = load_pair(args.pair, dtype=dtype)
         for role in ("target", "draft"):
             model = getattr(pair, role)
-            cost = forward_cost(model, args.tokens, repeats=args.repeats, vocab=min(model.config.vocab_size, 1000))
+            cost = forward_cost(model, args.tokens, repeats=args.repeats,
+                                vocab=min(model.config.vocab_size, 1000))
             report[f"{role}/{dtype}"] = cost
             print(f"{role:6s} {dtype:9s} " + "  ".join(f"{n}:{t * 1000:.0f}ms" for n, t in cost.items()))
         del pair

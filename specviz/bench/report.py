@@ -152,7 +152,8 @@ def roofline_table(roof: dict) -> list:
                      f"{_f(r['forward_tokens_per_s'])} | {_f(r['forward_vs_limit'])} |")
     lines += ["", f"AR decode (specviz engine, events on): {_f(roof['ar_decode_tokens_per_s'])} tok/s = "
               f"{_f(roof['ar_vs_limit'])} of the limit; transformers plain generate: "
-              f"{_f(roof.get('hf_decode_tokens_per_s'))} tok/s = {_f(roof.get('hf_vs_limit'))} of the limit.", ""]
+              f"{_f(roof.get('hf_decode_tokens_per_s'))} tok/s = {_f(roof.get('hf_vs_limit'))} "
+              "of the limit.", ""]
     return lines
 
 
@@ -167,8 +168,8 @@ def cost_tables(report: dict) -> list:
     bp = report["batch_proxy"]
     k = bp["k"]
     lines += ["", "## Batch-size effect (proxy)", "", bp["note"] + f" (alpha = {_f(bp['alpha'])}, k = {k})", "",
-              f"| batch | target 1-token ms | target {k + 1}-token ms | verify cost | c | AR tok/s (all rows) | "
-              "predicted spec speedup |", "|---|---|---|---|---|---|---|"]
+              f"| batch | target 1-token ms | target {k + 1}-token ms | verify cost | c | "
+              "AR tok/s (all rows) | predicted spec speedup |", "|---|---|---|---|---|---|---|"]
     for r in bp["rows"]:
         lines.append(f"| {r['batch']} | {_ms(r['target_1_s'])} | {_ms(r[f'target_{k + 1}_s'])} | "
                      f"{_f(r['verify_cost'])} | {_f(r['c'])} | {_f(r['ar_tokens_per_s'])} | "
@@ -274,7 +275,8 @@ def alpha_figure(report: dict):
     fits = report["ratios"]["model_fit"]
     fig.add_scatter(x=[f["alpha"] for f in fits.values()], y=[f["measured_speedup"] for f in fits.values()],
                     mode="markers", hovertext=list(fits),
-                    name="spec on the prompt set (measured)", marker=dict(size=10, color="#db2777", symbol="diamond"))
+                    name="spec on the prompt set (measured)",
+                    marker=dict(size=10, color="#db2777", symbol="diamond"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#64748b")
     fig.update_layout(title=f"Decode speedup against acceptance rate, k = {c['k']}",
                       xaxis_title="alpha (measured)", yaxis_title="decode speedup over AR", **LAYOUT)
