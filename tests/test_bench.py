@@ -216,3 +216,12 @@ def test_random_weight_pair_falls_back_to_cpu():
     drafter = ControlledDrafter(pair.draft, ar.token_ids, 1.0, 151_936, pair.eos_token_ids)
     m = list(generate(pair, ids, method="spec", k=4, max_new_tokens=16, drafter=drafter))[-1].metrics
     assert m["alpha_empirical"] == 1.0 and math.isclose(m["tau"], 16 / m["target_forwards"])
+
+
+def test_static_cache_for_plain_generate_only(tiny):
+    """GPU mode's --static-cache: plain generate() takes it; assisted generate() runs without it."""
+    ids = tiny.encode("def fibonacci(n):")
+    plain = hf.run(tiny, ids, "plain", max_new_tokens=12)
+    assert hf.run(tiny, ids, "plain", max_new_tokens=12, static_cache=True)["token_ids"] == plain["token_ids"]
+    assisted = hf.run(tiny, ids, "assisted", max_new_tokens=12, static_cache=True)
+    assert assisted["token_ids"] == plain["token_ids"] and sum(assisted["counts"]) == 12

@@ -7,7 +7,8 @@ Kinds:
   pld        generate(prompt_lookup_num_tokens=k, max_matching_ngram_size=ngram): prompt lookup,
              as specviz's pld (longest suffix n-gram first, down to 1)
 
-Sampling runs pass top_k=0 and top_p=1.0 explicitly (generate() would otherwise apply its own
+`static_cache=True` gives plain generate() a StaticCache (transformers refuses one in assisted and
+prompt-lookup generation, which crop the cache). Sampling runs pass top_k=0 and top_p=1.0 explicitly (generate() would otherwise apply its own
 top_k=50) and seed torch's global generator, the only source transformers reads. A streamer
 records when each batch of tokens is handed out: the first put() is the prompt itself and is
 skipped; every later put() is one update (one target forward; assisted steps put several
@@ -70,7 +71,7 @@ def run(pair, prompt_ids: list, kind: str, *, k: int = 4, temperature: float = 0
     """One timed generate(): seconds, new token ids and the streamer's update times."""
     ids = torch.tensor([prompt_ids], dtype=torch.long, device=pair.device)  # (1, T)
     kwargs = generate_kwargs(pair, kind, k, temperature, ngram)
-    if static_cache:
+    if static_cache and kind == "plain":  # transformers refuses a static cache in assisted generate()
         kwargs["cache_implementation"] = "static"
     torch.manual_seed(seed)
     synchronize(pair.device)

@@ -369,7 +369,8 @@ def build_parser():
     parser.add_argument("--tolerance", type=float, default=0.10,
                         help="ranking check: methods closer than this are not ordered (default 0.10)")
     parser.add_argument("--static-cache", action="store_true",
-                        help="transformers baselines with cache_implementation='static' (GPU mode)")
+                        help="plain transformers generate() with cache_implementation='static' "
+                             "(GPU mode; transformers refuses it in assisted and prompt-lookup generate)")
     parser.add_argument("--quiet", action="store_true")
     return parser
 
