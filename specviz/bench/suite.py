@@ -73,7 +73,7 @@ ALL_METHODS = tuple(method_table(4, 8))
 FULL = Plan("full", tuple(PROMPTS), 48, 1, 4, 8, ALL_METHODS, (0.7, 1.0), ("code", "chat"),
             ("ar", "spec", "spec-auto", "tree", "pld", "cascade", "hf", "hf-assisted", "hf-pld"),
             (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64), 3, (1, 4, 16),
-            (0.0, 0.2, 0.4, 0.6, 0.7, 0.8, 0.9, 1.0), "code", 900.0)
+            (0.0, 0.25, 0.5, 0.7, 0.85, 1.0), "code", 900.0)
 QUICK = Plan("quick", ("code", "rewrite", "chat"), 32, 1, 4, 8,
              ("ar", "spec", "tree", "pld", "hf", "hf-assisted", "hf-pld"), (0.7,), ("code",),
              ("ar", "spec", "hf-assisted"), (1, 2, 4, 5, 8, 16, 32, 64), 2, (1, 4, 16),
