@@ -15,6 +15,7 @@ import pytest
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
+from jupyter_client.manager import KernelManager  # noqa: E402  (installed with nbclient)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -41,7 +42,7 @@ def test_committed_notebook_is_clean(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_in_smoke_mode(path, monkeypatch):
+def test_notebook_runs_in_smoke_mode(path, monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_SMOKE", "1")
     monkeypatch.setenv("SPECVIZ_PAIR", "tiny")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -52,7 +53,9 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch):
     monkeypatch.setenv("SPECVIZ_STATIC_IMAGES", "1" if path.name.startswith("01_") else "0")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
     nb = nbformat.read(path, as_version=4)
-    client = nbclient.NotebookClient(nb, timeout=TIMEOUT_PER_CELL, kernel_name="python3",
+    # IPC (Unix socket) transport: no TCP ports to collide with a kernel that is still shutting down
+    km = KernelManager(kernel_name="python3", transport="ipc", connection_file=str(tmp_path / "kernel.json"))
+    client = nbclient.NotebookClient(nb, km=km, timeout=TIMEOUT_PER_CELL, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
     client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
@@ -61,4 +64,20 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch):
     assert not [o for o in outputs if o.output_type == "error"]
     if path.name.startswith("01_"):  # figures leave a static image for GitHub
         assert any("image/png" in o.get("data", {}) and "application/vnd.plotly.v1+json" in o["data"] for o in outputs)
-    assert seconds < 120, f"{path.name} took {seconds:.0f} s in smoke mode"
+    assert seconds < 120, f"{path.name} took {seconds:.0f} s in smoke mode; slowest cells: {slowest(nb)}"
+
+
+def slowest(nb, n: int = 3) -> list:
+    """(cell index, seconds, first line) of the slowest cells, from nbclient's timing metadata."""
+    from datetime import datetime
+
+    def stamp(value: str) -> datetime:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+    cells = []
+    for i, cell in enumerate(nb.cells):
+        timing = cell.metadata.get("execution", {})
+        if "iopub.execute_input" in timing and "shell.execute_reply" in timing:
+            spent = (stamp(timing["shell.execute_reply"]) - stamp(timing["iopub.execute_input"])).total_seconds()
+            cells.append((i, round(spent, 1), cell.source.split("\n")[0][:60]))
+    return sorted(cells, key=lambda c: -c[1])[:n]

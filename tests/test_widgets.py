@@ -306,11 +306,20 @@ def test_exercise_check_says_correct_wrong_or_unanswered(capsys):
 
 
 def test_setup_picks_interactive_plus_png_unless_turned_off(monkeypatch):
-    assert notebook.setup(static_images=False) == "plotly_mimetype"
-    monkeypatch.setenv("SPECVIZ_STATIC_IMAGES", "1")
-    assert notebook.setup() == "plotly_mimetype+specviz_png"
-    monkeypatch.setenv("SPECVIZ_STATIC_IMAGES", "0")
-    assert notebook.setup() == "plotly_mimetype"
+    import plotly.io as pio
+
+    before = pio.renderers.default
+    try:
+        notebook.setup(static_images=False)
+        assert pio.renderers.default == "plotly_mimetype"
+        monkeypatch.setenv("SPECVIZ_STATIC_IMAGES", "1")
+        notebook.setup()
+        assert pio.renderers.default == "plotly_mimetype+specviz_png"
+        monkeypatch.setenv("SPECVIZ_STATIC_IMAGES", "0")
+        notebook.setup()
+        assert pio.renderers.default == "plotly_mimetype"
+    finally:
+        pio.renderers.default = before
 
 
 def test_lesson_table_and_cost_figure():

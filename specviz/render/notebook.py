@@ -69,13 +69,12 @@ class StaticPng(MimetypeRenderer):
         return {"image/png": base64.b64encode(png).decode()} if png else {}
 
 
-def setup(static_images: Optional[bool] = None) -> str:
-    """Make `fig.show()` interactive plus a PNG copy; returns the renderer string in use."""
+def setup(static_images: Optional[bool] = None) -> None:
+    """Make `fig.show()` interactive plus a PNG copy (`plotly.io.renderers.default` says which)."""
     pio.renderers[RENDERER] = StaticPng()
     if static_images is None:
         static_images = os.environ.get("SPECVIZ_STATIC_IMAGES") != "0"
     pio.renderers.default = f"plotly_mimetype+{RENDERER}" if static_images else "plotly_mimetype"
-    return pio.renderers.default
 
 
 def check(answer, expected, tol: float = 0.0, hint: str = "") -> Optional[bool]:
