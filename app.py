@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 
 try:  # ZeroGPU on Hugging Face Spaces: `spaces` must be imported before torch
@@ -585,5 +586,15 @@ def launch(**kwargs):
     return demo.launch(**{**LAUNCH_KWARGS, **kwargs})
 
 
+def preload(name: str) -> None:
+    """Load (and on a first start, prepare) the default pair while the page is already up; a
+    visitor who clicks Run meanwhile waits on the same lock, with the progress bar."""
+    try:
+        get_pair(name)
+    except SpecvizError as exc:  # shown again, as gr.Error, to whoever clicks Run
+        print(f"error: {exc}", file=sys.stderr)
+
+
 if __name__ == "__main__":
+    threading.Thread(target=preload, args=(DEFAULT_PAIR,), daemon=True).start()
     launch(server_port=int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860))
