@@ -112,17 +112,17 @@ def k_figure(alpha: float, c: float, records: Sequence[dict] = (), k_max: int = 
     return fig
 
 
-def _cell(value) -> str:
+def _cell(value, digits: int = 2) -> str:
     if isinstance(value, float):
-        return num(value, 2)
+        return num(value, digits)
     return text("—" if value is None else value)
 
 
-def table(records: Sequence[dict], columns: Sequence, caption: str = "") -> Rendered:
-    """An HTML table: columns are keys, or (key, header) pairs; floats shown with 2 decimals."""
+def table(records: Sequence[dict], columns: Sequence, caption: str = "", digits: int = 2) -> Rendered:
+    """An HTML table: columns are keys, or (key, header) pairs; floats shown with `digits` decimals."""
     cols = [(c, c) if isinstance(c, str) else tuple(c) for c in columns]
     head = "".join(f"<th>{text(h)}</th>" for _, h in cols)
-    rows = "".join("<tr>" + "".join(f'<td data-col="{attr(k)}">{_cell(r.get(k))}</td>' for k, _ in cols) + "</tr>"
+    rows = "".join("<tr>" + "".join(f'<td data-col="{attr(k)}">{_cell(r.get(k), digits)}</td>' for k, _ in cols) + "</tr>"
                    for r in records)
     cap = f"<caption>{text(caption)}</caption>" if caption else ""
     style = ("<style>.sv-table{border-collapse:collapse;font-size:15px}.sv-table td,.sv-table th{border:1px solid "
