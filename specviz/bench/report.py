@@ -42,7 +42,8 @@ def header(report: dict) -> list:
         f"# specviz benchmark suite: `{env['pair']}`, {plan['mode']} mode", "",
         f"Device **{env['device']}** ({env['device_name']}), dtype **{env['dtype']}**, "
         f"**{env['threads']} torch threads** ({env['cpu_count']} CPUs visible), torch {env['torch']}, "
-        f"transformers {env['transformers']}; {env['date_utc']} UTC. Suite wall time "
+        f"transformers {env['transformers']}; {env['date_utc']} UTC; 1-minute load average "
+        f"{_f(env.get('loadavg_start'))} at the start, {_f(env.get('loadavg_end'))} at the end. Suite wall time "
         f"**{report['wall_time_s']:.0f} s** (" + ", ".join(f"{name} {sec:.0f} s" for name, sec in
                                                   report.get("section_s", {}).items()) + ").", "",
         f"{plan['tokens']} new tokens per run, k = {plan['k']} (pld: {plan['pld_k']}), "

@@ -233,6 +233,7 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
     """Every section of the report; wall_time_s counts `load_s` (model loading) too."""
     started = time.perf_counter() - load_s
     sections = {"load": load_s}
+    env = environment(pair, static_cache)  # before the runs: its load average is the starting one
 
     def timed(name, fn, *args):
         say(f"{name} ...")
@@ -256,7 +257,7 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
     alpha = (fits.get(group) or {}).get("alpha")
     report = {
         "suite_version": SUITE_VERSION, "mode": plan.mode, "plan": asdict(plan),
-        "environment": environment(pair, static_cache), "prompts": prompt_table(pair),
+        "environment": env, "prompts": prompt_table(pair),
         "methods": {name: {"engine": e, **kw} for name, (e, kw) in method_table(plan.k, plan.pld_k).items()
                     if name in set(plan.methods) | set(plan.sampled_methods)},
         "results": strip_ids(results),
@@ -268,6 +269,7 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
         "controlled": controlled, "ranking": analysis.ranking(results),
     }
     report.update(wall_time_s=time.perf_counter() - started, load_s=load_s, section_s=sections)
+    report["environment"]["loadavg_end"] = _loadavg()
     report["targets"] = analysis.targets(report)
     return report
 
@@ -304,6 +306,7 @@ def environment(pair, static_cache: bool) -> dict:
             "cpu_count": _cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__,
             "static_cache_transformers": static_cache, "cuda_synchronised": device.type == "cuda",
+            "loadavg_start": _loadavg(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
 
@@ -318,6 +321,13 @@ def _cpu_name() -> str:
     import platform
 
     return platform.processor() or "cpu"
+
+
+def _loadavg():
+    """The machine's 1-minute load average: other work sharing the cores skews timings."""
+    import os
+
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def _cpu_count() -> int:
