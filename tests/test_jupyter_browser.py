@@ -5,7 +5,8 @@ copy of notebook 2 (so autosave never touches the committed file), runs all its 
 mode (tiny pair) and checks that the token-stream widget renders its chips and legend and that
 Play / Pause / Step drive the kernel-side animation. The server is stopped at the end.
 
-Skips cleanly when playwright, jupyterlab or /usr/bin/chromium is missing.
+Skips cleanly when playwright, jupyterlab or /usr/bin/chromium is missing. With
+SPECVIZ_SCREENSHOTS=<folder> set, saves a PNG of the widget there.
 """
 
 import os
@@ -168,3 +169,8 @@ def check_token_stream(page):
 
     # both views show one model: the live view follows the replay's cursor
     expect(streams.nth(0)).to_have_attribute("data-cursor", str(cursor))
+
+    folder = os.environ.get("SPECVIZ_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        stream.screenshot(path=str(Path(folder) / "notebook_token_stream.png"))

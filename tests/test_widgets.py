@@ -285,7 +285,7 @@ def test_race_replay_shows_lanes_at_their_own_times(tiny):
 
     async def scenario():
         w.replay(speed=max(w.lanes["ar"]["busy"], w.lanes["spec"]["busy"]) / 0.3)  # about 3 frames
-        assert w.playing and w._replay.description == "⏸ Pause"
+        assert w.playing and w._replay.description == "‖ Pause"
         while w.playing:
             await asyncio.sleep(0.01)
 

@@ -65,7 +65,7 @@ function render({ model, el }) {
   };
   const set = (changes) => { for (const [k, v] of Object.entries(changes)) model.set(k, v); model.save_changes(); };
   const last = () => model.get("n_steps") - 1;
-  button("⏮ Back", "Back one step", () => set({ playing: false, cursor: Math.max(-1, model.get("cursor") - 1) }));
+  button("◀ Back", "Back one step", () => set({ playing: false, cursor: Math.max(-1, model.get("cursor") - 1) }));
   const play = button("▶ Play", "Play", () => set({ playing: !model.get("playing") }));
   play.classList.add("sv-play");
   button("Step ▶", "Forward one step", () => set({ playing: false, cursor: Math.min(last(), model.get("cursor") + 1) }));
@@ -80,7 +80,7 @@ function render({ model, el }) {
   el.append(bar, view);
   const draw = () => {
     const cursor = model.get("cursor"), n = model.get("n_steps");
-    play.textContent = model.get("playing") ? "⏸ Pause" : "▶ Play";
+    play.textContent = model.get("playing") ? "‖ Pause" : "▶ Play";
     play.title = model.get("playing") ? "Pause" : "Play";
     play.setAttribute("aria-label", play.title);
     scrub.max = Math.max(0, n - 1); scrub.value = cursor;
@@ -141,9 +141,10 @@ class TokenStream(anywidget.AnyWidget):
     def _draw(self) -> None:
         run = self._run
         body = chips.run_text(run, upto=self.cursor, selected=self.cursor).html
-        self.html = (chips.legend(self._statuses()).html + body
-                     + panel.step_panel(run, self.cursor).html
-                     + panel.stats(run, st.run_metrics(self.events[:self._events_upto()])).html)
+        upto = self._events_upto()  # counters follow the cursor: the run as it stood at that step
+        so_far = run if upto == len(self.events) else st.build(self.events[:upto])
+        self.html = (chips.legend(self._statuses()).html + body + panel.step_panel(run, self.cursor).html
+                     + panel.stats(so_far, st.run_metrics(self.events[:upto])).html)
 
     def _statuses(self) -> list:
         if self._run.method == "ar":
@@ -513,7 +514,7 @@ class RaceWidget(ipw.VBox):
 
     @t.observe("playing")
     def _on_playing(self, change) -> None:
-        self._replay.description = "⏸ Pause" if change["new"] else "▶ Replay"
+        self._replay.description = "‖ Pause" if change["new"] else "▶ Replay"
         if not change["new"]:
             if self._task is not None:
                 self._task.cancel()
