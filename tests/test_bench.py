@@ -64,6 +64,12 @@ def test_speedups_are_ratios_of_the_same_runs(report):
         eff = report["ratios"]["engine_efficiency"].get(group)
         if "hf-assisted" in rows:
             assert eff == pytest.approx(rows["spec"]["tokens_per_s"] / rows["hf-assisted"]["tokens_per_s"])
+        for pair, by_group in report["ratios"]["engine_vs_transformers"].items():
+            ours, theirs = pair.split("/")
+            if ours in rows and theirs in rows:
+                assert by_group[group] == pytest.approx(rows[ours]["tokens_per_s"] / rows[theirs]["tokens_per_s"])
+            else:
+                assert group not in by_group
 
 
 def test_greedy_outputs_match_autoregressive(report):
@@ -200,7 +206,7 @@ def test_cli_check_against_fails_on_an_inverted_ranking(written, report, tmp_pat
 def test_transformers_sampling_arguments_are_explicit(tiny):
     kw = hf.generate_kwargs(tiny, "assisted", 4, 0.7)
     assert kw["do_sample"] and kw["top_k"] == 0 and kw["top_p"] == 1.0 and kw["temperature"] == 0.7
-    assert kw["num_assistant_tokens"] == 4 and kw["num_assistant_tokens_schedule"] == "constant"
+    assert kw["assistant_model"] is tiny.draft
     assert hf.generate_kwargs(tiny, "pld", 8, 0.0)["prompt_lookup_num_tokens"] == 8
     with pytest.raises(ValueError):
         hf.generate_kwargs(tiny, "medusa", 4, 0.0)
@@ -225,3 +231,16 @@ def test_static_cache_for_plain_generate_only(tiny):
     assert hf.run(tiny, ids, "plain", max_new_tokens=12, static_cache=True)["token_ids"] == plain["token_ids"]
     assisted = hf.run(tiny, ids, "assisted", max_new_tokens=12, static_cache=True)
     assert assisted["token_ids"] == plain["token_ids"] and sum(assisted["counts"]) == 12
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_transformers_assisted_drafts_k_tokens(tiny, k):
+    """transformers reads the draft length from the assistant's generation_config, not from
+    generate()'s arguments: each update must hold at most k + 1 tokens, and the draft model's
+    config must be left as it was."""
+    before = {name: getattr(tiny.draft.generation_config, name, None) for name in hf.ASSISTANT_FIELDS}
+    ids = tiny.encode("def fibonacci(n):")
+    out = hf.run(tiny, ids, "assisted", k=k, max_new_tokens=40)
+    assert max(out["counts"]) <= k + 1 and len(out["counts"]) >= 40 / (k + 1)
+    assert out["token_ids"] == hf.run(tiny, ids, "plain", max_new_tokens=40)["token_ids"]
+    assert {name: getattr(tiny.draft.generation_config, name, None) for name in hf.ASSISTANT_FIELDS} == before

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
 import torch
@@ -21,53 +20,56 @@ from specviz.lm import runner_for, synchronize
 
 
 def forward_cost(model, n_tokens: list, prefix: int = 64, repeats: int = 5, vocab: int = 1000) -> dict:
-    """{n: median seconds} of a forward over n tokens on top of a cached `prefix`-token context."""
+    """{n: seconds} of a forward over n tokens on top of a cached `prefix`-token context: the best
+    of `repeats` rounds, each round timing every n once (interleaved), after one warm-up round.
+
+    Best of, because on a shared machine other work only ever adds time; interleaved, so that a
+    burst of it cannot bias one n against the others.
+    """
     gen = torch.Generator().manual_seed(0)
     ids = torch.randint(10, vocab, (prefix + max(n_tokens),), generator=gen).tolist()
     runner = runner_for(model)
     runner.reset()
     runner.forward(ids[:prefix], last_only=True)
-    out = {}
-    for n in n_tokens:
-        runner.forward(ids[prefix:prefix + n])  # warm-up of this shape
-        runner.crop(prefix)
-        times = []
-        for _ in range(repeats):
+    best = {n: float("inf") for n in n_tokens}
+    for r in range(repeats + 1):  # round 0 warms up every shape
+        for n in n_tokens:
+            synchronize(runner.device)
             start = time.perf_counter()
             runner.forward(ids[prefix:prefix + n])
             synchronize(runner.device)
-            times.append(time.perf_counter() - start)
+            if r:
+                best[n] = min(best[n], time.perf_counter() - start)
             runner.crop(prefix)
-        out[n] = statistics.median(times)
-    return out
+    return best
 
 
 @torch.inference_mode()
 def batch_cost(model, batches: list, n_tokens: list, prefix: int = 64, repeats: int = 3,
                vocab: int = 1000) -> dict:
-    """{batch: {n: median seconds}} of one forward over n new tokens per row, on top of a cached
-    `prefix`-token context in each of `batch` rows."""
+    """{batch: {n: seconds}} of one forward over n new tokens per row, on top of a cached
+    `prefix`-token context in each of `batch` rows: best of `repeats` interleaved rounds, as
+    forward_cost."""
     from transformers import DynamicCache
 
     gen = torch.Generator().manual_seed(0)
-    out = {}
+    caches, ids = {}, {}
     for b in batches:
-        ids = torch.randint(10, vocab, (b, prefix + max(n_tokens)), generator=gen).to(model.device)  # (B, T)
-        cache = DynamicCache(config=model.config)
-        model(input_ids=ids[:, :prefix], past_key_values=cache, use_cache=True, logits_to_keep=1)
-        out[b] = {}
-        for n in n_tokens:
-            times = []
-            for r in range(repeats + 1):  # the first is a warm-up of this shape
+        ids[b] = torch.randint(10, vocab, (b, prefix + max(n_tokens)), generator=gen).to(model.device)  # (B, T)
+        caches[b] = DynamicCache(config=model.config)
+        model(input_ids=ids[b][:, :prefix], past_key_values=caches[b], use_cache=True, logits_to_keep=1)
+    best = {b: {n: float("inf") for n in n_tokens} for b in batches}
+    for r in range(repeats + 1):  # round 0 warms up every shape
+        for b in batches:
+            for n in n_tokens:
                 synchronize(model.device)
                 start = time.perf_counter()
-                model(input_ids=ids[:, prefix:prefix + n], past_key_values=cache, use_cache=True)
+                model(input_ids=ids[b][:, prefix:prefix + n], past_key_values=caches[b], use_cache=True)
                 synchronize(model.device)
                 if r:
-                    times.append(time.perf_counter() - start)
-                cache.crop(-n)  # this transformers takes a negative count of tokens to drop
-            out[b][n] = statistics.median(times)
-    return out
+                    best[b][n] = min(best[b][n], time.perf_counter() - start)
+                caches[b].crop(-n)  # this transformers takes a negative count of tokens to drop
+    return best
 
 
 def main(argv=None) -> int:

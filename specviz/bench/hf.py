@@ -2,8 +2,16 @@
 
 Kinds:
   plain      generate(), the target alone
-  assisted   generate(assistant_model=draft, num_assistant_tokens=k) with a constant schedule and
-             no confidence early stop: the same algorithm as specviz's spec at the same k
+  assisted   generate(assistant_model=draft) drafting k tokens per step, constant schedule, no
+             confidence early stop: the same algorithm as specviz's spec at the same k
+  assisted-default   generate(assistant_model=draft) with the assistant's defaults (in transformers
+             5.23: up to 20 drafts per step, cut when the draft's confidence falls below 0.4, the
+             threshold re-fitted as it goes): transformers' own adaptive draft length
+
+transformers 5.23 reads num_assistant_tokens, num_assistant_tokens_schedule and
+assistant_confidence_threshold from the *assistant model's* generation_config, not from the
+arguments of generate() (which it accepts and ignores): `assistant_settings` sets them on the
+draft model for the duration of one call and restores them after.
   pld        generate(prompt_lookup_num_tokens=k, max_matching_ngram_size=ngram): prompt lookup,
              as specviz's pld (longest suffix n-gram first, down to 1)
 
@@ -18,12 +26,14 @@ tokens at once), so latency is measured as for specviz's step_finished events.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 
 import torch
 
 from specviz.lm import synchronize
 
-KINDS = ("plain", "assisted", "pld")
+KINDS = ("plain", "assisted", "assisted-default", "pld")
+ASSISTANT_FIELDS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
 
 class _Clock:
@@ -57,12 +67,27 @@ def generate_kwargs(pair, kind: str, k: int, temperature: float, ngram: int = 3)
         kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
     else:
         kwargs.update(do_sample=False)
-    if kind == "assisted":
-        kwargs.update(assistant_model=pair.draft, num_assistant_tokens=k,
-                      num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+    if kind in ("assisted", "assisted-default"):
+        kwargs.update(assistant_model=pair.draft)
     elif kind == "pld":
         kwargs.update(prompt_lookup_num_tokens=k, max_matching_ngram_size=ngram)
     return kwargs
+
+
+@contextmanager
+def assistant_settings(draft, kind: str, k: int):
+    """Draft k tokens per step, constant, without the confidence stop, for one assisted call."""
+    config = draft.generation_config
+    saved = {name: getattr(config, name, None) for name in ASSISTANT_FIELDS}
+    if kind == "assisted":
+        config.num_assistant_tokens = k
+        config.num_assistant_tokens_schedule = "constant"
+        config.assistant_confidence_threshold = 0.0  # 0 turns the confidence stop off
+    try:
+        yield
+    finally:
+        for name, value in saved.items():  # the "heuristic" schedule would also write back its k
+            setattr(config, name, value)
 
 
 @torch.inference_mode()
@@ -77,8 +102,9 @@ def run(pair, prompt_ids: list, kind: str, *, k: int = 4, temperature: float = 0
     synchronize(pair.device)
     start = time.perf_counter()
     clock = _Clock(pair.device, start)
-    out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
-                               streamer=clock, **kwargs)
+    with assistant_settings(pair.draft, kind, k):
+        out = pair.target.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                   streamer=clock, **kwargs)
     synchronize(pair.device)
     seconds = time.perf_counter() - start
     new = out[0, ids.shape[1]:].tolist()

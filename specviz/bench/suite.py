@@ -42,6 +42,7 @@ def method_table(k: int, pld_k: int) -> dict:
         "cascade": ("specviz", dict(method="cascade", k=k)),
         "hf": ("transformers", dict(kind="plain")),
         "hf-assisted": ("transformers", dict(kind="assisted", k=k)),
+        "hf-assisted-default": ("transformers", dict(kind="assisted-default")),
         "hf-pld": ("transformers", dict(kind="pld", k=pld_k)),
     }
 
@@ -75,7 +76,7 @@ FULL = Plan("full", tuple(PROMPTS), 48, 1, 4, 8, ALL_METHODS, (0.7, 1.0), ("code
             (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64), 3, (1, 4, 16),
             (0.0, 0.25, 0.5, 0.7, 0.85, 1.0), "code", 900.0)
 QUICK = Plan("quick", ("code", "rewrite", "chat"), 32, 1, 4, 8,
-             ("ar", "spec", "tree", "pld", "hf", "hf-assisted", "hf-pld"), (0.7,), ("code",),
+             ("ar", "spec", "tree", "pld", "hf", "hf-assisted"), (0.7,), ("code",),
              ("ar", "spec", "hf-assisted"), (1, 2, 4, 5, 8, 16, 32, 64), 2, (1, 4, 16),
              (0.5, 0.8, 1.0), "code", 180.0)  # a_set 0 costs 4 draft forwards per token: full plan only
 
@@ -262,6 +263,7 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
                     if name in set(plan.methods) | set(plan.sampled_methods)},
         "results": strip_ids(results),
         "ratios": {"engine_efficiency": analysis.engine_efficiency(results),
+                   "engine_vs_transformers": analysis.engine_vs_transformers(results),
                    "model_fit": {g: f for g, f in fits.items() if f}, "roofline": roof},
         "cost_curve": cost["curve"],
         "batch_proxy": {"alpha": alpha, "k": plan.k, "note": BATCH_NOTE, "rows": analysis.batch_proxy(
