@@ -65,11 +65,17 @@ def lab(tmp_path_factory):
     work.mkdir()
     shutil.copy(NOTEBOOK, work / NOTEBOOK.name)
     port, token = free_port(), "specviz-test-token"
+    settings = home / "settings"
+    for plugin, values in (("notebook-extension/tracker", '{"windowingMode": "none"}'),  # every cell in the DOM
+                           ("apputils-extension/notification", '{"fetchNews": "false"}')):
+        path = settings / "@jupyterlab" / f"{plugin}.jupyterlab-settings"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(values)
     env = {**os.environ, "SPECVIZ_SMOKE": "1", "SPECVIZ_PAIR": "tiny", "SPECVIZ_STATIC_IMAGES": "0",
            "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-           "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "ws"),
+           "JUPYTERLAB_SETTINGS_DIR": str(settings), "JUPYTERLAB_WORKSPACES_DIR": str(home / "ws"),
            "IPYTHONDIR": str(home / "ipython")}
     cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
            f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
@@ -121,10 +127,10 @@ def run_all_cells(page) -> None:
 def test_token_stream_renders_and_animates_in_jupyterlab(notebook_page, tmp_path):
     try:
         check_token_stream(notebook_page)
-    except AssertionError:
+    except AssertionError as exc:
         shot = tmp_path / "jupyterlab.png"
         notebook_page.screenshot(path=str(shot), full_page=True)
-        raise AssertionError(f"screenshot of the failure: {shot}") from None
+        raise AssertionError(f"{exc}\nscreenshot of the failure: {shot}") from None
 
 
 def check_token_stream(page):
@@ -170,7 +176,14 @@ def check_token_stream(page):
     # both views show one model: the live view follows the replay's cursor
     expect(streams.nth(0)).to_have_attribute("data-cursor", str(cursor))
 
+    # the step inspector: its Plotly figure (p vs q bars) drawn inside the widget
+    inspector = page.locator(".widget-vbox", has=page.locator(".widget-output .js-plotly-plot")).first
+    expect(inspector.locator(".js-plotly-plot .barlayer .point path").first).to_be_attached()
+    expect(inspector.locator(".sv-panel")).to_be_visible()
+
     folder = os.environ.get("SPECVIZ_SCREENSHOTS")
     if folder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         stream.screenshot(path=str(Path(folder) / "notebook_token_stream.png"))
+        inspector.scroll_into_view_if_needed()
+        inspector.screenshot(path=str(Path(folder) / "notebook_step_inspector.png"))

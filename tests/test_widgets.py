@@ -219,8 +219,10 @@ def test_inspector_opens_at_the_first_rejection_and_follows_step_and_index(sampl
     w.index = 0
     assert w.resolved_index() == 0 and w._position.value == 0
     w.step = first + 1
-    assert w.index == -1 and w._slider.value == first + 1  # a new step opens at its default position
+    assert w.index == -1 and w._slider.value == first + 2  # 1-based slider; a new step opens at its default position
     assert [value for _, value in w._position.options] == run.steps[first + 1].indices()
+    w._slider.value = 1
+    assert w.step == 0
     w.step = 10_000
     assert w.step == len(run.steps) - 1
 

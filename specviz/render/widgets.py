@@ -262,6 +262,13 @@ def _figure_png(fig) -> Optional[bytes]:
     return notebook.figure_png(fig)
 
 
+def _link_step(slider: ipw.IntSlider, widget) -> None:
+    """Keep a 1-based step slider and a widget's 0-based `step` trait in sync, both ways."""
+    slider.observe(lambda change: setattr(widget, "step", change["new"] - 1), names="value")
+    widget.observe(lambda change: setattr(slider, "value", change["new"] + 1), names="step")
+    slider.value = widget.step + 1
+
+
 def _show(output: ipw.Output, fig) -> None:
     """Draw a figure into an Output widget through the notebook's Plotly renderers; outside a
     running IPython (a script, a test) there is nowhere to draw, so nothing is done."""
@@ -287,13 +294,13 @@ class StepInspector(ipw.VBox):
         self.events = _dicts(events)
         self.run = st.build(self.events)
         n = len(self.run.steps)
-        self._slider = ipw.IntSlider(min=0, max=max(0, n - 1), description="step",
+        self._slider = ipw.IntSlider(min=1, max=max(1, n), description="step",  # counted from 1, like the panel
                                      layout=ipw.Layout(width="420px"))
         self._position = ipw.Dropdown(description="position", layout=ipw.Layout(width="520px"))
         self._panel = ipw.HTML()
         self._figure = ipw.Output()
         super().__init__([ipw.HBox([self._slider, self._position]), self._panel, self._figure], **kwargs)
-        t.link((self._slider, "value"), (self, "step"))
+        _link_step(self._slider, self)
         self._position.observe(self._on_position, names="value")
         self.step = self._first_interesting() if step is None else step
         self.index = index
@@ -372,11 +379,11 @@ class TreeView(ipw.VBox):
     def __init__(self, events: Iterable = (), step: Optional[int] = None, **kwargs):
         self.events = _dicts(events)
         self.run = st.build(self.events)
-        self._slider = ipw.IntSlider(min=0, max=max(0, len(self.run.steps) - 1), description="step")
+        self._slider = ipw.IntSlider(min=1, max=max(1, len(self.run.steps)), description="step")
         self._html = ipw.HTML()
         self._mask = ipw.Output()
         super().__init__([self._slider, self._html, self._mask], **kwargs)
-        t.link((self._slider, "value"), (self, "step"))
+        _link_step(self._slider, self)
         self.step = self._first_interesting() if step is None else step
         self._refresh()
 
