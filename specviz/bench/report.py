@@ -1,11 +1,6 @@
-"""The suite's report as Markdown tables and Plotly figures. Reads the JSON report only.
-
-Figures (each written as .html, and .png when kaleido can render it):
-  speedup      speedup over AR of every method, greedy groups
-  memory-wall  one target (and draft) forward over 1..64 tokens, normalised to 1 token
-  alpha        measured decode speedup against alpha (controlled-acceptance sweep and the spec runs)
-               with the theory's curve from the measured c and verify-cost curve
-  batch        predicted spec speedup at batch 1, 4, 16 from forward costs measured at that batch
+"""The suite's report as Markdown tables, plus its Plotly figures written as .html (and .png when
+kaleido can render them). Reads the JSON report only. The figures themselves are drawn by
+specviz.render.bench_figures: plotting stays on the render side of the seam.
 """
 
 from __future__ import annotations
@@ -226,14 +221,7 @@ def markdown(report: dict, figures: Optional[dict] = None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
-# figures: drawn by specviz.render.bench_figures (plotting stays on the render side of the seam)
-
-def figures(report: dict) -> dict:
-    """{name: plotly Figure}."""
-    from specviz.render.bench_figures import figures as draw
-
-    return draw(report)
-
+# files
 
 def write(report: dict, prefix: Path, png: bool = True, with_figures: bool = True) -> dict:
     """Write PREFIX.json, PREFIX.md and PREFIX-<figure>.html/.png; returns {kind: path}."""
@@ -242,6 +230,8 @@ def write(report: dict, prefix: Path, png: bool = True, with_figures: bool = Tru
     prefix.parent.mkdir(parents=True, exist_ok=True)
     written, links = {"json": prefix.with_name(prefix.name + ".json")}, {}
     if with_figures:
+        from specviz.render.bench_figures import figures
+
         for name, fig in figures(report).items():
             html = prefix.with_name(f"{prefix.name}-{name}.html")
             fig.write_html(html, include_plotlyjs="cdn")
