@@ -364,6 +364,7 @@ def build_parser():
                              "real sizes 'random:<target>/<draft>' with sizes " + ", ".join(synthetic_sizes()))
     parser.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
     parser.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16 (default: the pair's)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--quick", action="store_true", help="the quick plan (3 prompts, greedy + one "
                         "sampled group; under 3 minutes on 2 cores with qwen-coder)")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per run (plan default)")
@@ -417,6 +418,8 @@ def main(argv=None) -> int:
     transformers.logging.set_verbosity_error()  # assisted generate() warns about its own config copies
     say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     plan = plan_for(args.quick, args.methods, tokens=args.tokens, repeats=args.repeats, k=args.k)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     started = time.perf_counter()
     pair = load(args.pair, device=args.device, dtype=args.dtype)
     report = run_suite(pair, plan, say, static_cache=args.static_cache, load_s=time.perf_counter() - started)
