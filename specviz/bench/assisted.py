@@ -51,15 +51,28 @@ def run_hf(pair, prompt, chat, tokens, k, assisted, constant=True):
     kwargs = dict(max_new_tokens=tokens, do_sample=False, attention_mask=torch.ones_like(ids),
                   pad_token_id=pair.tokenizer.pad_token_id or pair.eos_token_ids[0],
                   eos_token_id=pair.eos_token_ids)
+    saved = None
     if assisted:
-        kwargs.update(assistant_model=pair.draft, num_assistant_tokens=k)
+        kwargs.update(assistant_model=pair.draft)
         if constant:
-            kwargs.update(num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0)
+            # transformers 5.23 reads the draft length, its schedule and the confidence stop from
+            # the assistant's generation_config, not from generate()'s arguments
+            config = pair.draft.generation_config
+            saved = {name: getattr(config, name, None) for name in _ASSISTANT_SETTINGS}
+            config.num_assistant_tokens, config.num_assistant_tokens_schedule = k, "constant"
+            config.assistant_confidence_threshold = 0.0
     start = time.perf_counter()
-    out = pair.target.generate(ids, **kwargs)
+    try:
+        out = pair.target.generate(ids, **kwargs)
+    finally:
+        for name, value in (saved or {}).items():
+            setattr(pair.draft.generation_config, name, value)
     seconds = time.perf_counter() - start
     new = out[0, ids.shape[1]:].tolist()
     return {"seconds": seconds, "new_tokens": len(new), "token_ids": new}
+
+
+_ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
 
 
 def methods(k):
