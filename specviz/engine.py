@@ -165,7 +165,8 @@ class _Run:
             prompt_texts=[pair.token_text(t) for t in self.prompt_ids], device=str(pair.device),
             dtype=str(pair.dtype).replace("torch.", ""), rule=self.verifier.name,
             lossless=bool(self.verifier.lossless), eos_token_ids=sorted(self.eos),
-            drafter=self.drafter.name, options=cfg.options())
+            drafter=self.drafter.name, options=cfg.options(),
+            draft_quant=getattr(pair, "draft_quant", "none"))
 
     def _step(self, step: int) -> Iterator[ev.Event]:
         base = len(self.committed)  # position of the first drafted token

@@ -60,6 +60,7 @@ class RunStarted(Event):
     eos_token_ids: list
     drafter: str
     options: dict
+    draft_quant: str = "none"  # "int8": int8 weight-only draft (still lossless: only q changes)
     schema_version: int = SCHEMA_VERSION
 
 

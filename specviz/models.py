@@ -45,6 +45,7 @@ class Pair:
     source: str = ""
     context_length: int = 2048
     eos_token_ids: list = field(default_factory=list)
+    draft_quant: str = "none"  # "int8": the draft's weights are int8 (specviz.quant); the target never is
     _texts: dict = field(default_factory=dict, repr=False)
 
     def token_text(self, token_id: int) -> str:
@@ -66,8 +67,9 @@ class Pair:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def __repr__(self) -> str:
-        return (f"Pair({self.name!r}, device={self.device}, dtype={str(self.dtype).replace('torch.', '')}, "
-                f"source={self.source!r})")
+        quant = "" if self.draft_quant == "none" else f", draft_quant={self.draft_quant!r}"
+        return (f"Pair({self.name!r}, device={self.device}, dtype={str(self.dtype).replace('torch.', '')}"
+                f"{quant}, source={self.source!r})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,8 +118,19 @@ def default_pair_name() -> str:
 
 
 def load_pair(name_or_spec: Any = None, device=None, dtype=None,
-              progress: Optional[Progress] = None) -> Pair:
-    """Load a preset by name, or a `target=...,draft=...` spec (string or dict)."""
+              progress: Optional[Progress] = None, draft_quant: Optional[str] = None) -> Pair:
+    """Load a preset by name, or a `target=...,draft=...` spec (string or dict).
+
+    draft_quant="int8" keeps the draft's linear weights in int8 (CPU; see specviz.quant): a
+    cheaper drafter, the same lossless output. The target is never quantised."""
+    from specviz.quant import check_mode, quantize_draft
+
+    mode = check_mode(draft_quant)
+    pair = _load_pair(name_or_spec, device, dtype, progress)
+    return pair if mode == "none" else quantize_draft(pair, mode)
+
+
+def _load_pair(name_or_spec, device, dtype, progress) -> Pair:
     if isinstance(name_or_spec, Pair):
         return name_or_spec
     name_or_spec = name_or_spec or default_pair_name()
