@@ -244,3 +244,20 @@ def test_transformers_assisted_drafts_k_tokens(tiny, k):
     assert max(out["counts"]) <= k + 1 and len(out["counts"]) >= 40 / (k + 1)
     assert out["token_ids"] == hf.run(tiny, ids, "plain", max_new_tokens=40)["token_ids"]
     assert {name: getattr(tiny.draft.generation_config, name, None) for name in hf.ASSISTANT_FIELDS} == before
+
+
+def test_plans_measure_the_rewrite_whole_unless_told_otherwise():
+    from specviz.bench.suite import FULL, INT8_METHODS, plan_for
+
+    assert FULL.tokens_for("rewrite") == 128 and FULL.tokens_for("code") == FULL.tokens
+    assert plan_for(False, tokens=16).tokens_for("rewrite") == 16
+    assert INT8_METHODS == {"spec-int8", "spec-int8-auto", "hf-assisted-int8"}
+
+
+def test_int8_draft_methods_run_the_quantised_draft(report):
+    """spec-int8 is the same algorithm as spec with the int8 draft: same output under greedy, and
+    the report names the draft it ran."""
+    assert report["methods"]["spec-int8"] == {"engine": "specviz", "method": "spec", "k": 4, "draft": "int8"}
+    rows = report["results"]["code@greedy"]
+    assert rows["spec-int8"]["same_as_ar"] is True and rows["spec-int8"]["draft_quant"] == "int8"
+    assert rows["spec"]["draft_quant"] == "none"

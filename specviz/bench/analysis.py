@@ -57,6 +57,7 @@ def summarise_method(runs: list) -> dict:
         out[name] = best(values) if values else None
     out["repeats"] = len(runs)
     out["engine"] = runs[0]["engine"]
+    out["draft_quant"] = runs[0].get("draft_quant")  # None where no draft model ran
     out["position_acceptance"] = mean_lists([r.get("position_acceptance") or [] for r in runs])
     out["tokens_per_s_runs"] = [r["tokens_per_s"] for r in runs]
     return out
@@ -89,7 +90,7 @@ def model_fit(row: dict, k: int, verify_cost) -> Optional[dict]:
             "ratio": measured / predicted}
 
 
-ENGINE_PAIRS = (("ar", "hf"), ("spec", "hf-assisted"), ("pld", "hf-pld"))
+ENGINE_PAIRS = (("ar", "hf"), ("spec", "hf-assisted"), ("spec-int8", "hf-assisted-int8"), ("pld", "hf-pld"))
 
 
 def engine_vs_transformers(results: dict) -> dict:

@@ -37,12 +37,16 @@ def header(report: dict) -> list:
         f"{_f(env.get('loadavg_start'))} at the start, {_f(env.get('loadavg_end'))} at the end. Suite wall time "
         f"**{report['wall_time_s']:.0f} s** (" + ", ".join(f"{name} {sec:.0f} s" for name, sec in
                                                   report.get("section_s", {}).items()) + ").", "",
-        f"{plan['tokens']} new tokens per run, k = {plan['k']} (pld: {plan['pld_k']}), "
+        f"{plan['tokens']} new tokens per run" + "".join(
+            f" ({p}: {n})" for p, n in plan.get("prompt_tokens") or ()) + f", k = {plan['k']} (pld: {plan['pld_k']}), "
         f"{plan['repeats']} repeat(s), methods interleaved (order rotated per group and repeat); "
         f"greedy on {', '.join(plan['prompts'])}; temperature {temps} on "
         f"{', '.join(plan['sampled_prompts'])}. specviz runs stream their events with top-10 slices "
         "(as the app does). Speedup = tokens/s / AR tokens/s in the same group, end to end "
-        "(prefill included). `hf*` = transformers' own `generate()` on the same prompt ids.", "",
+        "(prefill included). `hf*` = transformers' own `generate()` on the same prompt ids. "
+        "`*-int8` = the same method with the draft model's linear weights in int8 (weight-only, per "
+        "channel; `specviz.quant`): the target is the same bf16 model, so the output is still exactly "
+        "the target's (greedy: AR's tokens); only the draft's cost c and its q change.", "",
     ]
 
 
@@ -120,6 +124,7 @@ def ratio_tables(report: dict) -> list:
     groups = list(dict.fromkeys(g for by_group in pairs.values() for g in by_group))
     lines = ["## Engine efficiency: specviz / transformers, same algorithm and k", "",
              "tokens/s ratios: `ar/hf` = autoregressive, `spec/hf-assisted` = draft model at k, "
+             "`spec-int8/hf-assisted-int8` = the same with the int8 draft in both engines, "
              "`pld/hf-pld` = prompt lookup.", "",
              "| group | " + " | ".join(pairs) + " |", "|---|" + "---|" * len(pairs)]
     lines += [f"| {g} | " + " | ".join(_f(by_group.get(g)) for by_group in pairs.values()) + " |" for g in groups]

@@ -35,6 +35,8 @@ def method_table(k: int, pld_k: int) -> dict:
         "ar": ("specviz", dict(method="ar")),
         "spec": ("specviz", dict(method="spec", k=k)),
         "spec-auto": ("specviz", dict(method="spec", k="auto")),
+        "spec-int8": ("specviz", dict(method="spec", k=k, draft="int8")),
+        "spec-int8-auto": ("specviz", dict(method="spec", k="auto", draft="int8")),
         "tree": ("specviz", dict(method="tree", tree="3,2,1")),
         "tree-dynamic": ("specviz", dict(method="tree", tree="dynamic")),
         "pld": ("specviz", dict(method="pld", k=pld_k)),
@@ -43,11 +45,15 @@ def method_table(k: int, pld_k: int) -> dict:
         "hf": ("transformers", dict(kind="plain")),
         "hf-assisted": ("transformers", dict(kind="assisted", k=k)),
         "hf-assisted-default": ("transformers", dict(kind="assisted-default")),
+        "hf-assisted-int8": ("transformers", dict(kind="assisted", k=k, draft="int8")),
         "hf-pld": ("transformers", dict(kind="pld", k=pld_k)),
     }
 
 
 GREEDY_ONLY = frozenset({"lookahead"})
+# methods whose draft model runs with int8 weight-only linears (specviz.quant; CPU only): the
+# target is the same bf16 model as everywhere else, so their ratios to AR stay like for like
+INT8_METHODS = frozenset(name for name, (_, kw) in method_table(4, 8).items() if kw.get("draft") == "int8")
 
 
 @dataclass(frozen=True)
@@ -68,15 +74,21 @@ class Plan:
     a_sets: tuple
     controlled_prompt: str
     budget_s: float  # the wall time the suite should stay under on 2 CPU cores (real pair)
+    prompt_tokens: tuple = ()  # ((prompt, new tokens), ...): prompts measured over a longer answer
+
+    def tokens_for(self, prompt: str) -> int:
+        return dict(self.prompt_tokens).get(prompt, self.tokens)
 
 
 ALL_METHODS = tuple(method_table(4, 8))
+# The rewrite's answer (the whole renamed function) is about 120 tokens: the full plan measures it
+# whole, since a copying drafter's gain is over the copied span, not over its first 48 tokens.
 FULL = Plan("full", tuple(PROMPTS), 48, 1, 4, 8, ALL_METHODS, (0.7, 1.0), ("code", "chat"),
-            ("ar", "spec", "spec-auto", "tree", "pld", "cascade", "hf", "hf-assisted", "hf-pld"),
+            ("ar", "spec", "spec-auto", "spec-int8", "tree", "pld", "cascade", "hf", "hf-assisted", "hf-pld"),
             (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64), 3, (1, 4, 16),
-            (0.0, 0.25, 0.5, 0.7, 0.85, 1.0), "code", 900.0)
+            (0.0, 0.25, 0.5, 0.7, 0.85, 1.0), "code", 900.0, (("rewrite", 128),))
 QUICK = Plan("quick", ("code", "rewrite", "chat"), 32, 1, 4, 8,
-             ("ar", "spec", "tree", "pld", "hf", "hf-assisted"), (0.7,), ("code",),
+             ("ar", "spec", "spec-int8", "tree", "pld", "hf", "hf-assisted"), (0.7,), ("code",),
              ("ar", "spec", "hf-assisted"), (1, 2, 4, 5, 8, 16, 32, 64), 2, (1, 4, 16),
              (0.5, 0.8, 1.0), "code", 180.0)  # a_set 0 costs 4 draft forwards per token: full plan only
 
@@ -115,6 +127,7 @@ def record_from_events(events: list, seconds: float) -> dict:
         "draft_s_per_forward": m["draft_time"] / m["draft_forwards"] if m["draft_forwards"] else None,
         "target_s_per_forward": m["verify_time"] / m["target_forwards"] if m["target_forwards"] else None,
         "counters": m["counters"], "lossless": m["lossless"], "token_ids": events[-1].token_ids,
+        "draft_quant": events[0].draft_quant,
     }
 
 
@@ -127,15 +140,34 @@ def run_transformers(pair, prompt_ids: list, temperature: float, tokens: int, se
     return {"engine": "transformers", "seconds": out["seconds"], "new_tokens": new,
             "tokens_per_s": new / out["seconds"], **latency.stream_stats(out["times"], out["counts"]),
             "tau": new / updates if updates else None, "target_forwards": updates,
-            "target_forwards_per_token": updates / new if new else None, "token_ids": out["token_ids"]}
+            "target_forwards_per_token": updates / new if new else None, "token_ids": out["token_ids"],
+            "draft_quant": getattr(pair, "draft_quant", "none") if kind.startswith("assisted") else None}
 
 
 def run_method(pair, table: dict, name: str, prompt_ids: list, temperature: float, tokens: int,
                seed: int, static_cache: bool = False) -> dict:
     engine, kw = table[name]
+    kw = dict(kw)
+    pair = with_draft(pair, kw.pop("draft", "none"))
     if engine == "specviz":
         return run_specviz(pair, prompt_ids, temperature, tokens, seed, **kw)
     return run_transformers(pair, prompt_ids, temperature, tokens, seed, static_cache=static_cache, **kw)
+
+
+_VARIANTS: dict = {}
+
+
+def with_draft(pair, quant: str):
+    """`pair` itself, or the same pair with an int8 draft (built once per pair: it shares the
+    target and the draft's float weights; the int8 copies are the only new memory)."""
+    if quant == getattr(pair, "draft_quant", "none"):
+        return pair
+    key = (id(pair), quant)
+    if key not in _VARIANTS or _VARIANTS[key][0] is not pair:
+        from specviz.quant import quantize_draft
+
+        _VARIANTS[key] = (pair, quantize_draft(pair, quant))
+    return _VARIANTS[key][1]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,7 +186,8 @@ def measure_methods(pair, plan: Plan, say, static_cache: bool = False) -> dict:
         for i, (g, (prompt, temperature, methods)) in enumerate(plan_groups.items()):
             turn = (r + i) % len(methods)
             for name in methods[turn:] + methods[:turn]:
-                rec = run_method(pair, table, name, ids[prompt], temperature, plan.tokens, r, static_cache)
+                rec = run_method(pair, table, name, ids[prompt], temperature, plan.tokens_for(prompt), r,
+                                 static_cache)
                 raw[g][name].append(rec)
             say(f"  {g} repeat {r + 1}/{plan.repeats}: "
                 + ", ".join(f"{m} {raw[g][m][-1]['tokens_per_s']:.1f}" for m in methods) + " tok/s")
@@ -341,6 +374,8 @@ def _cpu_count() -> int:
 def plan_for(quick: bool, methods=None, **overrides) -> Plan:
     """The quick or full plan with overrides; `methods` keeps only those methods (and ar)."""
     plan = replace(QUICK if quick else FULL, **{k: v for k, v in overrides.items() if v is not None})
+    if overrides.get("tokens") is not None:  # --tokens: every prompt, the rewrite included
+        plan = replace(plan, prompt_tokens=())
     if methods:
         unknown = set(methods) - set(ALL_METHODS)
         if unknown:
@@ -422,6 +457,9 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
     pair = load(args.pair, device=args.device, dtype=args.dtype)
+    if torch.device(pair.device).type != "cpu":  # the int8 draft kernel is a CPU kernel
+        plan = replace(plan, methods=tuple(m for m in plan.methods if m not in INT8_METHODS),
+                       sampled_methods=tuple(m for m in plan.sampled_methods if m not in INT8_METHODS))
     report = run_suite(pair, plan, say, static_cache=args.static_cache, load_s=time.perf_counter() - started)
     code = 0
     if args.check_against:
