@@ -52,12 +52,13 @@ class AdaptiveK:
         return k, why
 
     def update(self, drafted: int, accepted: int, evaluated: int, draft_time: float,
-               draft_forwards: int, verify_time: float) -> None:
+               draft_forwards: int, verify_time) -> None:
         m = self.memory  # exponential forgetting: recent steps weigh more
         self.accepted, self.evaluated = m * self.accepted + accepted, m * self.evaluated + evaluated
-        if draft_forwards:
-            self.draft_s, self.draft_n = m * self.draft_s + draft_time, m * self.draft_n + draft_forwards
-        self.verify_s, self.verify_n = m * self.verify_s + verify_time, m * self.verify_n + 1
+        if verify_time is not None:  # None: the step's passes carried the prompt's prefill, not costs
+            if draft_forwards:
+                self.draft_s, self.draft_n = m * self.draft_s + draft_time, m * self.draft_n + draft_forwards
+            self.verify_s, self.verify_n = m * self.verify_s + verify_time, m * self.verify_n + 1
         self.steps_since_draft = 0 if drafted else self.steps_since_draft + 1
         if self.rule == "heuristic" and drafted:
             self.k = min(self.k + 2, self.k_max) if accepted == drafted else max(1, self.k - 1)

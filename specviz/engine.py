@@ -142,9 +142,7 @@ class _Run:
         started = self._started()
         yield started
         self.t0 = time.perf_counter()
-        self.target.reset()
-        if len(self.prompt_ids) > 1:
-            self.target.forward(self.prompt_ids[:-1], last_only=True)
+        self.target.reset()  # no separate prefill: step 0's target pass feeds the prompt with its drafts
         self.drafter.start(self.prompt_ids)
         steps = []
         while self.finish is None:
@@ -174,6 +172,7 @@ class _Run:
         proposal = self._cut_at_eos(self.drafter.propose(self.committed, k, self.cfg.warp, self.generator))
         yield from self._draft_events(step, base, proposal)
         target_probs, verify_time, fed = self._score(proposal.tokens)
+        prefill = fed - len(proposal) - 1
         yield self._scored_event(step, base, proposal, target_probs, fed)
         allow_bonus = not (proposal.tokens and proposal.tokens[-1] in self.eos)
         draft_probs = proposal.probs.to(target_probs.device) if len(proposal) else target_probs[:0]
@@ -185,7 +184,7 @@ class _Run:
         self._commit(emitted, verdict.accepted)
         if self.policy is not None:
             self.policy.update(len(proposal), verdict.accepted, len(verdict.decisions),
-                               proposal.seconds, proposal.forwards, verify_time)
+                               proposal.seconds, proposal.forwards, None if prefill else verify_time)
         if hasattr(self.drafter, "step_info"):
             info.update(self.drafter.step_info())
         yield ev.StepFinished(
@@ -194,7 +193,7 @@ class _Run:
             emitted_texts=[self.pair.token_text(t) for t in emitted], beta=verdict.beta,
             draft_time=proposal.seconds, verify_time=verify_time, draft_forwards=proposal.forwards,
             target_forwards=1, elapsed=time.perf_counter() - self.t0, finish_reason=self.finish,
-            info=info or None)
+            info=info or None, prefill=prefill)
 
     def _tree_step(self, step: int) -> Iterator[ev.Event]:
         """Draft a tree, score every node in one target pass, walk it, keep the accepted path."""
@@ -223,7 +222,8 @@ class _Run:
             emitted_texts=[self.pair.token_text(t) for t in emitted],
             beta=[d.beta for d in verdict.decisions], draft_time=proposal.seconds,
             verify_time=verify_time, draft_forwards=proposal.forwards, target_forwards=1,
-            elapsed=time.perf_counter() - self.t0, finish_reason=self.finish, info=info)
+            elapsed=time.perf_counter() - self.t0, finish_reason=self.finish, info=info,
+            prefill=attend.shape[0] - len(tree) - 1)
 
     def _score_tree(self, tree):
         """One target pass over the uncached tail and every node, with tree attention."""
@@ -232,8 +232,9 @@ class _Run:
         attend, _ = attention(tree, self.target.length, len(pending), {}, list(range(len(tree))))
         positions = (list(range(self.target.length, len(self.committed)))
                      + tree.position_ids(len(self.committed) - 1))
-        logits = self.target.forward(pending + tree.tokens, attend=attend, positions=positions)
-        probs = sampling.warp(logits[len(pending) - 1:], self.cfg.warp)  # row 0: root, 1 + i: node i
+        logits = self.target.forward(pending + tree.tokens, attend=attend, positions=positions,
+                                     keep=len(tree) + 1)
+        probs = sampling.warp(logits[-(len(tree) + 1):], self.cfg.warp)  # row 0: root, 1 + i: node i
         synchronize(self.pair.device)
         return probs, time.perf_counter() - start, attend
 
@@ -305,7 +306,7 @@ class _Run:
         """One target pass over the uncached tail and the draft: p at n + 1 positions."""
         start = time.perf_counter()
         feed = self.committed[self.target.length:] + tokens
-        logits = self.target.forward(feed)[-(len(tokens) + 1):]  # (n + 1, V)
+        logits = self.target.forward(feed, keep=len(tokens) + 1)[-(len(tokens) + 1):]  # (n + 1, V)
         probs = sampling.warp(logits, self.cfg.warp)
         synchronize(self.pair.device)
         return probs, time.perf_counter() - start, len(feed)

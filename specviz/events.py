@@ -193,6 +193,9 @@ class StepFinished(Event):
     elapsed: float  # seconds since the run started, at the end of this step
     finish_reason: Optional[str]  # "eos" | "length" | None
     info: Optional[dict] = None  # method-specific: k chosen and why, accepted path, ...
+    # prompt tokens that rode along in this step's target pass: step 0 feeds the prompt's prefill
+    # together with its first drafts (one forward instead of two, as transformers does); 0 after
+    prefill: int = 0
 
 
 @dataclass(frozen=True)
@@ -243,4 +246,4 @@ def without_timings(event_dict: dict) -> dict:
 
 
 TIMING_METRICS = frozenset({"wall_time", "tokens_per_s", "ttft", "draft_time", "verify_time",
-                            "c", "prefill_time", "decode_tokens_per_s"})
+                            "decode_verify_time", "decode_draft_time", "c", "prefill_time", "decode_tokens_per_s"})

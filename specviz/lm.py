@@ -25,8 +25,10 @@ class CachedLM:
         self.length = 0
 
     @torch.inference_mode()
-    def forward(self, ids: list, last_only: bool = False, attend=None, positions=None) -> torch.Tensor:
-        """Feed `ids` after the cache; return float32 logits (T, V), or (1, V) if last_only.
+    def forward(self, ids: list, last_only: bool = False, attend=None, positions=None,
+                keep: int = 0) -> torch.Tensor:
+        """Feed `ids` after the cache; return float32 logits (T, V), only the last `keep` rows
+        if keep > 0 (the output head is then applied to those rows only), (1, V) if last_only.
 
         For tree attention, `attend` is the (T, length + T) bool mask of what each fed token may
         see and `positions` their position ids (see specviz.tree.attention).
@@ -37,7 +39,7 @@ class CachedLM:
             extra["attention_mask"] = attend.to(self.device)[None, None]  # (1, 1, T, length + T)
             extra["position_ids"] = torch.tensor([positions], dtype=torch.long, device=self.device)
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
-                         logits_to_keep=1 if last_only else 0, **extra)
+                         logits_to_keep=1 if last_only else keep, **extra)
         self.length += len(ids)
         return out.logits[0].float()  # (T, V)
 

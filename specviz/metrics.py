@@ -42,6 +42,11 @@ class RunStats:
     ttft: Optional[float] = None
     draft_time: float = 0.0
     verify_time: float = 0.0
+    # target passes of steps without the prompt's prefill in them: what one verification costs
+    decode_verify_time: float = 0.0
+    decode_target_forwards: int = 0
+    decode_draft_time: float = 0.0
+    decode_draft_forwards: int = 0
     c: Optional[float] = None
     finish_reason: Optional[str] = None
     lossless: bool = True  # False for a lossy acceptance rule (typical): output != target's law
@@ -66,6 +71,10 @@ class RunStats:
 
 def _get(event, name):
     return event[name] if isinstance(event, dict) else getattr(event, name)
+
+
+def _get_default(event, name, default):
+    return event.get(name, default) if isinstance(event, dict) else getattr(event, name, default)
 
 
 def _kind(event) -> str:
@@ -99,6 +108,11 @@ def _fold_step(stats: RunStats, step, pos_eval: list, pos_acc: list) -> float:
     stats.accepted += accepted
     stats.draft_time += _get(step, "draft_time")
     stats.verify_time += _get(step, "verify_time")
+    if not _get_default(step, "prefill", 0):
+        stats.decode_verify_time += _get(step, "verify_time")
+        stats.decode_target_forwards += _get(step, "target_forwards")
+        stats.decode_draft_time += _get(step, "draft_time")
+        stats.decode_draft_forwards += _get(step, "draft_forwards")
     stats.wall_time = _get(step, "elapsed")
     stats.finish_reason = _get(step, "finish_reason")
     if stats.ttft is None and _get(step, "emitted_ids"):
@@ -134,8 +148,15 @@ def _finish(stats: RunStats, beta_sum: float, pos_eval: list, pos_acc: list) -> 
     if stats.drafted:
         stats.accepted_per_drafted = stats.accepted / stats.drafted
     stats.position_acceptance = [a / e for a, e in zip(pos_acc, pos_eval)]
-    if stats.draft_forwards and stats.target_forwards and stats.verify_time > 0:
-        stats.c = (stats.draft_time / stats.draft_forwards) / (stats.verify_time / stats.target_forwards)
+    # c: a draft forward over a verification pass; steps whose passes carry the prefill are left out
+    # (unless there is nothing else: a one-step run)
+    decode = stats.decode_target_forwards and stats.decode_draft_forwards
+    verify, forwards = ((stats.decode_verify_time, stats.decode_target_forwards)
+                        if decode else (stats.verify_time, stats.target_forwards))
+    draft, drafts = ((stats.decode_draft_time, stats.decode_draft_forwards)
+                     if decode else (stats.draft_time, stats.draft_forwards))
+    if drafts and forwards and verify > 0:
+        stats.c = (draft / drafts) / (verify / forwards)
 
 
 def fold_runs(runs: Iterable[Iterable]) -> list:

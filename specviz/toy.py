@@ -57,7 +57,8 @@ class TableRunner:
     def length(self) -> int:
         return len(self.history)
 
-    def forward(self, ids: list, last_only: bool = False, attend=None, positions=None) -> torch.Tensor:
+    def forward(self, ids: list, last_only: bool = False, attend=None, positions=None,
+                keep: int = 0) -> torch.Tensor:
         start = len(self.history)
         self.history.extend(int(t) for t in ids)
         rows = []
@@ -68,7 +69,7 @@ class TableRunner:
                 context = [self.history[j] for j in torch.nonzero(attend[r]).flatten().tolist()]
             rows.append(self.model.logits_after(context))
         out = torch.stack(rows)  # (T, V)
-        return out[-1:] if last_only else out
+        return out[-1:] if last_only else out[-keep:] if keep else out
 
     def crop(self, length: int) -> None:
         del self.history[length:]

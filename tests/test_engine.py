@@ -136,3 +136,47 @@ def test_bad_input_is_refused_at_call_time(tiny, kwargs, message):
     prompt = kwargs.pop("prompt")
     with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
         generate(tiny, prompt, **kwargs)  # raises before the first event is asked for
+
+
+@pytest.mark.parametrize("kw", [dict(method="ar"), dict(method="spec", k=3), dict(method="tree", tree="2,2"),
+                                dict(method="pld", k=4), dict(method="lookahead")])
+def test_one_target_pass_per_step_and_the_prefill_rides_with_the_first(tiny, kw):
+    """No separate prefill pass: the target runs exactly once per step, step 0's pass carries the
+    prompt (StepFinished.prefill), and c is measured on the other steps' passes."""
+    calls, drafts = [], []
+    handles = [tiny.target.register_forward_pre_hook(lambda mod, args, kwargs: calls.append(
+        kwargs["input_ids"].shape[1]), with_kwargs=True),
+        tiny.draft.register_forward_pre_hook(lambda mod, args, kwargs: drafts.append(
+            kwargs["input_ids"].shape[1]), with_kwargs=True)]
+    try:
+        events = list(generate(tiny, "def f(x):", max_new_tokens=12, **kw))
+    finally:
+        for handle in handles:
+            handle.remove()
+    # the draft model runs exactly the forwards the events count; its first one takes the prompt
+    assert len(drafts) == events[-1].metrics["draft_forwards"]
+    if drafts:
+        assert drafts[0] == len(events[0].prompt_ids)
+    steps = [e for e in events if e.kind == "step_finished"]
+    prompt = events[0].prompt_ids
+    assert len(calls) == len(steps) == events[-1].metrics["target_forwards"]
+    assert steps[0].prefill == len(prompt) - 1 and all(s.prefill == 0 for s in steps[1:])
+    assert calls[0] == len(prompt) + steps[0].drafted
+    m = events[-1].metrics
+    assert m["decode_target_forwards"] == len(steps) - 1
+    assert m["decode_verify_time"] == pytest.approx(sum(s.verify_time for s in steps[1:]))
+
+
+def test_c_leaves_out_the_pass_that_carried_the_prefill():
+    from specviz.metrics import fold
+
+    def step(i, prefill, verify):
+        return {"kind": "step_finished", "step": i, "k": 2, "drafted": 2, "accepted": 2, "evaluated": 2,
+                "emitted_ids": [1, 2, 3], "emitted_texts": ["a", "b", "c"], "beta": [1, 1], "draft_time": 0.1,
+                "verify_time": verify, "draft_forwards": 2, "target_forwards": 1, "elapsed": 1.0 + i,
+                "finish_reason": None, "info": None, "prefill": prefill}
+
+    stats = fold([step(0, 30, 2.0), step(1, 0, 0.1), step(2, 0, 0.1)])
+    assert stats.c == pytest.approx(0.05 / 0.1) and stats.verify_time == pytest.approx(2.2)
+    assert stats.decode_draft_forwards == 4 and stats.draft_forwards == 6
+    assert fold([step(0, 30, 2.0)]).c == pytest.approx(0.05 / 2.0)  # one step: nothing else to use

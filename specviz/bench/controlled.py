@@ -44,9 +44,7 @@ class ControlledDrafter:
     def start(self, prompt_ids: list) -> None:
         self.prompt_ids = list(prompt_ids)
         self.coin = torch.Generator().manual_seed(self.seed)  # once per run, never inside the loop
-        self.runner.reset()
-        if len(prompt_ids) > 1:
-            self.runner.forward(prompt_ids[:-1], last_only=True)
+        self.runner.reset()  # the prompt is fed by the first proposal, in the same forward as its first draft
 
     def propose(self, committed, k, warp, generator) -> Proposal:
         self.counters = {"off_script": 0, "corrupted": 0}

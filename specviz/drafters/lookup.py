@@ -89,9 +89,7 @@ class CascadeDrafter:
         self.counters = {}
 
     def start(self, prompt_ids: list) -> None:
-        self.runner.reset()
-        if len(prompt_ids) > 1:
-            self.runner.forward(prompt_ids[:-1], last_only=True)
+        self.runner.reset()  # the prompt is fed by the first proposal, in the same forward as its first draft
 
     def propose(self, committed, k, warp, generator) -> Proposal:
         self.counters = {"draft_forwards": 0, "ngram_proposed": 0, "ngram_accepted": 0}
@@ -111,7 +109,7 @@ class CascadeDrafter:
         found = lookup(context, k - len(tokens) - 1, self.max_ngram, self.min_ngram)
         guess = found["tokens"] if found else []
         pending = context[self.runner.length:]
-        logits = self.runner.forward(pending + guess)[len(pending) - 1:]  # (len(guess) + 1, V)
+        logits = self.runner.forward(pending + guess, keep=len(guess) + 1)[-(len(guess) + 1):]  # (len(guess) + 1, V)
         self.counters["draft_forwards"] += 1
         self.counters["ngram_proposed"] += len(guess)
         for i in range(len(guess) + 1):

@@ -2,7 +2,8 @@
 
 Its KV cache keeps every committed token but the last; tokens committed since the last step
 (the last accepted draft, when all were accepted, and the residual or bonus token) are fed at
-the start of the next proposal, so the prefix is never re-run.
+the start of the next proposal, so the prefix is never re-run. The first proposal feeds the
+whole prompt: the draft's prefill and its first draft are one forward.
 """
 
 from __future__ import annotations
@@ -25,9 +26,7 @@ class ModelDrafter:
         self.stop_below = stop_below  # stop drafting once q(x) of the drafted token falls below
 
     def start(self, prompt_ids: list) -> None:
-        self.runner.reset()
-        if len(prompt_ids) > 1:
-            self.runner.forward(prompt_ids[:-1], last_only=True)
+        self.runner.reset()  # the prompt is fed by the first proposal, in the same forward as its first draft
 
     def propose(self, committed: list, k: int, warp: sampling.Warp, generator: torch.Generator) -> Proposal:
         if k <= 0:

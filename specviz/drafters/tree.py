@@ -59,9 +59,7 @@ class TreeDrafter:
         return "static " + ",".join(map(str, self.shape))
 
     def start(self, prompt_ids: list) -> None:
-        self.runner.reset()
-        if len(prompt_ids) > 1:
-            self.runner.forward(prompt_ids[:-1], last_only=True)
+        self.runner.reset()  # the prompt is fed by the first proposal, in the same forward as its first draft
 
     def propose_tree(self, committed: list, max_depth: int, warp, generator) -> TreeProposal:
         start = time.perf_counter()
