@@ -88,7 +88,7 @@ FULL = Plan("full", tuple(PROMPTS), 48, 1, 4, 8, ALL_METHODS, (0.7, 1.0), ("code
             (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64), 3, (1, 4, 16),
             (0.0, 0.25, 0.5, 0.7, 0.85, 1.0), "code", 900.0, (("rewrite", 128),))
 QUICK = Plan("quick", ("code", "rewrite", "chat"), 32, 1, 4, 8,
-             ("ar", "spec", "spec-int8", "pld", "hf", "hf-assisted"), (0.7,), ("code",),
+             ("ar", "spec", "spec-int8", "pld", "hf-assisted"), (0.7,), ("code",),
              ("ar", "spec", "hf-assisted"), (1, 2, 4, 5, 8, 16, 32, 64), 2, (1, 4, 16),
              (0.5, 0.8, 1.0), "code", 180.0)  # a_set 0 costs 4 draft forwards per token: full plan only
 
