@@ -30,6 +30,7 @@ from specviz import engine, events as ev
 from specviz.adaptive import RULES as AUTO_RULES
 from specviz.errors import SpecvizError
 from specviz.models import default_pair_name, list_pairs
+from specviz.quant import quantize_draft
 from specviz.render import CSS, charts, chips, inspector, panel, steps, tree
 from specviz.render.race import Lane, lane_html, race, race_status, verdict
 from specviz.render.html import quoted
@@ -40,6 +41,7 @@ MAX_TRACE_BYTES = 20_000_000
 ALLOW_CUSTOM = os.environ.get("SPECVIZ_ALLOW_CUSTOM") == "1"
 DEFAULT_PAIR = default_pair_name()
 PRESET_PAIRS = [name for name, _ in list_pairs()]
+DRAFT_WEIGHTS = ("none", "int8")  # specviz.quant: int8 weight-only draft (CPU)
 RECORD_TOPK = 10
 
 CODE = 'def quicksort(arr):\n    """Sort a list with quicksort."""\n'
@@ -82,7 +84,9 @@ _PAIRS: dict = {}
 _PAIRS_LOCK = threading.Lock()
 
 
-def get_pair(name: str, progress=None):
+def get_pair(name: str, progress=None, draft_quant: str = "none"):
+    """The pair, loaded once per process; with draft_quant="int8", the same pair with an int8
+    draft (built once, sharing the loaded target and the draft's float weights)."""
     with _PAIRS_LOCK:
         if name not in _PAIRS:
             say = (lambda fraction, message: progress(fraction, desc=message)) if progress else None
@@ -90,7 +94,15 @@ def get_pair(name: str, progress=None):
             if spaces is None:
                 warm_up(pair)
             _PAIRS[name] = pair
-        return _PAIRS[name]
+        if draft_quant in (None, "", "none"):
+            return _PAIRS[name]
+        key = (name, draft_quant)
+        if key not in _PAIRS:
+            pair = quantize_draft(_PAIRS[name], draft_quant)
+            if spaces is None:
+                warm_up(pair)
+            _PAIRS[key] = pair
+        return _PAIRS[key]
 
 
 def warm_up(pair) -> None:
@@ -113,25 +125,27 @@ def _gpu(fn):
 
 
 @_gpu
-def stream_run(pair_name: str, prompt: str, options: dict):
+def stream_run(pair_name: str, prompt: str, options: dict, draft_quant: str = "none"):
     """One run's events as plain dicts, one step per item, with the run's own compute clock."""
-    lane = Lane("run", specviz.generate(get_pair(pair_name), prompt, **options))
+    lane = Lane("run", specviz.generate(get_pair(pair_name, draft_quant=draft_quant), prompt, **options))
     while not lane.done:
         yield {"events": lane.advance(), "busy": lane.busy}
 
 
 @_gpu
-def stream_race(pair_name: str, prompt: str, options: dict):
-    """Both lanes' events, one step of one lane per item: whichever lane's own clock is behind."""
-    pair = get_pair(pair_name)
-    ar = Lane("ar", specviz.generate(pair, prompt, **ar_options(options)))
-    spec = Lane("spec", specviz.generate(pair, prompt, **options))
+def stream_race(pair_name: str, prompt: str, options: dict, draft_quant: str = "none"):
+    """Both lanes' events, one step of one lane per item: whichever lane's own clock is behind.
+    Both lanes run the same target; an int8 draft only changes the speculative lane's drafter."""
+    ar = Lane("ar", specviz.generate(get_pair(pair_name), prompt, **ar_options(options)))
+    spec = Lane("spec", specviz.generate(get_pair(pair_name, draft_quant=draft_quant), prompt, **options))
     for lane, new in race(ar, spec):
         yield {"lane": lane.name, "events": new, "busy": lane.busy, "done": lane.done}
 
 
-def check_request(pair_name, prompt, max_new_tokens, progress=None) -> None:
+def check_request(pair_name, prompt, max_new_tokens, progress=None, draft_quant="none") -> None:
     """App-level limits (the engine checks the rest), then the pair, loaded once per process."""
+    if draft_quant not in DRAFT_WEIGHTS:
+        raise gr.Error(f"Draft weights must be one of {', '.join(DRAFT_WEIGHTS)}.")
     if pair_name not in PRESET_PAIRS and not ALLOW_CUSTOM and pair_name != DEFAULT_PAIR:
         raise gr.Error(f"Custom model pairs are disabled on this server: choose one of {', '.join(PRESET_PAIRS)}.")
     if not isinstance(prompt, str):
@@ -141,7 +155,7 @@ def check_request(pair_name, prompt, max_new_tokens, progress=None) -> None:
     if isinstance(max_new_tokens, (int, float)) and max_new_tokens > MAX_TOKENS:
         raise gr.Error(f"max tokens is capped at {MAX_TOKENS} in this app (asked for {int(max_new_tokens)}).")
     try:
-        get_pair(pair_name, progress)
+        get_pair(pair_name, progress, draft_quant)
     except SpecvizError as exc:
         raise gr.Error(str(exc)) from exc
 
@@ -223,15 +237,15 @@ def chart_view(events: list, history: list) -> dict:
 
 def run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=False,
         auto_rule="cost", confidence=0.4, acceptance="exact", ngram=3, tree_shape="3,2,1", tree_dynamic=False,
-        tree_budget=16, history=None, progress=gr.Progress()):
+        tree_budget=16, draft_quant="none", history=None, progress=gr.Progress()):
     """Stream one run: one update per engine step; charts and history when it ends."""
     history = history or []
-    check_request(pair_name, prompt, max_new_tokens, progress)
+    check_request(pair_name, prompt, max_new_tokens, progress, draft_quant)
     options = _options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k, auto_rule, confidence,
                        acceptance, ngram, tree_shape, tree_dynamic, tree_budget)
     events, busy = [], 0.0
     try:
-        for update in stream_run(pair_name, prompt, options):
+        for update in stream_run(pair_name, prompt, options, draft_quant):
             events, busy = events + update["events"], update["busy"]
             if events[-1]["kind"] != "run_finished":
                 yield {**step_view(events, busy=busy), events_state: events, busy_state: busy}
@@ -322,17 +336,17 @@ def _trace_event(line: str, number: int) -> dict:
 
 def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=False,
              auto_rule="cost", confidence=0.4, acceptance="exact", ngram=3, tree_shape="3,2,1", tree_dynamic=False,
-             tree_budget=16, history=None, progress=gr.Progress()):
+             tree_budget=16, draft_quant="none", history=None, progress=gr.Progress()):
     """Autoregressive vs the selected method ("spec" when "ar" is selected), with all its settings
     (tree, prompt lookup, cascade, auto k, typical acceptance), streamed lane by lane on their own
     clocks."""
     history = history or []
-    check_request(pair_name, prompt, max_new_tokens, progress)
+    check_request(pair_name, prompt, max_new_tokens, progress, draft_quant)
     options = _options("spec" if method == "ar" else method, k, temperature, top_p, max_new_tokens, seed, chat,
                        auto_k, auto_rule, confidence, acceptance, ngram, tree_shape, tree_dynamic, tree_budget)
     lanes = {"ar": {"events": [], "busy": 0.0, "done": False}, "spec": {"events": [], "busy": 0.0, "done": False}}
     try:
-        for update in stream_race(pair_name, prompt, options):
+        for update in stream_race(pair_name, prompt, options, draft_quant):
             lane = lanes[update["lane"]]
             lane["events"] = lane["events"] + update["events"]
             lane["busy"], lane["done"] = update["busy"], update["done"]
@@ -378,6 +392,8 @@ def method_setting(started: dict) -> str:
         parts.append(f"dynamic, budget {options.get('tree_budget')}" if shape == "dynamic" else f"shape {shape}")
     if started.get("lossless") is False:
         parts.append(f"{started.get('rule', 'typical')} acceptance")
+    if started.get("draft_quant", "none") != "none":
+        parts.append(f"{started['draft_quant']} draft")
     help_text = getattr(engine, "METHOD_HELP", {}).get(method, "draft, then verify in one target pass")
     return f"{method}" + (f" ({', '.join(parts)})" if parts else "") + f": {help_text}"
 
@@ -491,6 +507,9 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
         acceptance_radio = gr.Radio(ACCEPTANCE_CHOICES, value="exact", label="Acceptance rule",
                                     info="typical (Medusa) accepts more but is LOSSY: the output no longer "
                                          "follows the target's distribution")
+        draft_radio = gr.Radio(list(DRAFT_WEIGHTS), value="none", label="Draft weights",
+                               info="int8: the draft model's linear weights in int8 (CPU). Cheaper drafts, "
+                                    "the same output: only the draft's q changes, the target is untouched")
         temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
         top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
         max_new_tokens = gr.Slider(1, MAX_TOKENS, value=min(64, MAX_TOKENS), step=1, label="Max new tokens")
@@ -548,7 +567,8 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
     timer = gr.Timer(1.0, active=False)
 
     settings = [prompt, pair, method_dd, k, temperature, top_p, max_new_tokens, seed, chat, auto_k_box, auto_rule_dd,
-                confidence_sl, acceptance_radio, ngram_sl, tree_shape_tb, tree_dynamic_cb, tree_budget_sl, history_state]
+                confidence_sl, acceptance_radio, ngram_sl, tree_shape_tb, tree_dynamic_cb, tree_budget_sl, draft_radio,
+                history_state]
     view = [text_html, panel_html, stats_html, step_slider, position, inspector_plot, tree_view, mask_plot]
     charts_out = [speedup_plot, tau_plot, position_plot, explain_md]
     engine_queue = dict(concurrency_limit=1, concurrency_id="engine")

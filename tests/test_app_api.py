@@ -136,6 +136,19 @@ def test_any_method_races_autoregressive(client, method, extra):
         assert "k auto, heuristic rule" in spec_lane
 
 
+def test_an_int8_draft_races_the_same_target(server, client):
+    """The int8 draft changes the speculative lane's drafter only: greedy text is still AR's, the
+    lane says which draft ran, and the app's pair cache shares the loaded target."""
+    ar_lane, spec_lane, verdict, *_ = client.predict(
+        **{**RUN, "temperature": 0.0, "max_new_tokens": 12, "draft_quant": "int8"}, api_name="/race")
+    assert "int8 draft" in spec_lane and "int8" not in ar_lane
+    assert "Same text as autoregressive: yes" in verdict
+    app = server[0]
+    assert app.get_pair("tiny", draft_quant="int8").target is app.get_pair("tiny").target
+    with pytest.raises(Exception, match="Draft weights must be one of none, int8"):
+        app.check_request("tiny", PROMPT, 8, draft_quant="int4")
+
+
 def test_race_returns_both_lanes_and_a_verdict(client):
     job = client.submit(PROMPT, "tiny", "spec", 4, 0.0, 1.0, 16, 0, False, api_name="/race")
     ar_lane, spec_lane, verdict, speedup, tau, positions, explained = job.result(timeout=120)
