@@ -32,12 +32,15 @@ def test_greedy_equals_ar(tiny, prompt, kw):
     assert events[0].lossless and events[-1].metrics["lossless"]
 
 
-def test_lookup_finds_latest_longest_match():
+def test_lookup_finds_the_first_longest_match():
     tokens = [1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 1, 2, 3]
     found = lookup(tokens, 2, max_ngram=3)
-    assert found == {"tokens": [7, 8], "ngram": 3, "match": [4, 7], "copied": [7, 9]}
+    assert found == {"tokens": [9, 1], "ngram": 3, "match": [0, 3], "copied": [3, 5]}
+    latest = lookup(tokens, 2, max_ngram=3, prefer="latest")
+    assert latest == {"tokens": [7, 8], "ngram": 3, "match": [4, 7], "copied": [7, 9]}
     assert lookup([4, 5, 6], 3) is None
     assert lookup([5, 1, 5], 3, max_ngram=2)["tokens"] == [1, 5]
+    assert lookup([7, 7, 7], 2, max_ngram=1) == {"tokens": [7, 7], "ngram": 1, "match": [0, 1], "copied": [1, 3]}
 
 
 def test_pld_events_name_the_copied_span(tiny):

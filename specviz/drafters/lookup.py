@@ -1,9 +1,12 @@
 """Drafting without a draft model: prompt lookup (n-gram copying), and the cascade that uses it
 to speed up the draft model itself.
 
-Prompt lookup decoding (Saxena 2023; transformers' `prompt_lookup_num_tokens`): find the most
-recent earlier occurrence of the last n tokens (n = max_ngram down to min_ngram) and propose the
-tokens that followed it. The drafter is deterministic, so its q is one-hot on each proposed
+Prompt lookup decoding (Saxena 2023; transformers' `prompt_lookup_num_tokens`): find the first
+earlier occurrence of the last n tokens (n = max_ngram down to min_ngram) and propose the tokens
+that followed it. First, as the original implementation and transformers do: in a copying task
+the first occurrence is usually in the prompt, the text being copied (measured on the suite's
+code rewrite: 4.75 tokens per target forward against 4.07 when taking the latest occurrence;
+on code completion the latest was ahead, 1.60 against 1.45). `prefer="latest"` keeps the other. The drafter is deterministic, so its q is one-hot on each proposed
 token: under the rejection rule a copy x is kept with probability p(x), and a rejected one is
 replaced from norm(max(p - onehot(x), 0)), i.e. p without x. Lossless.
 """
@@ -20,8 +23,10 @@ from specviz.drafters.base import Proposal
 from specviz.lm import runner_for, synchronize
 
 
-def lookup(tokens: list, k: int, max_ngram: int = 3, min_ngram: int = 1) -> Optional[dict]:
-    """The continuation of the latest earlier match of the longest suffix n-gram, or None.
+def lookup(tokens: list, k: int, max_ngram: int = 3, min_ngram: int = 1,
+           prefer: str = "first") -> Optional[dict]:
+    """The continuation of the first (or, prefer="latest", the latest) earlier match of the
+    longest suffix n-gram that has a continuation, or None.
 
     Returns {"tokens": [...], "ngram": n, "match": [start, end), "copied": [start, end)} with
     absolute indices into `tokens`.
@@ -31,7 +36,8 @@ def lookup(tokens: list, k: int, max_ngram: int = 3, min_ngram: int = 1) -> Opti
     size = len(tokens)
     for n in range(min(max_ngram, size - 1), min_ngram - 1, -1):
         suffix = tokens[size - n:]
-        for start in range(size - n - 1, -1, -1):  # latest match first, never the suffix itself
+        starts = range(size - n) if prefer == "first" else range(size - n - 1, -1, -1)
+        for start in starts:  # never the suffix itself (its continuation would be empty)
             if tokens[start:start + n] == suffix:
                 copied = tokens[start + n:start + n + k]
                 if copied:
