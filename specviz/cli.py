@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz pairs | generate ...`.
+"""Command line: `python -m specviz pairs | generate ... | bench ...`.
 
 Errors a user can fix print one line on stderr and exit with status 2; nothing else is printed
 on stdout with --jsonl but one event per line.
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="Speculative decoding you can watch.")
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("pairs", help="list the model pair presets")
+    sub.add_parser("bench", help="the benchmark suite (python -m specviz bench --help)", add_help=False)
     gen = sub.add_parser("generate", help="run one generation and print text and metrics")
     gen.add_argument("--pair", default=None, help="preset name or 'target=...,draft=...' "
                      "(default: $SPECVIZ_PAIR or qwen-coder)")
@@ -98,6 +99,11 @@ def cmd_generate(args) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["bench"]:  # the benchmark suite has its own options: python -m specviz.bench
+        from specviz.bench.suite import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return {"pairs": cmd_pairs, "generate": cmd_generate}[args.command](args)

@@ -70,3 +70,10 @@ def test_methods_from_the_command_line(tiny):
     assert out.stdout.startswith(expected)
     lossy = cli("generate", "--pair", "tiny", "--prompt", "x", "--max-new-tokens", "5", "--acceptance", "typical")
     assert "LOSSY" in lossy.stdout
+
+
+def test_bench_is_a_subcommand():
+    out = cli("bench", "--help")
+    assert out.returncode == 0 and "--quick" in out.stdout and "--check-against" in out.stdout
+    bad = cli("bench", "--methods", "nonsense")
+    assert bad.returncode == 2 and bad.stderr.startswith("error: unknown method(s) nonsense")
