@@ -261,3 +261,9 @@ def test_int8_draft_methods_run_the_quantised_draft(report):
     rows = report["results"]["code@greedy"]
     assert rows["spec-int8"]["same_as_ar"] is True and rows["spec-int8"]["draft_quant"] == "int8"
     assert rows["spec"]["draft_quant"] == "none"
+
+
+def test_a_short_rewrite_does_not_judge_the_pld_target(report):
+    """The quick plan stops the rewrite after 32 tokens: the pld target is shown, not judged."""
+    pld = next(t for t in report["targets"] if t["name"].startswith("pld on greedy code rewrite"))
+    assert pld["applies"] is False and "whole rewrite" in pld["why"]

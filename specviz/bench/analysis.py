@@ -192,6 +192,10 @@ def targets(report: dict) -> list:
     ]
     for row in rows:
         row["applies"] = applies
+    rewrite_tokens = dict(plan.get("prompt_tokens") or ()).get("rewrite", plan["tokens"])
+    if rewrite_tokens < 100:  # the rewrite's answer is ~114 tokens: a prefix does not judge it
+        rows[3].update(applies=False, why=f"judged on the whole rewrite (full plan); this run stops "
+                                          f"after {rewrite_tokens} tokens")
     return rows
 
 

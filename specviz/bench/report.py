@@ -59,7 +59,7 @@ def targets_table(report: dict) -> list:
         sign = "≤" if t["lower_is_better"] else "≥"
         met = {True: "yes", False: "**no**", None: "–"}[t["met"]]
         if not t["applies"]:
-            met += " (not judged: set for qwen-coder on CPU)"
+            met += f" (not judged: {t.get('why') or 'set for qwen-coder on CPU'})"
         lines.append(f"| {t['name']} | {_f(t['value'])} | {_f(t.get('decode_value'))} | "
                      f"{sign} {t['threshold']:g}{aim} | {met} |")
     check = report.get("ranking_check")
