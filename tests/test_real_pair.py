@@ -66,3 +66,16 @@ def test_every_method_greedy_equals_ar(qwen, ar, chat, kw):
     n = 16  # a shorter run per method keeps this file within CI's budget
     events = list(generate(qwen, CHAT if chat else CODE, max_new_tokens=n, chat=chat, **kw))
     assert events[-1].token_ids == ar[chat].token_ids[:n]
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["code", "chat"])
+def test_an_int8_draft_keeps_greedy_output_and_drafts_well(qwen, ar, chat):
+    """The int8 draft (specviz.quant) on the real pair: the same greedy output as AR (the target
+    is untouched), and the quantised draft still agrees with the target (tau well above 1)."""
+    from specviz.quant import quantize_draft
+
+    events = list(generate(quantize_draft(qwen, "int8"), CHAT if chat else CODE, method="spec", k=4,
+                           max_new_tokens=N, chat=chat))
+    assert events[0].draft_quant == "int8"
+    assert events[-1].token_ids == ar[chat].token_ids
+    assert events[-1].metrics["tau"] > 2.0
