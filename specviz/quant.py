@@ -21,6 +21,8 @@ acceptance on the suite's prompts within a few points of the bf16 draft (docs/be
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 MODES = ("none", "int8")
@@ -85,7 +87,6 @@ def quantize_draft(pair, mode="int8"):
     """The same pair with its draft model's weights in `mode` ("int8"): a new Pair sharing the
     target, the tokenizer and the draft's float weights (only the int8 copies are new memory).
     CPU only: on CUDA the bf16 draft is already cheap relative to the target."""
-    import copy
     import dataclasses
 
     from specviz.errors import InputError
@@ -98,8 +99,7 @@ def quantize_draft(pair, mode="int8"):
     if torch.device(pair.device).type != "cpu":
         raise InputError(f"draft_quant='int8' is a CPU option (its kernel is a CPU kernel); this pair is on "
                          f"{pair.device}: use draft_quant='none' there.")
-    draft = copy.copy(pair.draft)  # a shallow copy: parameters shared, module tree rebuilt below
-    draft._modules = {name: _shallow_tree(child) for name, child in pair.draft._modules.items()}
+    draft = _shallow_tree(pair.draft)  # parameters shared, module tree (and hooks) its own
     if quantize_int8(draft) == 0:
         raise InputError("draft_quant='int8': none of this draft model's linear layers can be quantised "
                          "(the kernel needs input widths that are multiples of 16).")
@@ -107,10 +107,14 @@ def quantize_draft(pair, mode="int8"):
 
 
 def _shallow_tree(module: torch.nn.Module) -> torch.nn.Module:
-    """A copy of the module tree whose leaves share their parameters with the original."""
-    clone = __import__("copy").copy(module)
+    """A copy of the module tree whose leaves share their parameters with the original: its own
+    child, parameter, buffer and hook tables, so replacing a layer or adding a hook in the copy
+    leaves the original as it was."""
+    clone = copy.copy(module)
+    for name, value in module.__dict__.items():
+        if name.startswith("_") and isinstance(value, dict) and (
+                name in ("_parameters", "_buffers", "_non_persistent_buffers_set") or "hook" in name):
+            setattr(clone, name, type(value)(value))
     clone._modules = {name: None if child is None else _shallow_tree(child)
                       for name, child in module._modules.items()}
-    clone._parameters = dict(module._parameters)
-    clone._buffers = dict(module._buffers)
     return clone

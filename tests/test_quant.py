@@ -35,6 +35,13 @@ def test_quantize_draft_shares_weights_and_leaves_the_original_pair_alone(tiny):
     assert not any(isinstance(m, Int8Linear) for m in tiny.draft.modules())
     assert q.draft.model.embed_tokens.weight is tiny.draft.model.embed_tokens.weight
     assert quantize_draft(q, "int8") is q
+    calls = []  # hooks are per copy: one on the original does not fire for the int8 draft
+    handle = tiny.draft.register_forward_pre_hook(lambda *args: calls.append(1))
+    try:
+        list(generate(q, "abc", method="spec", k=2, max_new_tokens=4))
+    finally:
+        handle.remove()
+    assert calls == []
 
 
 @pytest.mark.parametrize("prompt", ["def f(x):", "hello world"])
