@@ -30,7 +30,7 @@ from specviz import engine, events as ev
 from specviz.adaptive import RULES as AUTO_RULES
 from specviz.errors import SpecvizError
 from specviz.models import default_pair_name, list_pairs
-from specviz.quant import quantize_draft
+from specviz.quant import MODES, quantize_draft
 from specviz.render import CSS, charts, chips, inspector, panel, steps, tree
 from specviz.render.race import Lane, lane_html, race, race_status, verdict
 from specviz.render.html import quoted
@@ -41,7 +41,7 @@ MAX_TRACE_BYTES = 20_000_000
 ALLOW_CUSTOM = os.environ.get("SPECVIZ_ALLOW_CUSTOM") == "1"
 DEFAULT_PAIR = default_pair_name()
 PRESET_PAIRS = [name for name, _ in list_pairs()]
-DRAFT_WEIGHTS = ("none", "int8")  # specviz.quant: int8 weight-only draft (CPU)
+DRAFT_WEIGHTS = MODES  # specviz.quant: "none" or an int8 weight-only draft (CPU)
 RECORD_TOPK = 10
 
 CODE = 'def quicksort(arr):\n    """Sort a list with quicksort."""\n'

@@ -47,6 +47,7 @@ class Pair:
     eos_token_ids: list = field(default_factory=list)
     draft_quant: str = "none"  # "int8": the draft's weights are int8 (specviz.quant); the target never is
     _texts: dict = field(default_factory=dict, repr=False)
+    _variants: dict = field(default_factory=dict, repr=False, compare=False)  # specviz.quant.quantize_draft
 
     def token_text(self, token_id: int) -> str:
         """Display text of one token id (cached: views ask for the same ids over and over)."""

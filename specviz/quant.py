@@ -70,7 +70,6 @@ def quantize_int8(model: torch.nn.Module) -> int:
             if isinstance(child, torch.nn.Linear) and supported(child):
                 setattr(module, name, Int8Linear(child))
                 replaced += 1
-    model.specviz_draft_quant = "int8"
     return replaced
 
 
@@ -85,7 +84,8 @@ def check_mode(mode) -> str:
 
 def quantize_draft(pair, mode="int8"):
     """The same pair with its draft model's weights in `mode` ("int8"): a new Pair sharing the
-    target, the tokenizer and the draft's float weights (only the int8 copies are new memory).
+    target, the tokenizer and the draft's float weights (only the int8 copies are new memory),
+    built once per pair and mode, so every caller (app, bench, notebooks) gets the same one.
     CPU only: on CUDA the bf16 draft is already cheap relative to the target."""
     import dataclasses
 
@@ -94,6 +94,8 @@ def quantize_draft(pair, mode="int8"):
     mode = check_mode(mode)
     if mode == getattr(pair, "draft_quant", "none"):
         return pair
+    if mode in pair._variants:
+        return pair._variants[mode]
     if mode == "none":
         raise InputError("This pair's draft is already quantised; load the pair again for float draft weights.")
     if torch.device(pair.device).type != "cpu":
@@ -103,7 +105,9 @@ def quantize_draft(pair, mode="int8"):
     if quantize_int8(draft) == 0:
         raise InputError("draft_quant='int8': none of this draft model's linear layers can be quantised "
                          "(the kernel needs input widths that are multiples of 16).")
-    return dataclasses.replace(pair, draft=draft, draft_quant=mode, _texts=pair._texts)
+    pair._variants[mode] = dataclasses.replace(pair, draft=draft, draft_quant=mode, _texts=pair._texts,
+                                               _variants={})
+    return pair._variants[mode]
 
 
 def _shallow_tree(module: torch.nn.Module) -> torch.nn.Module:
@@ -113,7 +117,7 @@ def _shallow_tree(module: torch.nn.Module) -> torch.nn.Module:
     clone = copy.copy(module)
     for name, value in module.__dict__.items():
         if name.startswith("_") and isinstance(value, dict) and (
-                name in ("_parameters", "_buffers", "_non_persistent_buffers_set") or "hook" in name):
+                name in ("_parameters", "_buffers") or "hook" in name):
             setattr(clone, name, type(value)(value))
     clone._modules = {name: None if child is None else _shallow_tree(child)
                       for name, child in module._modules.items()}

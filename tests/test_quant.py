@@ -35,6 +35,7 @@ def test_quantize_draft_shares_weights_and_leaves_the_original_pair_alone(tiny):
     assert not any(isinstance(m, Int8Linear) for m in tiny.draft.modules())
     assert q.draft.model.embed_tokens.weight is tiny.draft.model.embed_tokens.weight
     assert quantize_draft(q, "int8") is q
+    assert quantize_draft(tiny, "int8") is q and quantize_draft(tiny, "none") is tiny  # built once per pair
     calls = []  # hooks are per copy: one on the original does not fire for the int8 draft
     handle = tiny.draft.register_forward_pre_hook(lambda *args: calls.append(1))
     try:

@@ -24,6 +24,7 @@ from specviz.bench import analysis, forward, hf, latency, roofline
 from specviz.bench.controlled import ControlledDrafter
 from specviz.bench.prompts import PROMPTS
 from specviz.engine import generate
+from specviz.quant import quantize_draft
 
 SUITE_VERSION = 1
 RECORD_TOPK = 10
@@ -152,26 +153,10 @@ def run_method(pair, table: dict, name: str, prompt_ids: list, temperature: floa
                seed: int, static_cache: bool = False) -> dict:
     engine, kw = table[name]
     kw = dict(kw)
-    pair = with_draft(pair, kw.pop("draft", "none"))
+    pair = quantize_draft(pair, kw.pop("draft", "none"))  # the pair itself for "none"
     if engine == "specviz":
         return run_specviz(pair, prompt_ids, temperature, tokens, seed, **kw)
     return run_transformers(pair, prompt_ids, temperature, tokens, seed, static_cache=static_cache, **kw)
-
-
-_VARIANTS: dict = {}
-
-
-def with_draft(pair, quant: str):
-    """`pair` itself, or the same pair with an int8 draft (built once per pair: it shares the
-    target and the draft's float weights; the int8 copies are the only new memory)."""
-    if quant == getattr(pair, "draft_quant", "none"):
-        return pair
-    key = (id(pair), quant)
-    if key not in _VARIANTS or _VARIANTS[key][0] is not pair:
-        from specviz.quant import quantize_draft
-
-        _VARIANTS[key] = (pair, quantize_draft(pair, quant))
-    return _VARIANTS[key][1]
 
 
 # ---------------------------------------------------------------------------------------------
