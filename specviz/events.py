@@ -246,4 +246,5 @@ def without_timings(event_dict: dict) -> dict:
 
 
 TIMING_METRICS = frozenset({"wall_time", "tokens_per_s", "ttft", "draft_time", "verify_time",
-                            "decode_verify_time", "decode_draft_time", "c", "prefill_time", "decode_tokens_per_s"})
+                            "decode_verify_time", "decode_draft_time", "verify_s_per_forward",
+                            "draft_s_per_forward", "c", "prefill_time", "decode_tokens_per_s"})

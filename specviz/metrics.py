@@ -47,6 +47,9 @@ class RunStats:
     decode_target_forwards: int = 0
     decode_draft_time: float = 0.0
     decode_draft_forwards: int = 0
+    # seconds per target (verification) and per draft forward, from those steps where there are any
+    verify_s_per_forward: Optional[float] = None
+    draft_s_per_forward: Optional[float] = None
     c: Optional[float] = None
     finish_reason: Optional[str] = None
     lossless: bool = True  # False for a lossy acceptance rule (typical): output != target's law
@@ -148,6 +151,10 @@ def _finish(stats: RunStats, beta_sum: float, pos_eval: list, pos_acc: list) -> 
     if stats.drafted:
         stats.accepted_per_drafted = stats.accepted / stats.drafted
     stats.position_acceptance = [a / e for a, e in zip(pos_acc, pos_eval)]
+    stats.verify_s_per_forward = _per_forward(stats.decode_verify_time, stats.decode_target_forwards,
+                                              stats.verify_time, stats.target_forwards)
+    stats.draft_s_per_forward = _per_forward(stats.decode_draft_time, stats.decode_draft_forwards,
+                                             stats.draft_time, stats.draft_forwards)
     # c: a draft forward over a verification pass; steps whose passes carry the prefill are left out
     # (unless there is nothing else: a one-step run)
     decode = stats.decode_target_forwards and stats.decode_draft_forwards
@@ -157,6 +164,13 @@ def _finish(stats: RunStats, beta_sum: float, pos_eval: list, pos_acc: list) -> 
                      if decode else (stats.draft_time, stats.draft_forwards))
     if drafts and forwards and verify > 0:
         stats.c = (draft / drafts) / (verify / forwards)
+
+
+def _per_forward(decode_time: float, decode_n: int, time: float, n: int) -> Optional[float]:
+    """Seconds per forward over the steps without the prefill, or over all steps if none is."""
+    if decode_n:
+        return decode_time / decode_n
+    return time / n if n else None
 
 
 def fold_runs(runs: Iterable[Iterable]) -> list:

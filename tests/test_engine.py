@@ -178,5 +178,10 @@ def test_c_leaves_out_the_pass_that_carried_the_prefill():
 
     stats = fold([step(0, 30, 2.0), step(1, 0, 0.1), step(2, 0, 0.1)])
     assert stats.c == pytest.approx(0.05 / 0.1) and stats.verify_time == pytest.approx(2.2)
+    assert stats.verify_s_per_forward == pytest.approx(0.1) and stats.draft_s_per_forward == pytest.approx(0.05)
     assert stats.decode_draft_forwards == 4 and stats.draft_forwards == 6
     assert fold([step(0, 30, 2.0)]).c == pytest.approx(0.05 / 2.0)  # one step: nothing else to use
+    ar = [{**step(i, prefill, verify), "draft_forwards": 0, "draft_time": 0.0, "drafted": 0}
+          for i, (prefill, verify) in enumerate([(30, 2.0), (0, 0.1), (0, 0.1)])]
+    stats = fold(ar)  # autoregressive: a verification pass costs what the decode steps cost
+    assert stats.verify_s_per_forward == pytest.approx(0.1) and stats.draft_s_per_forward is None and stats.c is None

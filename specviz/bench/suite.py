@@ -129,8 +129,8 @@ def record_from_events(events: list, seconds: float) -> dict:
         "accepted_per_drafted": m["accepted_per_drafted"], "position_acceptance": m["position_acceptance"],
         "c": m["c"], "target_forwards": m["target_forwards"],
         "target_forwards_per_token": m["target_forwards"] / new if new else None,
-        "draft_s_per_forward": m["draft_time"] / m["draft_forwards"] if m["draft_forwards"] else None,
-        "target_s_per_forward": m["verify_time"] / m["target_forwards"] if m["target_forwards"] else None,
+        # per forward over the steps without the prompt's prefill in them (specviz.metrics)
+        "draft_s_per_forward": m["draft_s_per_forward"], "target_s_per_forward": m["verify_s_per_forward"],
         "counters": m["counters"], "lossless": m["lossless"], "token_ids": events[-1].token_ids,
         "draft_quant": events[0].draft_quant,
     }
