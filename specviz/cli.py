@@ -47,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16")
     gen.add_argument("--draft-quant", default="none",
                      help="none | int8: int8 weight-only draft on CPU (cheaper drafts, same lossless output)")
+    gen.add_argument("--cpu-linear", default="auto",
+                     help="auto | gemv | aten: linear kernels on CPU (auto: gemv for bf16; see specviz.kernels)")
     gen.add_argument("--jsonl", action="store_true", help="print one event per line instead")
     return parser
 
@@ -75,7 +77,8 @@ def cmd_generate(args) -> int:
     from specviz.metrics import RunStats
     from specviz.models import load_pair
 
-    pair = load_pair(args.pair, device=args.device, dtype=args.dtype, draft_quant=args.draft_quant)
+    pair = load_pair(args.pair, device=args.device, dtype=args.dtype, draft_quant=args.draft_quant,
+                     cpu_linear=args.cpu_linear)
     stream = engine.generate(pair, args.prompt, method=args.method, k=args.k,
                              temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
                              max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,

@@ -61,6 +61,7 @@ class RunStarted(Event):
     drafter: str
     options: dict
     draft_quant: str = "none"  # "int8": int8 weight-only draft (still lossless: only q changes)
+    cpu_linear: str = "aten"  # "gemv": linear layers run as W @ x.T on the CPU (specviz.kernels)
     schema_version: int = SCHEMA_VERSION
 
 

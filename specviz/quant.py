@@ -25,6 +25,8 @@ import copy
 
 import torch
 
+from specviz import kernels
+
 MODES = ("none", "int8")
 ROWS_INT8 = 4  # up to this many rows the int8 GEMV beats the bf16 matmul (measured, 2 cores)
 
@@ -42,11 +44,12 @@ class Int8Linear(torch.nn.Module):
         self.register_buffer("scale", scale.to(weight.dtype))
         self.weight = linear.weight  # the float weights, shared: used for many-row products
         self.bias = linear.bias
+        self.gemv = isinstance(linear, kernels.GemvLinear)  # many-row products: the same kernel as before
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         rows = x.numel() // self.in_features
         if rows > ROWS_INT8 or x.dtype != self.scale.dtype:
-            return torch.nn.functional.linear(x, self.weight, self.bias)
+            return (kernels.linear if self.gemv else torch.nn.functional.linear)(x, self.weight, self.bias)
         y = torch._weight_int8pack_mm(x.reshape(rows, self.in_features).contiguous(), self.qweight,
                                       self.scale).reshape(*x.shape[:-1], self.out_features)
         return y if self.bias is None else y + self.bias

@@ -90,7 +90,8 @@ def model_fit(row: dict, k: int, verify_cost) -> Optional[dict]:
             "ratio": measured / predicted}
 
 
-ENGINE_PAIRS = (("ar", "hf"), ("spec", "hf-assisted"), ("spec-int8", "hf-assisted-int8"), ("pld", "hf-pld"))
+ENGINE_PAIRS = (("ar", "hf"), ("spec", "hf-assisted"), ("spec", "hf-assisted-gemv"),
+                ("spec-int8", "hf-assisted-int8"), ("pld", "hf-pld"))
 
 
 def engine_vs_transformers(results: dict) -> dict:

@@ -9,6 +9,10 @@ new tokens:
   hf-assisted   generate(assistant_model=draft, num_assistant_tokens=k) with a constant schedule
                 and no confidence early-stop: the same algorithm at the same k
   hf-assisted-default   the same with transformers' default adaptive schedule
+transformers runs PyTorch's stock nn.Linear layers, as its users do; specviz its own CPU kernels
+(specviz.kernels, "gemv" for bf16 on a CPU). Two more lanes separate the loop from the kernels:
+  spec-aten          specviz spec on the stock nn.Linear layers
+  hf-assisted-gemv   transformers' assisted generation on specviz's kernels
 and the event overhead: the share of spec's wall time spent outside the draft and target
 forwards (sampling, the rule, events, cache crops), read from the events themselves.
 
@@ -18,6 +22,7 @@ Usage: python -m specviz.bench.assisted [--pair qwen-coder] [--tokens 64] [--rep
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -25,7 +30,7 @@ import time
 
 import torch
 
-from specviz import generate
+from specviz import generate, kernels
 from specviz.models import load_pair
 
 PROMPTS = {
@@ -34,10 +39,15 @@ PROMPTS = {
 }
 
 
-def run_specviz(pair, prompt, chat, tokens, k, method, record_topk):
+def _linears(pair, kernel):
+    return contextlib.nullcontext() if kernel == "gemv" else kernels.aten_linears(pair.target, pair.draft)
+
+
+def run_specviz(pair, prompt, chat, tokens, k, method, record_topk, kernel="gemv"):
     start = time.perf_counter()
-    events = list(generate(pair, prompt, method=method, k=k, max_new_tokens=tokens, chat=chat,
-                           record_topk=record_topk))
+    with _linears(pair, kernel):
+        events = list(generate(pair, prompt, method=method, k=k, max_new_tokens=tokens, chat=chat,
+                               record_topk=record_topk))
     seconds = time.perf_counter() - start
     m = events[-1].metrics
     outside = 1.0 - (m["draft_time"] + m["verify_time"]) / m["wall_time"]
@@ -46,7 +56,7 @@ def run_specviz(pair, prompt, chat, tokens, k, method, record_topk):
 
 
 @torch.inference_mode()
-def run_hf(pair, prompt, chat, tokens, k, assisted, constant=True):
+def run_hf(pair, prompt, chat, tokens, k, assisted, constant=True, kernel="aten"):
     ids = torch.tensor([pair.encode(prompt, chat=chat)], device=pair.device)
     kwargs = dict(max_new_tokens=tokens, do_sample=False, attention_mask=torch.ones_like(ids),
                   pad_token_id=pair.tokenizer.pad_token_id or pair.eos_token_ids[0],
@@ -63,7 +73,8 @@ def run_hf(pair, prompt, chat, tokens, k, assisted, constant=True):
             config.assistant_confidence_threshold = 0.0
     start = time.perf_counter()
     try:
-        out = pair.target.generate(ids, **kwargs)
+        with _linears(pair, kernel):
+            out = pair.target.generate(ids, **kwargs)
     finally:
         for name, value in (saved or {}).items():
             setattr(pair.draft.generation_config, name, value)
@@ -80,8 +91,10 @@ def methods(k):
         "ar": lambda p, s, c, n: run_specviz(p, s, c, n, k, "ar", 10),
         "spec": lambda p, s, c, n: run_specviz(p, s, c, n, k, "spec", 10),
         "spec-bare": lambda p, s, c, n: run_specviz(p, s, c, n, k, "spec", 0),
+        "spec-aten": lambda p, s, c, n: run_specviz(p, s, c, n, k, "spec", 10, kernel="aten"),
         "hf": lambda p, s, c, n: run_hf(p, s, c, n, k, assisted=False),
         "hf-assisted": lambda p, s, c, n: run_hf(p, s, c, n, k, assisted=True),
+        "hf-assisted-gemv": lambda p, s, c, n: run_hf(p, s, c, n, k, assisted=True, kernel="gemv"),
         "hf-assisted-default": lambda p, s, c, n: run_hf(p, s, c, n, k, assisted=True, constant=False),
     }
 
@@ -120,6 +133,9 @@ def summarise(results: dict) -> dict:
         row["ratios"] = {
             "spec_vs_hf_assisted": row["spec"]["tokens_per_s"] / row["hf-assisted"]["tokens_per_s"],
             "spec_vs_hf_assisted_default": row["spec"]["tokens_per_s"] / row["hf-assisted-default"]["tokens_per_s"],
+            # the loops alone: both engines on the same kernels
+            "spec_vs_hf_assisted_same_kernels_gemv": row["spec"]["tokens_per_s"] / row["hf-assisted-gemv"]["tokens_per_s"],
+            "spec_vs_hf_assisted_same_kernels_aten": row["spec-aten"]["tokens_per_s"] / row["hf-assisted"]["tokens_per_s"],
             "spec_topk10_vs_bare": row["spec"]["tokens_per_s"] / row["spec-bare"]["tokens_per_s"],
             "ar_vs_hf": row["ar"]["tokens_per_s"] / row["hf"]["tokens_per_s"],
         }
@@ -140,6 +156,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     pair = load_pair(args.pair, dtype=args.dtype)
     report = {"pair": pair.name, "device": str(pair.device), "dtype": str(pair.dtype),
+              "cpu_linear": pair.cpu_linear,
               "threads": torch.get_num_threads(), "machine": platform.machine(),
               "tokens": args.tokens, "k": args.k, "repeats": args.repeats,
               "results": bench(pair, args.tokens, args.k, args.repeats)}

@@ -6,6 +6,7 @@ few tokens costs about as much as over one, because reading the weights dominate
 as the proxy for the batch-size effect: as B grows, forwards become compute-bound and verifying
 k + 1 tokens stops being nearly free).
 Usage: python -m specviz.bench.forward --pair qwen-coder --dtype bfloat16 --tokens 1 2 4 8 16
+       [--kernels gemv aten]   (specviz's CPU linear kernels against PyTorch's nn.Linear)
 """
 
 from __future__ import annotations
@@ -73,23 +74,29 @@ def batch_cost(model, batches: list, n_tokens: list, prefix: int = 64, repeats: 
 
 
 def main(argv=None) -> int:
-    from specviz.models import load_pair
+    from specviz.models import load_pair, use_kernel
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
     parser.add_argument("--dtype", nargs="+", default=["bfloat16", "float32"])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 5, 8, 16, 32])
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--kernels", nargs="+", default=["pair"], choices=["pair", "gemv", "aten"],
+                        help="linear kernels to time: the pair's own (default), gemv, aten (specviz.kernels)")
     args = parser.parse_args(argv)
     report = {}
     for dtype in args.dtype:
         pair = load_pair(args.pair, dtype=dtype)
-        for role in ("target", "draft"):
-            model = getattr(pair, role)
-            cost = forward_cost(model, args.tokens, repeats=args.repeats,
-                                vocab=min(model.config.vocab_size, 1000))
-            report[f"{role}/{dtype}"] = cost
-            print(f"{role:6s} {dtype:9s} " + "  ".join(f"{n}:{t * 1000:.0f}ms" for n, t in cost.items()))
+        for kernel in args.kernels:
+            if kernel != "pair":
+                use_kernel(pair, kernel)
+            for role in ("target", "draft"):
+                model = getattr(pair, role)
+                cost = forward_cost(model, args.tokens, repeats=args.repeats,
+                                    vocab=min(model.config.vocab_size, 1000))
+                report[f"{role}/{dtype}/{pair.cpu_linear}"] = cost
+                print(f"{role:6s} {dtype:9s} {pair.cpu_linear:5s} "
+                      + "  ".join(f"{n}:{t * 1000:.0f}ms" for n, t in cost.items()), flush=True)
         del pair
     print(json.dumps({"device": str(torch.device('cuda' if torch.cuda.is_available() else 'cpu')),
                       "threads": torch.get_num_threads(), "seconds": report}))

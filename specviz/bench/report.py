@@ -125,7 +125,10 @@ def ratio_tables(report: dict) -> list:
     lines = ["## Engine efficiency: specviz / transformers, same algorithm and k", "",
              "tokens/s ratios: `ar/hf` = autoregressive, `spec/hf-assisted` = draft model at k, "
              "`spec-int8/hf-assisted-int8` = the same with the int8 draft in both engines, "
-             "`pld/hf-pld` = prompt lookup.", "",
+             "`pld/hf-pld` = prompt lookup. transformers runs PyTorch's stock `nn.Linear`, as its users "
+             f"do; specviz runs its `{report.get('environment', {}).get('cpu_linear', 'aten')}` linear "
+             "kernels (specviz.kernels). `spec/hf-assisted-gemv` gives transformers the same kernels: "
+             "what is left is the two loops.", "",
              "| group | " + " | ".join(pairs) + " |", "|---|" + "---|" * len(pairs)]
     lines += [f"| {g} | " + " | ".join(_f(by_group.get(g)) for by_group in pairs.values()) + " |" for g in groups]
     lines += ["", "## Model fit: measured speedup / theory", "",

@@ -14,12 +14,13 @@ Definitions of every number: specviz.bench.analysis and specviz.bench.latency; d
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import asdict, dataclass, replace
 
 import torch
 
-from specviz import theory
+from specviz import kernels, theory
 from specviz.bench import analysis, forward, hf, latency, roofline
 from specviz.bench.controlled import ControlledDrafter
 from specviz.bench.prompts import PROMPTS
@@ -47,6 +48,8 @@ def method_table(k: int, pld_k: int) -> dict:
         "hf-assisted": ("transformers", dict(kind="assisted", k=k)),
         "hf-assisted-default": ("transformers", dict(kind="assisted-default")),
         "hf-assisted-int8": ("transformers", dict(kind="assisted", k=k, draft="int8")),
+        # transformers' loop on specviz's CPU kernels: separates the loop from the kernels
+        "hf-assisted-gemv": ("transformers", dict(kind="assisted", k=k, kernel="gemv")),
         "hf-pld": ("transformers", dict(kind="pld", k=pld_k)),
     }
 
@@ -87,7 +90,8 @@ ALL_METHODS = tuple(method_table(4, 8))
 # 32 new tokens (the rewrite 128) and six methods in the sampled groups keep the full plan
 # under 15 minutes on 2 cores (about 850 s); transformers' default adaptive schedule
 # (hf-assisted-default) is left to --methods: it is not a same-k comparison. Plain `hf` runs in the
-# greedy groups only: its ratio to AR does not depend on the temperature.
+# greedy groups only: its ratio to AR does not depend on the temperature. The quick plan leaves out
+# hf-assisted-gemv (transformers' loop on specviz's kernels), a diagnosis rather than a ranking.
 FULL = Plan("full", tuple(PROMPTS), 32, 1, 4, 8, tuple(m for m in ALL_METHODS if m != "hf-assisted-default"),
             (0.7, 1.0), ("code", "chat"), ("ar", "spec", "spec-int8", "pld", "hf-assisted", "hf-pld"),
             (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64), 3, (1, 4, 16),
@@ -132,21 +136,26 @@ def record_from_events(events: list, seconds: float) -> dict:
         # per forward over the steps without the prompt's prefill in them (specviz.metrics)
         "draft_s_per_forward": m["draft_s_per_forward"], "target_s_per_forward": m["verify_s_per_forward"],
         "counters": m["counters"], "lossless": m["lossless"], "token_ids": events[-1].token_ids,
-        "draft_quant": events[0].draft_quant,
+        "draft_quant": events[0].draft_quant, "cpu_linear": events[0].cpu_linear,
     }
 
 
 def run_transformers(pair, prompt_ids: list, temperature: float, tokens: int, seed: int, kind: str,
-                     k: int = 4, static_cache: bool = False) -> dict:
-    out = hf.run(pair, prompt_ids, kind, k=k, temperature=temperature, max_new_tokens=tokens, seed=seed,
-                 static_cache=static_cache)
+                     k: int = 4, static_cache: bool = False, kernel: str = "aten") -> dict:
+    """transformers' generate(); on the stock nn.Linear layers unless kernel="gemv" (specviz.kernels):
+    what a user of transformers runs, not specviz's kernels."""
+    linears = contextlib.nullcontext() if kernel == "gemv" else kernels.aten_linears(pair.target, pair.draft)
+    with linears:
+        out = hf.run(pair, prompt_ids, kind, k=k, temperature=temperature, max_new_tokens=tokens, seed=seed,
+                     static_cache=static_cache)
     new = len(out["token_ids"])
     updates = len(out["counts"])  # one streamer update per target forward
     return {"engine": "transformers", "seconds": out["seconds"], "new_tokens": new,
             "tokens_per_s": new / out["seconds"], **latency.stream_stats(out["times"], out["counts"]),
             "tau": new / updates if updates else None, "target_forwards": updates,
             "target_forwards_per_token": updates / new if new else None, "token_ids": out["token_ids"],
-            "draft_quant": getattr(pair, "draft_quant", "none") if kind.startswith("assisted") else None}
+            "draft_quant": getattr(pair, "draft_quant", "none") if kind.startswith("assisted") else None,
+            "cpu_linear": kernel if getattr(pair, "cpu_linear", "aten") == "gemv" else "aten"}
 
 
 def run_method(pair, table: dict, name: str, prompt_ids: list, temperature: float, tokens: int,
@@ -330,6 +339,9 @@ def environment(pair, static_cache: bool) -> dict:
             "cpu_count": _cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__,
             "static_cache_transformers": static_cache, "cuda_synchronised": device.type == "cuda",
+            # specviz's linear kernels (specviz.kernels); transformers' lanes run the stock
+            # nn.Linear except hf-assisted-gemv
+            "cpu_linear": getattr(pair, "cpu_linear", "aten"), "transformers_linear": "aten",
             "loadavg_start": _loadavg(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
@@ -391,6 +403,8 @@ def build_parser():
     parser.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
     parser.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16 (default: the pair's)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--cpu-linear", default="auto", help="auto | gemv | aten: specviz's linear kernels "
+                        "on CPU (specviz.kernels; transformers' lanes always run the stock nn.Linear)")
     parser.add_argument("--quick", action="store_true", help="the quick plan (3 prompts, greedy + one "
                         "sampled group; under 3 minutes on 2 cores with qwen-coder)")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per run (plan default)")
@@ -420,14 +434,14 @@ def synthetic_sizes() -> tuple:
     return tuple(SIZES)
 
 
-def load(spec: str, device=None, dtype=None):
+def load(spec: str, device=None, dtype=None, cpu_linear: str = "auto"):
+    from specviz.models import load_pair
+
     if spec.startswith("random:"):
         from specviz.bench.synthetic import random_pair
 
-        return random_pair(spec, device=device, dtype=dtype)
-    from specviz.models import load_pair
-
-    return load_pair(spec, device=device, dtype=dtype)
+        return load_pair(random_pair(spec, device=device, dtype=dtype), cpu_linear=cpu_linear)
+    return load_pair(spec, device=device, dtype=dtype, cpu_linear=cpu_linear)
 
 
 def main(argv=None) -> int:
@@ -459,10 +473,14 @@ def _run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    pair = load(args.pair, device=args.device, dtype=args.dtype)
+    pair = load(args.pair, device=args.device, dtype=args.dtype, cpu_linear=args.cpu_linear)
+    drop = set()
     if torch.device(pair.device).type != "cpu":  # the int8 draft kernel is a CPU kernel
-        plan = replace(plan, methods=tuple(m for m in plan.methods if m not in INT8_METHODS),
-                       sampled_methods=tuple(m for m in plan.sampled_methods if m not in INT8_METHODS))
+        drop |= INT8_METHODS
+    if getattr(pair, "cpu_linear", "aten") != "gemv":  # nothing to separate: both run nn.Linear
+        drop.add("hf-assisted-gemv")
+    plan = replace(plan, methods=tuple(m for m in plan.methods if m not in drop),
+                   sampled_methods=tuple(m for m in plan.sampled_methods if m not in drop))
     report = run_suite(pair, plan, say, static_cache=args.static_cache, load_s=time.perf_counter() - started)
     code = 0
     if args.check_against:
