@@ -14,7 +14,12 @@ Qwen2.5-Coder-1.5B shapes, 28 layers of weights streamed per pass), in ms per pa
 Loaded weights also need to start on a 64-byte boundary for the vector loads to run at full
 speed: weights read from a safetensors file sit at arbitrary offsets inside it, so `use_gemv`
 copies those into freshly allocated (aligned) memory once. Together: one-token forwards of the
-real pair 1.35x (draft) and 1.38x (target) faster, five-token verify passes 1.25x.
+real pair 1.35x (draft) and 1.33x (target) faster, five-token verify passes 1.2x.
+
+Opt-in (`load_pair(..., cpu_linear="gemv")`), not the default: it was measured on one CPU (an
+AMX / AVX-512 bf16 server part); on other CPUs (laptops, ARM) PyTorch routes mv and mm to other
+kernels and the gain may differ or reverse. `python -m specviz.bench.forward --kernels gemv aten`
+measures it on yours.
 
 This changes no number the method depends on beyond rounding: both kernels take bf16 inputs and
 accumulate in fp32, only the order of the additions differs (last-bit differences in bf16, as
@@ -33,7 +38,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
-MODES = ("auto", "gemv", "aten")
+MODES = ("aten", "gemv")
 ROWS_GEMV = 128  # up to this many rows, W @ x.T beats F.linear for bf16 (measured above)
 ALIGN = 64  # bytes
 
@@ -48,7 +53,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
     if rows == 1:
         y = torch.mv(weight, flat[0]) if bias is None else torch.addmv(bias, weight, flat[0])
     else:
-        y = (torch.mm(weight, flat.t()) if bias is None else torch.addmm(bias[:, None], weight, flat.t())).t()
+        y = (torch.mm(weight, flat.t()) if bias is None else torch.addmm(bias[:, None], weight, flat.t()))
+        # row-major like F.linear's output: later reductions (RMSNorm's mean) over a transposed
+        # view add in another order, and one-row and many-row forwards would then round apart
+        y = y.t().contiguous()
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
@@ -62,18 +70,23 @@ class GemvLinear(torch.nn.Linear):
         return super().extra_repr() + ", kernel=W@x.T"
 
 
-def resolve(mode, device, dtype) -> str:
-    """"auto" -> "gemv" for bf16 weights on a CPU (where it was measured faster), else "aten"."""
+def check_mode(mode) -> str:
+    """"aten" or "gemv" (None -> "aten"); anything else is refused before a model is loaded."""
     from specviz.errors import InputError
 
-    mode = "auto" if mode in (None, "") else str(mode).lower()
+    mode = "aten" if mode in (None, "") else str(mode).lower()
     if mode not in MODES:
         raise InputError(f"cpu_linear must be one of {', '.join(MODES)}, not {mode!r}.")
-    on_cpu = torch.device(device).type == "cpu"
-    if mode == "gemv" and not on_cpu:
-        raise InputError(f"cpu_linear='gemv' is a CPU option; this pair is on {device}: use 'aten' or 'auto'.")
-    if mode == "auto":
-        return "gemv" if on_cpu and dtype == torch.bfloat16 else "aten"
+    return mode
+
+
+def resolve(mode, device, dtype=None) -> str:
+    """The kernel asked for: "aten" (the default: PyTorch's nn.Linear) or "gemv" (CPU only)."""
+    from specviz.errors import InputError
+
+    mode = check_mode(mode)
+    if mode == "gemv" and torch.device(device).type != "cpu":
+        raise InputError(f"cpu_linear='gemv' is a CPU option; this pair is on {device}: use 'aten'.")
     return mode
 
 
@@ -89,6 +102,8 @@ def use_gemv(model: torch.nn.Module) -> int:
         if type(module) is torch.nn.Linear:
             module.__class__ = GemvLinear
             swapped += 1
+        elif getattr(module, "gemv", None) is False:  # layers with a float fallback (quant.Int8Linear)
+            module.gemv = True
     return swapped
 
 
@@ -97,6 +112,9 @@ def use_aten(model: torch.nn.Module) -> int:
     swapped = [m for m in model.modules() if type(m) is GemvLinear]
     for module in swapped:
         module.__class__ = torch.nn.Linear
+    for module in model.modules():
+        if getattr(module, "gemv", None) is True:
+            module.gemv = False
     return len(swapped)
 
 

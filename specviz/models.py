@@ -127,13 +127,14 @@ def load_pair(name_or_spec: Any = None, device=None, dtype=None,
 
     draft_quant="int8" keeps the draft's linear weights in int8 (CPU; see specviz.quant): a
     cheaper drafter, the same lossless output. The target is never quantised.
-    cpu_linear: "auto" (the default for a fresh load) runs bf16 linear layers on a CPU as
-    W @ x.T, measured 1.25-1.4x faster per forward (specviz.kernels); "aten" keeps PyTorch's
-    F.linear; "gemv" asks for the former. A Pair passed in keeps its kernels unless one is named."""
+    cpu_linear="gemv" runs the linear layers on a CPU as W @ x.T, measured 1.2-1.35x faster per
+    bf16 forward on one CPU (specviz.kernels; opt-in); "aten" (the default) keeps nn.Linear.
+    A Pair passed in keeps its kernels unless one is named."""
     from specviz import kernels
     from specviz.quant import check_mode, quantize_draft
 
     mode = check_mode(draft_quant)
+    kernels.check_mode(cpu_linear)  # before loading: a typo should not cost a model load
     pair = _load_pair(name_or_spec, device, dtype, progress)
     if cpu_linear is not None or not isinstance(name_or_spec, Pair):
         use_kernel(pair, kernels.resolve(cpu_linear, pair.device, pair.dtype))

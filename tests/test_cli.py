@@ -52,6 +52,7 @@ def test_generate_jsonl_is_only_events():
     (["--prompt", "x", "--method", "lookahead", "--temperature", "1"], "error: lookahead decoding is greedy-only"),
     (["--max-new-tokens", "5"], "error: the following arguments are required: --prompt"),
     (["--prompt", "x", "--draft-quant", "int4"], "error: draft_quant must be one of none, int8"),
+    (["--prompt", "x", "--cpu-linear", "fast"], "error: cpu_linear must be one of aten, gemv"),
 ])
 def test_errors_are_one_line(args, message):
     out = cli("generate", *args)

@@ -71,10 +71,9 @@ def test_aten_linears_restores_the_kernels_even_on_error(monkeypatch):
 
 
 def test_resolve_defaults_and_refusals():
-    assert kernels.resolve(None, "cpu", torch.bfloat16) == "gemv"
-    assert kernels.resolve("auto", "cpu", torch.float32) == "aten"  # not measured faster there
-    assert kernels.resolve("auto", "cuda", torch.bfloat16) == "aten"
-    assert kernels.resolve("gemv", "cpu", torch.float32) == "gemv"
+    assert kernels.resolve(None, "cpu", torch.bfloat16) == "aten"  # opt-in: measured on one CPU only
+    assert kernels.resolve("gemv", "cpu", torch.bfloat16) == "gemv"
+    assert kernels.resolve("GEMV", "cpu", torch.float32) == "gemv"
     with pytest.raises(InputError, match="CPU option"):
         kernels.resolve("gemv", "cuda", torch.bfloat16)
     with pytest.raises(InputError, match="cpu_linear must be one of"):
@@ -82,11 +81,10 @@ def test_resolve_defaults_and_refusals():
 
 
 def test_load_pair_picks_the_kernel_and_events_record_it():
-    bf16 = load_pair("tiny", dtype="bfloat16")
+    assert load_pair("tiny", dtype="bfloat16").cpu_linear == "aten"  # the default
+    bf16 = load_pair("tiny", dtype="bfloat16", cpu_linear="gemv")
     assert bf16.cpu_linear == "gemv" and kernels.kernel_of(bf16.target) == "gemv"
     assert kernels.kernel_of(bf16.draft) == "gemv" and "cpu_linear='gemv'" in repr(bf16)
-    assert load_pair("tiny").cpu_linear == "aten"  # float32
-    assert load_pair("tiny", dtype="bfloat16", cpu_linear="aten").cpu_linear == "aten"
     started = next(iter(generate(bf16, "ab", method="ar", max_new_tokens=2)))
     assert started.cpu_linear == "gemv" and started.to_dict()["cpu_linear"] == "gemv"
     same = load_pair(bf16)  # a Pair passed in keeps its kernels unless one is named
@@ -143,3 +141,15 @@ def test_bench_runs_transformers_on_stock_layers_unless_asked(tiny_gemv, monkeyp
     spec = suite.run_method(tiny_gemv, table, "spec", ids, 0.0, 8, 0)
     assert spec["cpu_linear"] == "gemv"
     assert stock["token_ids"] == ours["token_ids"] == spec["token_ids"]
+
+
+def test_switching_a_pair_switches_its_int8_variant_too():
+    from specviz.models import use_kernel
+
+    pair = load_pair("tiny", cpu_linear="gemv")
+    q = quantize_draft(pair, "int8")
+    layers = [m for m in q.draft.modules() if isinstance(m, Int8Linear)]
+    use_kernel(pair, "aten")
+    assert q.cpu_linear == "aten" and kernels.kernel_of(q.draft) == "aten" and not any(m.gemv for m in layers)
+    use_kernel(pair, "gemv")
+    assert q.cpu_linear == "gemv" and all(m.gemv for m in layers) and kernels.kernel_of(pair.target) == "gemv"

@@ -10,7 +10,7 @@ new tokens:
                 and no confidence early-stop: the same algorithm at the same k
   hf-assisted-default   the same with transformers' default adaptive schedule
 transformers runs PyTorch's stock nn.Linear layers, as its users do; specviz its own CPU kernels
-(specviz.kernels, "gemv" for bf16 on a CPU). Two more lanes separate the loop from the kernels:
+(specviz.kernels, cpu_linear="gemv", opt-in elsewhere). Two more lanes separate the loop from the kernels:
   spec-aten          specviz spec on the stock nn.Linear layers
   hf-assisted-gemv   transformers' assisted generation on specviz's kernels
 and the event overhead: the share of spec's wall time spent outside the draft and target
@@ -155,6 +155,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     pair = load_pair(args.pair, dtype=args.dtype)
+    if torch.device(pair.device).type == "cpu":  # the lanes compare specviz's kernels with nn.Linear
+        load_pair(pair, cpu_linear="gemv")
     report = {"pair": pair.name, "device": str(pair.device), "dtype": str(pair.dtype),
               "cpu_linear": pair.cpu_linear,
               "threads": torch.get_num_threads(), "machine": platform.machine(),

@@ -30,7 +30,8 @@ def header(report: dict) -> list:
     env, plan = report["environment"], report["plan"]
     temps = ", ".join(f"{t:g}" for t in plan["temperatures"])
     return [
-        f"# specviz benchmark suite: `{env['pair']}`, {plan['mode']} mode", "",
+        f"# specviz benchmark suite: `{env['pair']}`, {plan['mode']} mode"
+        + (", `--cpu-linear gemv`" if env.get("cpu_linear") == "gemv" else ""), "",
         f"Device **{env['device']}** ({env['device_name']}), dtype **{env['dtype']}**, "
         f"**{env['threads']} torch threads** ({env['cpu_count']} CPUs visible), torch {env['torch']}, "
         f"transformers {env['transformers']}; {env['date_utc']} UTC; 1-minute load average "
@@ -125,10 +126,7 @@ def ratio_tables(report: dict) -> list:
     lines = ["## Engine efficiency: specviz / transformers, same algorithm and k", "",
              "tokens/s ratios: `ar/hf` = autoregressive, `spec/hf-assisted` = draft model at k, "
              "`spec-int8/hf-assisted-int8` = the same with the int8 draft in both engines, "
-             "`pld/hf-pld` = prompt lookup. transformers runs PyTorch's stock `nn.Linear`, as its users "
-             f"do; specviz runs its `{report.get('environment', {}).get('cpu_linear', 'aten')}` linear "
-             "kernels (specviz.kernels). `spec/hf-assisted-gemv` gives transformers the same kernels: "
-             "what is left is the two loops.", "",
+             "`pld/hf-pld` = prompt lookup. " + _kernel_note(report), "",
              "| group | " + " | ".join(pairs) + " |", "|---|" + "---|" * len(pairs)]
     lines += [f"| {g} | " + " | ".join(_f(by_group.get(g)) for by_group in pairs.values()) + " |" for g in groups]
     lines += ["", "## Model fit: measured speedup / theory", "",
@@ -142,6 +140,14 @@ def ratio_tables(report: dict) -> list:
                      f"{_f(f['tau_measured'])} | {_f(f['tau_predicted'])} | {_f(f['measured_speedup'])} | "
                      f"{_f(f['predicted_speedup'])} | {_f(f['ratio'])} |")
     return lines + [""] + roofline_table(ratios["roofline"])
+
+
+def _kernel_note(report: dict) -> str:
+    if report.get("environment", {}).get("cpu_linear", "aten") != "gemv":
+        return "Both engines run PyTorch's stock `nn.Linear` layers."
+    return ("transformers runs PyTorch's stock `nn.Linear`, as its users do; specviz its `gemv` kernels "
+            "(`--cpu-linear gemv`, specviz.kernels). `spec/hf-assisted-gemv` gives transformers the same "
+            "kernels: what is left is the two loops.")
 
 
 def roofline_table(roof: dict) -> list:

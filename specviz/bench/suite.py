@@ -403,8 +403,8 @@ def build_parser():
     parser.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
     parser.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16 (default: the pair's)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--cpu-linear", default="auto", help="auto | gemv | aten: specviz's linear kernels "
-                        "on CPU (specviz.kernels; transformers' lanes always run the stock nn.Linear)")
+    parser.add_argument("--cpu-linear", default="aten", help="aten | gemv: specviz's linear kernels on CPU "
+                        "(specviz.kernels; transformers' lanes run the stock nn.Linear, hf-assisted-gemv aside)")
     parser.add_argument("--quick", action="store_true", help="the quick plan (3 prompts, greedy + one "
                         "sampled group; under 3 minutes on 2 cores with qwen-coder)")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per run (plan default)")
@@ -434,7 +434,7 @@ def synthetic_sizes() -> tuple:
     return tuple(SIZES)
 
 
-def load(spec: str, device=None, dtype=None, cpu_linear: str = "auto"):
+def load(spec: str, device=None, dtype=None, cpu_linear: str = "aten"):
     from specviz.models import load_pair
 
     if spec.startswith("random:"):
