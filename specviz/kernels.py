@@ -22,9 +22,10 @@ kernels and the gain may differ or reverse. `python -m specviz.bench.forward --k
 measures it on yours.
 
 This changes no number the method depends on beyond rounding: both kernels take bf16 inputs and
-accumulate in fp32, only the order of the additions differs (last-bit differences in bf16, as
-between any two batch sizes of the same kernel). Lossless still means "exactly the target as
-specviz runs it": AR and every method run through the same layers.
+accumulate in fp32, only the order of the additions differs, so logits move by bf16 steps (about
+as much as between a one-token and a five-token forward with either kernel, which differ through
+attention already). Lossless still means "exactly the target as specviz runs it": AR and every
+method run through the same layers.
 
 `use_gemv` swaps the class of each `nn.Linear` in place (parameters, hooks and state-dict
 unchanged; `isinstance(m, nn.Linear)` still holds). `aten_linears` swaps them back for a while:
@@ -54,9 +55,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
         y = torch.mv(weight, flat[0]) if bias is None else torch.addmv(bias, weight, flat[0])
     else:
         y = (torch.mm(weight, flat.t()) if bias is None else torch.addmm(bias[:, None], weight, flat.t()))
-        # row-major like F.linear's output: later reductions (RMSNorm's mean) over a transposed
-        # view add in another order, and one-row and many-row forwards would then round apart
-        y = y.t().contiguous()
+        y = y.t().contiguous()  # row-major, as F.linear returns it: later ops see the same layouts
     return y.reshape(*x.shape[:-1], weight.shape[0])
 
 
