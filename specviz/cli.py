@@ -47,9 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16")
     gen.add_argument("--draft-quant", default="none",
                      help="none | int8: int8 weight-only draft on CPU (cheaper drafts, same lossless output)")
-    gen.add_argument("--cpu-linear", default="aten",
+    gen.add_argument("--cpu-linear", default=None,
                      help="aten | gemv: gemv runs linear layers as W @ x.T on CPU, faster in bf16 on some CPUs "
-                          "(specviz.kernels)")
+                          "(specviz.kernels); default: aten, or what specviz.cpu measures when --dtype is not given")
     gen.add_argument("--jsonl", action="store_true", help="print one event per line instead")
     return parser
 

@@ -47,6 +47,7 @@ class Pair:
     eos_token_ids: list = field(default_factory=list)
     draft_quant: str = "none"  # "int8": the draft's weights are int8 (specviz.quant); the target never is
     cpu_linear: str = "aten"  # "gemv": linear layers run as W @ x.T (specviz.kernels)
+    cpu_choice: Optional[dict] = None  # specviz.cpu: the measurement behind a CPU default dtype
     _texts: dict = field(default_factory=dict, repr=False)
     _variants: dict = field(default_factory=dict, repr=False, compare=False)  # specviz.quant.quantize_draft
 
@@ -128,14 +129,19 @@ def load_pair(name_or_spec: Any = None, device=None, dtype=None,
     draft_quant="int8" keeps the draft's linear weights in int8 (CPU; see specviz.quant): a
     cheaper drafter, the same lossless output. The target is never quantised.
     cpu_linear="gemv" runs the linear layers on a CPU as W @ x.T, measured 1.2-1.35x faster per
-    bf16 forward on one CPU (specviz.kernels; opt-in); "aten" (the default) keeps nn.Linear.
-    A Pair passed in keeps its kernels unless one is named."""
+    bf16 forward on one CPU (specviz.kernels; opt-in); "aten" keeps nn.Linear.
+    With neither dtype nor cpu_linear given, the real pair on a CPU takes what `specviz.cpu`
+    measures there: bf16 + nn.Linear where the CPU multiplies bf16 natively, else float32 with
+    the cheaper kernel (in bf16 such a CPU has no memory wall, so speculation could not pay off);
+    the reason is in `pair.cpu_choice`. A Pair passed in keeps its kernels unless one is named."""
     from specviz import kernels
     from specviz.quant import check_mode, quantize_draft
 
     mode = check_mode(draft_quant)
     kernels.check_mode(cpu_linear)  # before loading: a typo should not cost a model load
     pair = _load_pair(name_or_spec, device, dtype, progress)
+    if cpu_linear is None and pair.cpu_choice and not isinstance(name_or_spec, Pair):
+        cpu_linear = pair.cpu_choice["kernel"]
     if cpu_linear is not None or not isinstance(name_or_spec, Pair):
         use_kernel(pair, kernels.resolve(cpu_linear, pair.device, pair.dtype))
     return pair if mode == "none" else quantize_draft(pair, mode)
@@ -166,7 +172,12 @@ def _load_pair(name_or_spec, device, dtype, progress) -> Pair:
     if name_or_spec == "tiny":
         return build_tiny_pair(device, resolve_dtype(dtype, device, 4))
     if name_or_spec == "qwen-coder":
-        return _load_qwen(device, resolve_dtype(dtype, device, 2), say)
+        choice = cpu_choice(device, QWEN_DRAFT.params + QWEN_TARGET.params) if dtype is None else None
+        pair = _load_qwen(device, choice.dtype if choice else resolve_dtype(dtype, device, 2), say)
+        if choice is not None:
+            pair.cpu_choice = choice.to_dict()
+            say(1.0, f"CPU default: {choice.note} (measured by specviz.cpu; dtype= overrides)")
+        return pair
     known = ", ".join(PRESETS)
     raise PairError(f"Unknown pair {name_or_spec!r}: choose one of {known}, "
                     "or give 'target=<hub id or path>,draft=<hub id or path>'.")
@@ -198,8 +209,9 @@ def resolve_device(device) -> torch.device:
 
 
 def resolve_dtype(dtype, device: torch.device, cpu_default_bytes: int) -> torch.dtype:
-    """Explicit dtype wins; CUDA defaults to bf16; CPU to bf16 for real pairs (measured faster
-    for multi-token verification, see docs/models.md) and fp32 for the tiny pair."""
+    """Explicit dtype wins; CUDA defaults to bf16; CPU to bf16 for real pairs (`load_pair` first
+    asks specviz.cpu for the real pair: float32 where bf16 is not native) and fp32 for the tiny
+    pair."""
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype is not None:
@@ -210,6 +222,16 @@ def resolve_dtype(dtype, device: torch.device, cpu_default_bytes: int) -> torch.
     if device.type == "cuda":
         return torch.bfloat16
     return torch.bfloat16 if cpu_default_bytes == 2 else torch.float32
+
+
+def cpu_choice(device: torch.device, params: int):
+    """specviz.cpu's choice of dtype and kernel for `params` weights on a CPU (None elsewhere)."""
+    if device.type != "cpu":
+        return None
+    from specviz import cpu
+
+    fits = params * 4 * 1.2 <= available_memory(device)
+    return cpu.choose(cpu.measured(), fp32_fits=fits)
 
 
 def available_memory(device: torch.device) -> int:

@@ -37,7 +37,8 @@ def header(report: dict) -> list:
         f"transformers {env['transformers']}; {env['date_utc']} UTC; 1-minute load average "
         f"{_f(env.get('loadavg_start'))} at the start, {_f(env.get('loadavg_end'))} at the end. Suite wall time "
         f"**{report['wall_time_s']:.0f} s** (" + ", ".join(f"{name} {sec:.0f} s" for name, sec in
-                                                  report.get("section_s", {}).items()) + ").", "",
+                                                  report.get("section_s", {}).items()) + ")."
+        + (f" CPU default chosen by measurement: {env['cpu_choice']['note']}." if env.get("cpu_choice") else ""), "",
         f"{plan['tokens']} new tokens per run" + "".join(
             f" ({p}: {n})" for p, n in plan.get("prompt_tokens") or ()) + f", k = {plan['k']} (pld: {plan['pld_k']}), "
         f"{plan['repeats']} repeat(s), methods interleaved (order rotated per group and repeat); "

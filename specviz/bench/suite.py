@@ -342,6 +342,8 @@ def environment(pair, static_cache: bool) -> dict:
             # specviz's linear kernels (specviz.kernels); transformers' lanes run the stock
             # nn.Linear except hf-assisted-gemv
             "cpu_linear": getattr(pair, "cpu_linear", "aten"), "transformers_linear": "aten",
+            # why this dtype and kernel when none was asked for (specviz.cpu), else None
+            "cpu_choice": getattr(pair, "cpu_choice", None),
             "loadavg_start": _loadavg(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
@@ -403,8 +405,9 @@ def build_parser():
     parser.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
     parser.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16 (default: the pair's)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
-    parser.add_argument("--cpu-linear", default="aten", help="aten | gemv: specviz's linear kernels on CPU "
-                        "(specviz.kernels; transformers' lanes run the stock nn.Linear, hf-assisted-gemv aside)")
+    parser.add_argument("--cpu-linear", default=None, help="aten | gemv: specviz's linear kernels on CPU "
+                        "(specviz.kernels; transformers' lanes run the stock nn.Linear, hf-assisted-gemv aside); "
+                        "default: the pair's (with no --dtype, what specviz.cpu measures on this CPU)")
     parser.add_argument("--quick", action="store_true", help="the quick plan (3 prompts, greedy + one "
                         "sampled group; under 3 minutes on 2 cores with qwen-coder)")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per run (plan default)")
@@ -434,7 +437,7 @@ def synthetic_sizes() -> tuple:
     return tuple(SIZES)
 
 
-def load(spec: str, device=None, dtype=None, cpu_linear: str = "aten"):
+def load(spec: str, device=None, dtype=None, cpu_linear=None):
     from specviz.models import load_pair
 
     if spec.startswith("random:"):
