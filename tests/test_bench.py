@@ -267,3 +267,27 @@ def test_a_short_rewrite_does_not_judge_the_pld_target(report):
     """The quick plan stops the rewrite after 32 tokens: the pld target is shown, not judged."""
     pld = next(t for t in report["targets"] if t["name"].startswith("pld on greedy code rewrite"))
     assert pld["applies"] is False and "whole rewrite" in pld["why"]
+
+
+def test_engine_target_compares_like_kernels(report):
+    """On specviz's gemv kernels, spec/hf-assisted measures kernels too: the target then uses
+    hf-assisted-gemv (transformers on the same kernels), or is not judged without it."""
+    import copy
+
+    from specviz.bench import analysis
+    from specviz.bench.report import markdown
+
+    real = copy.deepcopy(report)
+    real["environment"].update(pair="qwen-coder", device="cpu")
+    assert analysis.targets(real)[0]["applies"] is True  # both on nn.Linear: judged on spec/hf-assisted
+    gemv = copy.deepcopy(real)
+    gemv["environment"].update(cpu_linear="gemv", cpu_choice={"note": "float32 with W @ x.T: measured"})
+    row = analysis.targets(gemv)[0]
+    assert row["applies"] is False and row["value"] is None and "gemv kernels" in row["why"]
+    lanes = {g: 1.25 for g in real["ratios"]["engine_efficiency"]}
+    gemv["ratios"]["engine_vs_transformers"]["spec/hf-assisted-gemv"] = lanes
+    row = analysis.targets(gemv)[0]
+    assert row["applies"] is True and abs(row["value"] - 1.25) < 1e-9 and "hf-assisted-gemv" in row["name"]
+    gemv["targets"] = analysis.targets(gemv)
+    text = markdown(gemv)
+    assert "gemv kernels (chosen for this CPU)" in text and "float32 with W @ x.T: measured" in text

@@ -31,7 +31,8 @@ def header(report: dict) -> list:
     temps = ", ".join(f"{t:g}" for t in plan["temperatures"])
     return [
         f"# specviz benchmark suite: `{env['pair']}`, {plan['mode']} mode"
-        + (", `--cpu-linear gemv`" if env.get("cpu_linear") == "gemv" else ""), "",
+        + ("" if env.get("cpu_linear") != "gemv" else ", gemv kernels (chosen for this CPU)"
+           if env.get("cpu_choice") else ", `--cpu-linear gemv`"), "",
         f"Device **{env['device']}** ({env['device_name']}), dtype **{env['dtype']}**, "
         f"**{env['threads']} torch threads** ({env['cpu_count']} CPUs visible), torch {env['torch']}, "
         f"transformers {env['transformers']}; {env['date_utc']} UTC; 1-minute load average "
@@ -47,7 +48,7 @@ def header(report: dict) -> list:
         "(as the app does). Speedup = tokens/s / AR tokens/s in the same group, end to end "
         "(prefill included). `hf*` = transformers' own `generate()` on the same prompt ids. "
         "`*-int8` = the same method with the draft model's linear weights in int8 (weight-only, per "
-        "channel; `specviz.quant`): the target is the same bf16 model, so the output is still exactly "
+        f"channel; `specviz.quant`): the target is the same {env['dtype']} model, so the output is still exactly "
         "the target's (greedy: AR's tokens); only the draft's cost c and its q change.", "",
     ]
 
@@ -147,8 +148,9 @@ def _kernel_note(report: dict) -> str:
     if report.get("environment", {}).get("cpu_linear", "aten") != "gemv":
         return "Both engines run PyTorch's stock `nn.Linear` layers."
     return ("transformers runs PyTorch's stock `nn.Linear`, as its users do; specviz its `gemv` kernels "
-            "(`--cpu-linear gemv`, specviz.kernels). `spec/hf-assisted-gemv` gives transformers the same "
-            "kernels: what is left is the two loops.")
+            "(specviz.kernels), so `spec/hf-assisted` measures kernels and loop together. "
+            "`spec/hf-assisted-gemv` (full plan) gives transformers the same kernels: what is left is "
+            "the two loops.")
 
 
 def roofline_table(roof: dict) -> list:
