@@ -20,7 +20,7 @@ So when a real pair is loaded on a CPU with no dtype given, `choose` picks: bf16
 nn.Linear (half the bytes of fp32) where a 5-row bf16 product costs at most `WALL` one-row
 products, else fp32 with the cheaper of nn.Linear and W @ x.T at 5 rows (specviz.kernels),
 if fp32 fits in memory. The measurement is one linear layer of the 1.5B target's MLP shape;
-the reason is kept on the pair (`Pair.cpu_note`) and printed when it loads. An explicit dtype
+the reason is kept on the pair (`Pair.cpu_choice`) and printed when it loads. An explicit dtype
 or cpu_linear always wins. `python -m specviz.cpu` prints the measurement.
 """
 
@@ -105,7 +105,6 @@ def measured() -> dict:
 def main() -> None:
     import json
 
-    torch.set_num_threads(torch.get_num_threads())
     costs = measure()
     print(json.dumps(choose(costs).to_dict(), indent=1))
 

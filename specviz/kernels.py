@@ -16,10 +16,12 @@ speed: weights read from a safetensors file sit at arbitrary offsets inside it, 
 copies those into freshly allocated (aligned) memory once. Together: one-token forwards of the
 real pair 1.35x (draft) and 1.33x (target) faster, five-token verify passes 1.2x.
 
-Opt-in (`load_pair(..., cpu_linear="gemv")`), not the default: it was measured on one CPU (an
-AMX / AVX-512 bf16 server part); on other CPUs (laptops, ARM) PyTorch routes mv and mm to other
-kernels and the gain may differ or reverse. `python -m specviz.bench.forward --kernels gemv aten`
-measures it on yours.
+Opt-in for bf16 (`load_pair(..., cpu_linear="gemv")`), not the default: it was measured on one
+CPU (an AMX / AVX-512 bf16 server part); on other CPUs (laptops, ARM) PyTorch routes mv and mm to
+other kernels and the gain may differ or reverse. `python -m specviz.bench.forward --kernels gemv
+aten` measures it on yours. On a CPU without native bf16, where the real pair loads in float32,
+`specviz.cpu` measures both kernels when the pair loads and takes the cheaper (there W @ x.T: a
+5-row float32 product 5.1 ms against nn.Linear's 11.2 on an AMD EPYC, Zen 3).
 
 This changes no number the method depends on beyond rounding: both kernels take bf16 inputs and
 accumulate in fp32, only the order of the additions differs, so logits move by bf16 steps (about
