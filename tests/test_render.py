@@ -227,6 +227,8 @@ def test_speedup_chart_has_theory_curves_at_measured_c_and_a_measured_point(samp
     ar_record = charts.summarize(ar, 1.0, label="ar")
     spec_record = charts.summarize(sampled, 0.5, label="spec", baseline=ar_record)
     assert spec_record["speedup"] == pytest.approx(spec_record["tokens_per_s"] / ar_record["tokens_per_s"])
+    started = sampled[0]
+    assert (spec_record["device"], spec_record["dtype"]) == (started["device"], started["dtype"])
     fig = charts.speedup_figure([ar_record, spec_record])
     curves = {t.name: t for t in fig.data if t.name.startswith("theory k")}
     assert set(curves) >= {"theory k = 1", "theory k = 2", "theory k = 4", "theory k = 8"}
@@ -318,6 +320,10 @@ def test_verdict_says_faster_or_slower_plainly():
     assert "Speculative was 1.84× faster" in win.html and "sv-win" in win.html
     assert "Speculative was 1.25× slower" in lose.html and "sv-lose" in lose.html
     assert "lossless" in win.html and "by chance" in lose.html
+    assert "Both on" not in win.html  # records without a device say nothing about it
+    on_cpu = verdict(ar_rec, {"tokens_per_s": 18.4, "target_forwards": 20, "device": "cpu",
+                              "dtype": "float32", "cpu_linear": "gemv"})
+    assert "Both on cpu, float32, W @ x.T kernels." in on_cpu.html
 
 
 def test_lane_shows_its_own_counters(sampled):

@@ -45,7 +45,9 @@ def summarize(events, compute_s: Optional[float] = None, label: str = "", baseli
               "prompt": started.get("prompt") or "", "tokens": m.get("new_tokens", 0),
               "seconds": seconds, "tokens_per_s": m.get("new_tokens", 0) / seconds if seconds else None,
               "alpha": m.get("alpha_empirical"), "tau": m.get("tau"), "c": m.get("c"),
-              "target_forwards": m.get("target_forwards"), "speedup": None}
+              "target_forwards": m.get("target_forwards"), "speedup": None,
+              "device": started.get("device"), "dtype": started.get("dtype"),
+              "cpu_linear": started.get("cpu_linear", "aten")}
     if baseline and baseline.get("tokens_per_s") and record["tokens_per_s"]:
         record["speedup"] = record["tokens_per_s"] / baseline["tokens_per_s"]
     return record

@@ -120,6 +120,9 @@ def verdict(ar: dict, spec: dict, same_text: Optional[bool] = None) -> Rendered:
               f"α {num(spec.get('alpha'), 2)}, τ {num(spec.get('tau'), 2)}, c {num(spec.get('c'), 2)}.")
     if setting:
         detail = f"Method {setting}: " + detail
+    if spec.get("device") and spec.get("dtype"):  # the precision decides whether verifying is cheap
+        kernels = ", W @ x.T kernels" if spec.get("cpu_linear") == "gemv" else ""
+        detail += f" Both on {spec['device']}, {spec['dtype']}{kernels}."
     if same_text is True and lossy:
         detail += " Same text as autoregressive here, but a lossy rule gives no such guarantee."
     elif same_text is True:
