@@ -164,7 +164,8 @@ class _Run:
             dtype=str(pair.dtype).replace("torch.", ""), rule=self.verifier.name,
             lossless=bool(self.verifier.lossless), eos_token_ids=sorted(self.eos),
             drafter=self.drafter.name, options=cfg.options(),
-            draft_quant=getattr(pair, "draft_quant", "none"), cpu_linear=getattr(pair, "cpu_linear", "aten"))
+            draft_quant=getattr(pair, "draft_quant", "none"), cpu_linear=getattr(pair, "cpu_linear", "aten"),
+            cuda_graphs=getattr(pair.target, "_specviz_graph_len", None) is not None)
 
     def _step(self, step: int) -> Iterator[ev.Event]:
         base = len(self.committed)  # position of the first drafted token

@@ -62,6 +62,7 @@ class RunStarted(Event):
     options: dict
     draft_quant: str = "none"  # "int8": int8 weight-only draft (still lossless: only q changes)
     cpu_linear: str = "aten"  # "gemv": linear layers run as W @ x.T on the CPU (specviz.kernels)
+    cuda_graphs: bool = False  # the target's forwards replay CUDA graphs over a static cache (specviz.lm.GraphLM)
     schema_version: int = SCHEMA_VERSION
 
 

@@ -61,10 +61,153 @@ class CachedLM:
         self.length = len(index)
 
 
+GRAPH_MAX_TOKENS = 16  # feeds of more tokens (a prefill, a catch-up after a long accept) run eagerly
+
+
+class _GraphState:
+    """A static KV cache and the CUDA graphs captured over it: one graph per (tokens fed, rows
+    kept) shape, all in one memory pool. Held by one run at a time (see `GraphLM`)."""
+
+    def __init__(self, model, max_len: int):
+        from transformers import StaticCache
+
+        self.cache = StaticCache(config=model.config, max_cache_len=max_len)
+        self.max_len = max_len
+        self.graphs: dict = {}
+        self.pool = torch.cuda.graph_pool_handle()
+        self.busy = False
+
+
+class GraphLM:
+    """CachedLM's interface over a static KV cache whose few-token forwards replay CUDA graphs.
+
+    At batch 1 a GPU forward of a 0.5B-7B model is bound by launching its few hundred kernels
+    from Python, not by the GPU (measured on an H100: 16-19 ms per forward for the 0.5B, 1.5B
+    and 7B alike), so the draft costs as much as the target and speculation cannot pay. A CUDA
+    graph replays the recorded kernels in one launch. The cache is transformers' StaticCache,
+    whose fill level is a device tensor (`cumulative_length`) that the graphs read and advance,
+    so crop() is one `fill_` per layer and nothing leaves the GPU.
+
+    Graphs are captured lazily, per (tokens fed, rows kept), the first time a shape is seen
+    (two warm-up passes on a side stream, then the capture); feeds over GRAPH_MAX_TOKENS tokens
+    and tree-attention passes run eagerly over the same static cache. The state (cache and
+    graphs) belongs to the model and is lent to one runner at a time; a runner gives it back
+    when it is dropped, so a second concurrent run (the app's race) gets a state of its own.
+    """
+
+    def __init__(self, model, max_len: int):
+        import weakref
+
+        self.model, self.device = model, model.device
+        states = model.__dict__.setdefault("_specviz_graph_states", [])
+        state = next((s for s in states if not s.busy), None)
+        if state is None:
+            state = _GraphState(model, max_len)
+            states.append(state)
+        state.busy = True
+        weakref.finalize(self, _release, state)
+        self.state, self.cache = state, state.cache
+        self.reset()
+
+    def reset(self) -> None:
+        self._set_length(0)
+
+    @torch.inference_mode()  # the cache's tensors were made in inference mode
+    def _set_length(self, n: int) -> None:
+        for layer in self.cache.layers:
+            if getattr(layer, "is_initialized", False):
+                layer.cumulative_length.fill_(n)  # on the device: no sync
+            else:
+                layer.cumulative_length = torch.tensor(n, dtype=torch.long)
+        self.length = n
+
+    @torch.inference_mode()
+    def forward(self, ids: list, last_only: bool = False, attend=None, positions=None,
+                keep: int = 0) -> torch.Tensor:
+        """As CachedLM.forward."""
+        n, rows = len(ids), 1 if last_only else keep
+        if self.length + n > self.state.max_len:
+            from specviz.errors import InputError
+
+            raise InputError(f"The CUDA-graph runner holds {self.state.max_len} tokens; this run needs more: "
+                             "use a shorter prompt or fewer new tokens, or run without CUDA graphs.")
+        input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+        if attend is not None or n > GRAPH_MAX_TOKENS or not self._initialized():
+            extra = {}
+            if attend is not None:  # tree attention: the mask covers the whole static cache
+                mask = torch.zeros((n, self.state.max_len), dtype=torch.bool, device=self.device)
+                mask[:, :self.length + n] = attend.to(self.device)
+                extra = {"attention_mask": mask[None, None],
+                         "position_ids": torch.tensor([positions], dtype=torch.long, device=self.device)}
+            out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
+                             logits_to_keep=rows, **extra).logits
+        else:
+            graph, static_ids, out = self._graph(n, rows, input_ids)
+            static_ids.copy_(input_ids)
+            graph.replay()
+        self.length += n
+        return out[0].to(torch.float32, copy=True)  # (T, V); the graph's output is overwritten next replay
+
+    def _initialized(self) -> bool:
+        return all(getattr(layer, "is_initialized", False) for layer in self.cache.layers)
+
+    def _graph(self, n: int, rows: int, input_ids):
+        key = (n, rows)
+        if key not in self.state.graphs:
+            static_ids = input_ids.clone()
+            length = self.length
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(2):  # warm-up: lazy allocations and kernel choices happen outside the capture
+                    self.model(input_ids=static_ids, past_key_values=self.cache, use_cache=True,
+                               logits_to_keep=rows)
+                    self._set_length(length)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.state.pool):
+                out = self.model(input_ids=static_ids, past_key_values=self.cache, use_cache=True,
+                                 logits_to_keep=rows).logits
+            self._set_length(length)  # the capture recorded the update without running it
+            self.state.graphs[key] = (graph, static_ids, out)
+        return self.state.graphs[key]
+
+    def crop(self, length: int) -> None:
+        if length < self.length:
+            self._set_length(length)
+
+    @torch.inference_mode()
+    def keep(self, linear: int, slots: list) -> None:
+        """As CachedLM.keep: move the accepted path's entries to follow the first `linear`."""
+        index = torch.tensor(list(slots), dtype=torch.long, device=self.device)
+        for layer in self.cache.layers:
+            if getattr(layer, "is_initialized", False) and len(slots):
+                layer.keys[:, :, linear:linear + len(slots)] = layer.keys.index_select(2, index)
+                layer.values[:, :, linear:linear + len(slots)] = layer.values.index_select(2, index)
+        self._set_length(linear + len(slots))
+
+
+def _release(state: _GraphState) -> None:
+    state.busy = False
+
+
+def use_cuda_graphs(model, max_len: int = 1024) -> None:
+    """From now on `runner_for(model)` gives a GraphLM holding up to `max_len` tokens (CUDA only)."""
+    if torch.device(model.device).type != "cuda":
+        from specviz.errors import InputError
+
+        raise InputError(f"CUDA graphs need a CUDA device; this model is on {model.device}.")
+    model._specviz_graph_len = int(max_len)
+
+
 def runner_for(model):
-    """The cached runner of a model: toy models bring their own, HF models get a CachedLM."""
+    """The cached runner of a model: toy models bring their own, HF models get a CachedLM, or a
+    GraphLM after `use_cuda_graphs(model)`."""
     make = getattr(model, "make_runner", None)
-    return make() if make is not None else CachedLM(model)
+    if make is not None:
+        return make()
+    graph_len = getattr(model, "_specviz_graph_len", None)
+    return GraphLM(model, graph_len) if graph_len else CachedLM(model)
 
 
 def synchronize(device) -> None:

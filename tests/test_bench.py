@@ -291,3 +291,21 @@ def test_engine_target_compares_like_kernels(report):
     gemv["targets"] = analysis.targets(gemv)
     text = markdown(gemv)
     assert "gemv kernels (chosen for this CPU)" in text and "float32 with W @ x.T: measured" in text
+
+
+def test_cuda_graphs_need_cuda(tiny, capsys):
+    """The CUDA-graph runner is a CUDA option: on a CPU the bench says so in one line (status 2),
+    the library raises InputError, and runs record which runner the target used."""
+    from specviz import generate
+    from specviz.bench.suite import main
+    from specviz.errors import InputError
+    from specviz.lm import CachedLM, runner_for, use_cuda_graphs
+
+    assert main(["--pair", "tiny", "--quick", "--cuda-graphs", "--no-figures", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: CUDA graphs need a CUDA device; this model is on cpu."]
+    with pytest.raises(InputError, match="CUDA graphs need a CUDA device"):
+        use_cuda_graphs(tiny.target)
+    assert isinstance(runner_for(tiny.target), CachedLM)
+    started = next(iter(generate(tiny, "ab", max_new_tokens=2)))
+    assert started.cuda_graphs is False and started.to_dict()["cuda_graphs"] is False

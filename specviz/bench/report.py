@@ -39,7 +39,10 @@ def header(report: dict) -> list:
         f"{_f(env.get('loadavg_start'))} at the start, {_f(env.get('loadavg_end'))} at the end. Suite wall time "
         f"**{report['wall_time_s']:.0f} s** (" + ", ".join(f"{name} {sec:.0f} s" for name, sec in
                                                   report.get("section_s", {}).items()) + ")."
-        + (f" CPU default chosen by measurement: {env['cpu_choice']['note']}." if env.get("cpu_choice") else ""), "",
+        + (f" CPU default chosen by measurement: {env['cpu_choice']['note']}." if env.get("cpu_choice") else "")
+        + (" specviz's forwards replay **CUDA graphs** over a static KV cache (`--cuda-graphs`, "
+           "specviz.lm.GraphLM); transformers' lanes run eagerly, as its users run `generate()`."
+           if env.get("cuda_graphs") else ""), "",
         f"{plan['tokens']} new tokens per run" + "".join(
             f" ({p}: {n})" for p, n in plan.get("prompt_tokens") or ()) + f", k = {plan['k']} (pld: {plan['pld_k']}), "
         f"{plan['repeats']} repeat(s), methods interleaved (order rotated per group and repeat); "

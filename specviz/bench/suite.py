@@ -344,6 +344,8 @@ def environment(pair, static_cache: bool) -> dict:
             "cpu_linear": getattr(pair, "cpu_linear", "aten"), "transformers_linear": "aten",
             # why this dtype and kernel when none was asked for (specviz.cpu), else None
             "cpu_choice": getattr(pair, "cpu_choice", None),
+            # specviz's forwards replay CUDA graphs over a static cache (--cuda-graphs; specviz.lm.GraphLM)
+            "cuda_graphs": getattr(pair.target, "_specviz_graph_len", None) is not None,
             "loadavg_start": _loadavg(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
@@ -427,6 +429,9 @@ def build_parser():
     parser.add_argument("--static-cache", action="store_true",
                         help="plain transformers generate() with cache_implementation='static' "
                              "(GPU mode; transformers refuses it in assisted and prompt-lookup generate)")
+    parser.add_argument("--cuda-graphs", action="store_true",
+                        help="specviz's target and draft forwards replay CUDA graphs over a static KV cache "
+                             "(specviz.lm.GraphLM; CUDA only; transformers' lanes stay eager)")
     parser.add_argument("--quiet", action="store_true")
     return parser
 
@@ -477,6 +482,11 @@ def _run(args) -> int:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
     pair = load(args.pair, device=args.device, dtype=args.dtype, cpu_linear=args.cpu_linear)
+    if args.cuda_graphs:
+        from specviz.lm import use_cuda_graphs
+
+        for model in (pair.target, pair.draft):
+            use_cuda_graphs(model, max_len=1024)
     drop = set()
     if torch.device(pair.device).type != "cpu":  # the int8 draft kernel is a CPU kernel
         drop |= INT8_METHODS
