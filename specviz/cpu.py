@@ -84,7 +84,7 @@ def choose(costs: dict, fp32_fits: bool = True, rows: int = ROWS) -> CpuChoice:
     seen = f"a {rows}-row bf16 product costs {ratio:.1f}x a 1-row one"
     if ratio <= WALL:
         return CpuChoice(torch.bfloat16, "aten", f"bf16: {seen} on this CPU (native bf16)", costs)
-    kernel = min(("aten", "gemv"), key=lambda k: costs[f"fp32/{k}/{rows}"])
+    kernel = float32_kernel(costs, rows)
     fp32_ratio = costs[f"fp32/{kernel}/{rows}"] / costs[f"fp32/{kernel}/1"]
     if not fp32_fits:
         return CpuChoice(torch.bfloat16, "aten",
@@ -94,6 +94,13 @@ def choose(costs: dict, fp32_fits: bool = True, rows: int = ROWS) -> CpuChoice:
     return CpuChoice(torch.float32, kernel,
                      f"float32 with {name}: {seen} on this CPU (no native bf16), a float32 one "
                      f"{fp32_ratio:.1f}x", costs)
+
+
+def float32_kernel(costs=None, rows: int = ROWS) -> str:
+    """The cheaper float32 kernel at `rows` rows on this CPU ("aten" or "gemv"), e.g. for a
+    float32 pair loaded with an explicit dtype (the exactness tests)."""
+    costs = costs or measured()
+    return min(("aten", "gemv"), key=lambda k: costs[f"fp32/{k}/{rows}"])
 
 
 @functools.lru_cache(maxsize=1)

@@ -30,6 +30,7 @@ def test_emulated_bf16_takes_float32_with_the_cheaper_kernel():
     assert "4.7x" in choice.note and "no native bf16" in choice.note and "1.7x" in choice.note
     aten_cheaper = dict(AVX2, **{"fp32/gemv/5": 12.0})
     assert cpu.choose(aten_cheaper).kernel == "aten"
+    assert cpu.float32_kernel(AVX2) == "gemv" and cpu.float32_kernel(aten_cheaper) == "aten"
     assert cpu.choose(AVX2).to_dict()["dtype"] == "float32"
 
 
