@@ -20,7 +20,7 @@ app: setup
 	$(PY) app.py
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 clean-cache:
 	rm -rf "$${SPECVIZ_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/specviz}"

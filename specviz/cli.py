@@ -78,14 +78,14 @@ def cmd_generate(args) -> int:
     from specviz.metrics import RunStats
     from specviz.models import load_pair
 
+    options = dict(method=args.method, k=args.k, temperature=args.temperature, top_k=args.top_k,
+                   top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
+                   record_topk=args.record_topk if args.jsonl else 0, auto_rule=args.auto_rule,
+                   acceptance=args.acceptance, ngram=args.ngram, tree=args.tree)
+    engine.check_options(args.prompt, **options)  # bad options fail before gigabytes of weights load
     pair = load_pair(args.pair, device=args.device, dtype=args.dtype, draft_quant=args.draft_quant,
                      cpu_linear=args.cpu_linear)
-    stream = engine.generate(pair, args.prompt, method=args.method, k=args.k,
-                             temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                             max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
-                             record_topk=args.record_topk if args.jsonl else 0,
-                             auto_rule=args.auto_rule, acceptance=args.acceptance, ngram=args.ngram,
-                             tree=args.tree)
+    stream = engine.generate(pair, args.prompt, **options)
     ids, shown = [], ""
     for event in stream:
         if args.jsonl:

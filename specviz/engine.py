@@ -35,6 +35,7 @@ from specviz.config import (  # noqa: F401  (METHODS, METHOD_HELP... are part of
 from specviz.drafters import CascadeDrafter, ModelDrafter, PromptLookupDrafter, Proposal
 from specviz.drafters.lookahead import LookaheadDrafter
 from specviz.drafters.tree import TreeDrafter
+from specviz.errors import InputError
 from specviz.lm import runner_for, synchronize
 from specviz.tree import attention, parse_shape
 from specviz.verifiers import TypicalVerifier, default_verifier
@@ -65,10 +66,9 @@ def generate(pair, prompt: Union[str, list], *, method: str = "spec", k: Union[i
     `specviz.errors.InputError` that says what to change. `drafter` and `verifier` replace the
     defaults, e.g. in tests.
     """
-    cfg = validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_topk, chat,
-                   acceptance, auto_rule, confidence, ngram)
-    cfg = dataclasses.replace(cfg, **validate_tree(cfg, tree, tree_budget, tree_depth, tree_width),
-                              **validate_lookahead(cfg, lookahead_window, lookahead_pool))
+    cfg = _config(method, k, temperature, top_k, top_p, max_new_tokens, seed, chat, record_topk, acceptance,
+                  auto_rule, confidence, ngram, tree, tree_budget, tree_depth, tree_width, lookahead_window,
+                  lookahead_pool)
     prompt_ids = prompt_to_ids(pair, prompt, chat)
     check_context(pair, len(prompt_ids), cfg)
     policy = AdaptiveK(cfg.auto_rule, confidence=cfg.confidence) if cfg.k == "auto" else None
@@ -77,6 +77,31 @@ def generate(pair, prompt: Union[str, list], *, method: str = "spec", k: Union[i
         verifier = TreeVerifier(cfg.warp.greedy, pair.eos_token_ids)
     verifier = verifier or (TypicalVerifier() if cfg.acceptance == "typical" else default_verifier(cfg.warp))
     return _Run(pair, cfg, prompt, prompt_ids, drafter, verifier, policy).events()
+
+
+def _config(method, k, temperature, top_k, top_p, max_new_tokens, seed, chat, record_topk, acceptance,
+            auto_rule, confidence, ngram, tree, tree_budget, tree_depth, tree_width, lookahead_window,
+            lookahead_pool) -> RunConfig:
+    cfg = validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_topk, chat,
+                   acceptance, auto_rule, confidence, ngram)
+    return dataclasses.replace(cfg, **validate_tree(cfg, tree, tree_budget, tree_depth, tree_width),
+                               **validate_lookahead(cfg, lookahead_window, lookahead_pool))
+
+
+def check_options(prompt, **options) -> RunConfig:
+    """generate()'s checks that need no pair, so a caller can refuse bad input before it loads
+    gigabytes of weights (the CLI does): the same InputError generate() would raise."""
+    import inspect
+
+    if isinstance(prompt, str) and not prompt.strip():
+        prompt_to_ids(None, prompt, False)  # raises the empty-prompt error
+    try:
+        args = inspect.signature(generate).bind(None, prompt, **options)
+    except TypeError as exc:
+        raise InputError(str(exc)) from None
+    args.apply_defaults()
+    a = args.arguments
+    return _config(*(a[name] for name in inspect.signature(_config).parameters))
 
 
 def make_drafter(pair, cfg: RunConfig, policy=None):

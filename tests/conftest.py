@@ -6,8 +6,28 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    # each worker (and the kernels and CLIs it starts) gets its share of the cores: two workers
+    # whose OpenMP threads outnumber the cores spin against each other and run 3-4x slower
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 import pytest  # noqa: E402
+
+# `make test` runs two pytest-xdist workers that take whole files (--dist loadfile) in this order
+# (--no-loadscope-reorder). The real pair's file is the longest (five minutes, 8 GB in float32) and
+# the only one that loads it, so it starts first on one worker; that worker's one prefetched file
+# is a short one, and the other worker takes the remaining files longest first.
+FIRST = ("test_real_pair.py", "test_theory.py", "test_notebooks.py", "test_distribution.py", "test_tree.py",
+         "test_cli.py", "test_jupyter_browser.py", "test_browser.py", "test_methods.py", "test_app_api.py")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item):
+        name = item.path.name
+        return FIRST.index(name) if name in FIRST else len(FIRST)
+
+    items.sort(key=rank)  # stable: tests keep their order within a file
 
 
 @pytest.fixture(scope="session")

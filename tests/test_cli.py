@@ -78,3 +78,23 @@ def test_bench_is_a_subcommand():
     assert out.returncode == 0 and "--quick" in out.stdout and "--check-against" in out.stdout
     bad = cli("bench", "--methods", "nonsense")
     assert bad.returncode == 2 and bad.stderr.startswith("error: unknown method(s) nonsense")
+
+
+@pytest.mark.parametrize("args, options", [
+    (["--prompt", "x", "--k", "0"], dict(k=0)),
+    (["--prompt", "  "], {}),
+    (["--prompt", "x", "--method", "tree", "--tree", "3,x"], dict(method="tree", tree="3,x")),
+    (["--prompt", "x", "--method", "lookahead", "--temperature", "0.5"], dict(method="lookahead", temperature=0.5)),
+])
+def test_bad_options_fail_before_any_weights_load(monkeypatch, capsys, args, options):
+    from specviz import cli as cli_module, engine, models
+    from specviz.errors import InputError
+
+    def refuse(*a, **kw):
+        raise AssertionError("weights loaded before the options were checked")
+
+    monkeypatch.setattr(models, "load_pair", refuse)
+    assert cli_module.main(["generate", "--pair", "qwen-coder", *args]) == 2
+    with pytest.raises(InputError) as exc:  # the very message generate() gives for these options
+        engine.check_options(args[1], **options)
+    assert capsys.readouterr().err == f"error: {exc.value}\n"
