@@ -309,3 +309,23 @@ def test_cuda_graphs_need_cuda(tiny, capsys):
     assert isinstance(runner_for(tiny.target), CachedLM)
     started = next(iter(generate(tiny, "ab", max_new_tokens=2)))
     assert started.cuda_graphs is False and started.to_dict()["cuda_graphs"] is False
+
+
+def test_same_k_comparison_runs_the_chosen_lanes(tmp_path, capsys):
+    """specviz.bench.assisted: specviz's loop against transformers' assisted generate at the same
+    k, on the same kernels; --lanes keeps a rerun to the lanes a ratio needs."""
+    from specviz.bench import assisted
+
+    out = tmp_path / "assisted.json"
+    assert assisted.main(["--pair", "tiny", "--tokens", "8", "--repeats", "1", "--lanes", "spec",
+                          "hf-assisted-gemv", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["cpu_linear"] == "gemv" and json.loads(capsys.readouterr().out) == report
+    for row in report["results"].values():
+        assert set(row) == {"ar", "spec", "hf-assisted-gemv", "ratios", "same_tokens_as_hf_assisted_gemv"}
+        assert set(row["ratios"]) == {"spec_vs_hf_assisted_same_kernels_gemv"}
+        assert row["same_tokens_as_hf_assisted_gemv"] is True  # the same greedy tokens, both engines
+        assert row["ratios"]["spec_vs_hf_assisted_same_kernels_gemv"] == pytest.approx(
+            row["spec"]["tokens_per_s"] / row["hf-assisted-gemv"]["tokens_per_s"])
+    with pytest.raises(SystemExit):
+        assisted.main(["--pair", "tiny", "--lanes", "nonsense"])

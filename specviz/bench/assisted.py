@@ -99,8 +99,10 @@ def methods(k):
     }
 
 
-def bench(pair, tokens: int, k: int, repeats: int) -> dict:
+def bench(pair, tokens: int, k: int, repeats: int, lanes=None) -> dict:
     table = methods(k)
+    if lanes:
+        table = {name: run for name, run in table.items() if name in {"ar", *lanes}}
     results = {cat: {name: [] for name in table} for cat in PROMPTS}
     for cat, (prompt, chat) in PROMPTS.items():  # warm-up: first calls pay one-off costs
         run_specviz(pair, prompt, chat, 4, k, "spec", 10)
@@ -130,17 +132,20 @@ def summarise(results: dict) -> dict:
         ar = row["ar"]["tokens_per_s"]
         for name in row:
             row[name]["speedup_vs_ar"] = row[name]["tokens_per_s"] / ar
-        row["ratios"] = {
-            "spec_vs_hf_assisted": row["spec"]["tokens_per_s"] / row["hf-assisted"]["tokens_per_s"],
-            "spec_vs_hf_assisted_default": row["spec"]["tokens_per_s"] / row["hf-assisted-default"]["tokens_per_s"],
+        ratios = {
+            "spec_vs_hf_assisted": ("spec", "hf-assisted"),
+            "spec_vs_hf_assisted_default": ("spec", "hf-assisted-default"),
             # the loops alone: both engines on the same kernels
-            "spec_vs_hf_assisted_same_kernels_gemv": row["spec"]["tokens_per_s"] / row["hf-assisted-gemv"]["tokens_per_s"],
-            "spec_vs_hf_assisted_same_kernels_aten": row["spec-aten"]["tokens_per_s"] / row["hf-assisted"]["tokens_per_s"],
-            "spec_topk10_vs_bare": row["spec"]["tokens_per_s"] / row["spec-bare"]["tokens_per_s"],
-            "ar_vs_hf": row["ar"]["tokens_per_s"] / row["hf"]["tokens_per_s"],
+            "spec_vs_hf_assisted_same_kernels_gemv": ("spec", "hf-assisted-gemv"),
+            "spec_vs_hf_assisted_same_kernels_aten": ("spec-aten", "hf-assisted"),
+            "spec_topk10_vs_bare": ("spec", "spec-bare"),
+            "ar_vs_hf": ("ar", "hf"),
         }
-        same = per["spec"][0]["token_ids"] == per["hf-assisted"][0]["token_ids"]
-        row["same_tokens_as_hf_assisted"] = same
+        row["ratios"] = {name: row[a]["tokens_per_s"] / row[b]["tokens_per_s"]
+                         for name, (a, b) in ratios.items() if a in row and b in row}  # of the lanes run
+        hf_lane = next((name for name in ("hf-assisted", "hf-assisted-gemv") if name in per), None)
+        if "spec" in per and hf_lane:
+            row[f"same_tokens_as_{hf_lane.replace('-', '_')}"] = per["spec"][0]["token_ids"] == per[hf_lane][0]["token_ids"]
         out[cat] = row
     return out
 
@@ -152,8 +157,12 @@ def main(argv=None) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--lanes", nargs="+", default=None, metavar="LANE",
+                        help="run only these lanes (ar always runs): " + ", ".join(methods(4)))
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
+    if args.lanes and set(args.lanes) - set(methods(args.k)):
+        parser.error(f"unknown lane(s) {', '.join(sorted(set(args.lanes) - set(methods(args.k))))}")
     pair = load_pair(args.pair, dtype=args.dtype)
     if torch.device(pair.device).type == "cpu":  # the lanes compare specviz's kernels with nn.Linear
         load_pair(pair, cpu_linear="gemv")
@@ -161,7 +170,7 @@ def main(argv=None) -> int:
               "cpu_linear": pair.cpu_linear,
               "threads": torch.get_num_threads(), "machine": platform.machine(),
               "tokens": args.tokens, "k": args.k, "repeats": args.repeats,
-              "results": bench(pair, args.tokens, args.k, args.repeats)}
+              "results": bench(pair, args.tokens, args.k, args.repeats, args.lanes)}
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

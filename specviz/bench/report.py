@@ -226,6 +226,8 @@ def ranking_lines(report: dict) -> list:
             swapped = "; ".join(f"{s['methods'][0]} vs {s['methods'][1]} ({s['previous_ratio']:.2f} -> "
                                 f"{s['current_ratio']:.2f})" for s in r["swapped"])
             lines.append(f"- {g}: Kendall tau {tau}" + (f"; swapped: {swapped}" if swapped else ""))
+        if check.get("note"):  # e.g. how the run compares with other runs than the one checked
+            lines += ["", check["note"]]
     return lines + [""]
 
 
