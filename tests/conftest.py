@@ -15,11 +15,12 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 import pytest  # noqa: E402
 
 # `make test` runs two pytest-xdist workers that take whole files (--dist loadfile) in this order
-# (--no-loadscope-reorder). The real pair's file is the longest (five minutes, 8 GB in float32) and
-# the only one that loads it, so it starts first on one worker; that worker's one prefetched file
-# is a short one, and the other worker takes the remaining files longest first.
-FIRST = ("test_real_pair.py", "test_theory.py", "test_notebooks.py", "test_distribution.py", "test_tree.py",
-         "test_cli.py", "test_jupyter_browser.py", "test_browser.py", "test_methods.py", "test_app_api.py")
+# (--no-loadscope-reorder): the real pair's file, the longest (five to eight minutes, 8 GB in
+# float32) and the only one that loads that pair, starts at once on one worker while the other
+# works through the rest longest first; a worker is handed its next file only as its current one
+# runs out, so the two end close together.
+FIRST = ("test_real_pair.py", "test_notebooks.py", "test_distribution.py", "test_tree.py", "test_cli.py",
+         "test_jupyter_browser.py", "test_browser.py", "test_methods.py", "test_app_api.py")
 
 
 def pytest_collection_modifyitems(items):
