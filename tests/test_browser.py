@@ -100,6 +100,8 @@ def test_page_loads_with_the_legend(ui):
 
 def test_a_run_shows_chips_of_every_status(ui):
     ui.get_by_text("Hot sampling, T = 1.5: speculation loses", exact=True).click()
+    # an example fills the inputs asynchronously; a Run clicked before that runs greedy
+    expect(ui.get_by_label("Temperature (0 = greedy)").first).to_have_value("1.5")
     ui.get_by_role("button", name="Run", exact=True).click()
     expect(ui.locator('#sv-stats [data-finished="1"]')).to_be_visible(timeout=RUN_TIMEOUT)
     for status in ("accepted", "rejected", "wasted", "residual", "bonus"):
