@@ -153,10 +153,14 @@ def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def check_prompt_text(prompt) -> None:
+    if isinstance(prompt, str) and not prompt.strip():
+        raise InputError("The prompt is empty: type some text to continue.")
+
+
 def prompt_to_ids(pair, prompt, chat: bool) -> list:
+    check_prompt_text(prompt)
     if isinstance(prompt, str):
-        if not prompt.strip():
-            raise InputError("The prompt is empty: type some text to continue.")
         ids = pair.encode(prompt, chat=chat)
     else:
         ids = [int(t) for t in prompt]

@@ -30,8 +30,8 @@ from specviz import metrics, sampling
 from specviz.adaptive import AdaptiveK
 from specviz.config import (  # noqa: F401  (METHODS, METHOD_HELP... are part of this module's API)
     ACCEPTANCE, AUTO_METHODS, MAX_K, MAX_NEW_TOKENS, MAX_TOPK, MAX_TREE_NODES, METHOD_HELP, METHODS,
-    TREE_METHODS, RunConfig, check_context, prompt_to_ids, validate, validate_lookahead, validate_tree,
-    vocab_size)
+    TREE_METHODS, RunConfig, check_context, check_prompt_text, prompt_to_ids, validate, validate_lookahead,
+    validate_tree, vocab_size)
 from specviz.drafters import CascadeDrafter, ModelDrafter, PromptLookupDrafter, Proposal
 from specviz.drafters.lookahead import LookaheadDrafter
 from specviz.drafters.tree import TreeDrafter
@@ -93,8 +93,7 @@ def check_options(prompt, **options) -> RunConfig:
     gigabytes of weights (the CLI does): the same InputError generate() would raise."""
     import inspect
 
-    if isinstance(prompt, str) and not prompt.strip():
-        prompt_to_ids(None, prompt, False)  # raises the empty-prompt error
+    check_prompt_text(prompt)
     try:
         args = inspect.signature(generate).bind(None, prompt, **options)
     except TypeError as exc:

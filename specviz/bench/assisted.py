@@ -145,7 +145,8 @@ def summarise(results: dict) -> dict:
                          for name, (a, b) in ratios.items() if a in row and b in row}  # of the lanes run
         hf_lane = next((name for name in ("hf-assisted", "hf-assisted-gemv") if name in per), None)
         if "spec" in per and hf_lane:
-            row[f"same_tokens_as_{hf_lane.replace('-', '_')}"] = per["spec"][0]["token_ids"] == per[hf_lane][0]["token_ids"]
+            same = per["spec"][0]["token_ids"] == per[hf_lane][0]["token_ids"]
+            row[f"same_tokens_as_{hf_lane.replace('-', '_')}"] = same
         out[cat] = row
     return out
 
@@ -161,8 +162,9 @@ def main(argv=None) -> int:
                         help="run only these lanes (ar always runs): " + ", ".join(methods(4)))
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
-    if args.lanes and set(args.lanes) - set(methods(args.k)):
-        parser.error(f"unknown lane(s) {', '.join(sorted(set(args.lanes) - set(methods(args.k))))}")
+    unknown = set(args.lanes or ()) - set(methods(args.k))
+    if unknown:
+        parser.error(f"unknown lane(s) {', '.join(sorted(unknown))}")
     pair = load_pair(args.pair, dtype=args.dtype)
     if torch.device(pair.device).type == "cpu":  # the lanes compare specviz's kernels with nn.Linear
         load_pair(pair, cpu_linear="gemv")
