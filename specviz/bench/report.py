@@ -268,8 +268,11 @@ def write(report: dict, prefix: Path, png: bool = True, with_figures: bool = Tru
 
 
 def _write_png(fig, path: Path) -> bool:
-    try:
-        fig.write_image(path, scale=1)
-    except Exception:  # kaleido or its browser missing: the HTML figure stays
-        return False
-    return True
+    """Through the notebook renderer, which never waits for a browser that cannot answer; with
+    none, the HTML figure stays."""
+    from specviz.render.notebook import figure_png
+
+    png = figure_png(fig)
+    if png is not None:
+        path.write_bytes(png)
+    return png is not None

@@ -1,60 +1,159 @@
 """Notebook set-up: Plotly figures that stay interactive in Jupyter and leave a static image.
 
 `setup()` makes every `fig.show()` emit two representations: Plotly's own JSON mimetype
-(interactive in JupyterLab, VS Code, nbviewer) and a PNG drawn by kaleido, which is what GitHub
-shows. The PNG part never breaks a notebook: without kaleido or a Chrome/Chromium for it to
-drive, figures are simply interactive-only. SPECVIZ_STATIC_IMAGES=0 turns PNGs off.
+(interactive in JupyterLab, VS Code, Colab, nbviewer) and a PNG drawn by kaleido in a headless
+Chrome/Chromium, which is what GitHub shows. The PNG part never breaks or stalls a notebook:
 
-kaleido starts one headless browser for the session (a "sync server") instead of one per
-figure: the first image costs a couple of seconds, later ones a fraction of a second.
+- it is tried only when a browser is found (`browser_path`: $BROWSER_PATH, the PATH, the usual
+  install folders, kaleido_get_chrome's download); otherwise `setup()` says so in one line and
+  figures are interactive-only;
+- every call into the browser waits at most `START_TIMEOUT_S` (the first image starts it) or
+  `FIGURE_TIMEOUT_S`; past that, or on any error, static images turn off for the session with
+  one line saying why, and the browser is shut down.
+
+kaleido's own sync server (`kaleido.start_sync_server`, what `plotly.io.to_image` uses) waits on a
+queue with no timeout, and when its browser never starts that wait is forever: notebooks and
+tests hung on machines without Chrome. So the browser runs here on a private event loop whose
+every call has a deadline. SPECVIZ_STATIC_IMAGES=0 turns PNGs off.
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import base64
 import os
-import warnings
+import sys
+import threading
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Optional
 
 import plotly.io as pio
 from plotly.io._base_renderers import MimetypeRenderer
 
 RENDERER = "specviz_png"
-_state = {"server": False, "failed": False}
+START_TIMEOUT_S = 10.0  # starting a headless browser: a few seconds, more on a cold or busy laptop
+FIGURE_TIMEOUT_S = 10.0  # one figure: a fraction of a second once the browser runs
+_lock = threading.Lock()
+_state: dict = {"browser": None, "off": None}  # off: why static images are off, once known
+
+
+def browser_path() -> Optional[str]:
+    """The Chrome/Chromium (or Edge, Brave) kaleido would drive, or None: $BROWSER_PATH, then the
+    PATH, the usual install folders and kaleido_get_chrome's download (choreographer's search).
+    A path that is not an executable file counts as none."""
+    try:
+        from choreographer.browsers.chromium import Chromium
+
+        path = Chromium.find_browser(skip_local=False)
+    except Exception:  # no kaleido/choreographer, or its search failed: no browser known
+        return None
+    return path if path and os.path.isfile(path) and os.access(path, os.X_OK) else None
+
+
+def static_images_off() -> Optional[str]:
+    """Why no static image can be drawn in this session (one sentence), or None when it can."""
+    if _state["off"]:
+        return _state["off"]
+    if os.environ.get("SPECVIZ_STATIC_IMAGES") == "0":
+        return "static figure images are off (SPECVIZ_STATIC_IMAGES=0)"
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return "static figure images are off: kaleido is not installed (pip install kaleido)"
+    if browser_path() is None:
+        return ("static figure images are off: no Chrome/Chromium found (install one, or set "
+                "BROWSER_PATH); figures stay interactive")
+    return None
 
 
 def figure_png(fig, width: Optional[int] = None, height: Optional[int] = None) -> Optional[bytes]:
-    """PNG bytes of a figure (or figure dict), or None when no static image can be drawn."""
-    if _state["failed"] or os.environ.get("SPECVIZ_STATIC_IMAGES") == "0":
+    """PNG bytes of a figure (or figure dict), or None when no static image can be drawn. Never
+    waits longer than START_TIMEOUT_S + FIGURE_TIMEOUT_S."""
+    if static_images_off():
         return None
-    try:
-        _start_server()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "kopts ignored with a server": expected
-            return pio.to_image(fig, format="png", width=width, height=height, validate=False)
-    except Exception as exc:  # no kaleido, no browser, or the browser died: stay interactive-only
-        _state["failed"] = True
-        warnings.warn(f"static figure images are off ({type(exc).__name__}: {exc})", stacklevel=2)
-        return None
+    fig = fig if isinstance(fig, dict) else fig.to_dict()
+    layout = fig.get("layout") or {}
+    opts = dict(format="png", width=width or layout.get("width") or 700,
+                height=height or layout.get("height") or 500, scale=1)
+    with _lock:
+        try:
+            if _state["browser"] is None:
+                _state["browser"] = _Browser(browser_path())
+            return _state["browser"].png(fig, opts)
+        except Exception as exc:  # no browser after all, it hung, or it died: interactive-only
+            reason = "timed out" if isinstance(exc, FutureTimeout) else f"{type(exc).__name__}: {exc}"
+            _turn_off(f"static figure images are off ({reason}); figures stay interactive")
+            return None
 
 
-def _start_server() -> None:
-    if _state["server"]:
-        return
-    import kaleido
-
-    kaleido.start_sync_server(silence_warnings=True)
-    _state["server"] = True
-    atexit.register(_stop_server)
+def _turn_off(reason: str) -> None:
+    _state["off"] = reason
+    print(f"specviz: {reason}", file=sys.stderr)
+    browser, _state["browser"] = _state["browser"], None
+    if browser is not None:
+        browser.close()
 
 
-def _stop_server() -> None:
-    if _state["server"]:
+class _Browser:
+    """One headless browser, driven by kaleido on a private event loop thread; every call waits
+    at most its timeout (kaleido.Kaleido is asyncio-only)."""
+
+    def __init__(self, path: str):
         import kaleido
 
-        kaleido.stop_sync_server(silence_warnings=True)
-        _state["server"] = False
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="specviz-kaleido", daemon=True).start()
+        self._kaleido = None
+        atexit.register(self.close)
+
+        async def start():
+            # mathjax=False: no CDN fetch (offline classrooms); figures here use no LaTeX
+            self._kaleido = kaleido.Kaleido(path=path, mathjax=False)
+            await self._kaleido.open()
+
+        try:
+            self._call(start(), START_TIMEOUT_S)
+        except BaseException:
+            self.close(polite=False)  # a browser that never answered must not outlive this
+            raise
+
+    def _call(self, coroutine, timeout: float):
+        async def settled():  # the outcome as a value: one given up on leaves no stray traceback
+            try:
+                return await coroutine, None
+            except BaseException as exc:  # noqa: BLE001 (cancellation included)
+                return None, exc
+
+        future = asyncio.run_coroutine_threadsafe(settled(), self._loop)
+        try:
+            value, error = future.result(timeout)
+        except FutureTimeout:
+            future.cancel()
+            raise
+        if error is not None:
+            raise error
+        return value
+
+    def png(self, fig: dict, opts: dict) -> bytes:
+        return self._call(self._kaleido.calc_fig(fig, opts=opts), FIGURE_TIMEOUT_S)
+
+    def close(self, polite: bool = True) -> None:
+        """Close the browser (a few seconds at most; not asked at all when it never answered),
+        end its process group if it is still there, and stop the loop."""
+        kaleido, self._kaleido = self._kaleido, None
+        if kaleido is not None:
+            try:
+                if polite:
+                    self._call(kaleido.close(), 5.0)
+            except Exception:  # it stopped answering: the process group goes below
+                pass
+            process = getattr(kaleido, "subprocess", None)
+            if process is not None and process.poll() is None:
+                from choreographer.utils._kill import kill  # the group: the wrapper and the browser
+
+                kill(process)
+        self._loop.call_soon_threadsafe(self._loop.stop)
 
 
 class StaticPng(MimetypeRenderer):
@@ -70,11 +169,14 @@ class StaticPng(MimetypeRenderer):
 
 
 def setup(static_images: Optional[bool] = None) -> None:
-    """Make `fig.show()` interactive plus a PNG copy (`plotly.io.renderers.default` says which)."""
+    """Make `fig.show()` interactive plus a PNG copy where a browser can draw one
+    (`plotly.io.renderers.default` says which); where none can, say why in one line."""
     pio.renderers[RENDERER] = StaticPng()
-    if static_images is None:
-        static_images = os.environ.get("SPECVIZ_STATIC_IMAGES") != "0"
-    pio.renderers.default = f"plotly_mimetype+{RENDERER}" if static_images else "plotly_mimetype"
+    reason = "static figure images are off (setup(static_images=False))" if static_images is False \
+        else static_images_off()
+    pio.renderers.default = "plotly_mimetype" if reason else f"plotly_mimetype+{RENDERER}"
+    if reason:
+        print(f"specviz: {reason}")
 
 
 def check(answer, expected, tol: float = 0.0, hint: str = "") -> Optional[bool]:
