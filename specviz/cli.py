@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz pairs | generate ... | bench ...`.
+"""Command line: `python -m specviz app | pairs | generate ... | bench ...`.
 
 Errors a user can fix print one line on stderr and exit with status 2; nothing else is printed
 on stdout with --jsonl but one event per line.
@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m specviz",
                                      description="Speculative decoding you can watch.")
     sub = parser.add_subparsers(dest="command", required=True)
+    app = sub.add_parser("app", help="start the web app on http://127.0.0.1:7860 (the default pair loads behind it)")
+    app.add_argument("--pair", default=None, help="the pair the app starts with (default: $SPECVIZ_PAIR or qwen-coder)")
+    app.add_argument("--port", type=int, default=None, help="port (default: $PORT, else 7860)")
     sub.add_parser("pairs", help="list the model pair presets")
     sub.add_parser("bench", help="the benchmark suite (python -m specviz bench --help)", add_help=False)
     gen = sub.add_parser("generate", help="run one generation and print text and metrics")
@@ -61,6 +64,26 @@ def _k(text: str):
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"k must be a whole number or 'auto', got {text!r}") from None
+
+
+def cmd_app(args) -> int:
+    """Run app.py, the Gradio app beside the package (the checkout `pip install -e .` installed
+    from, which is also what a Hugging Face Space runs), the same way on every OS."""
+    import os
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "app.py"
+    if not script.is_file():
+        raise SpecvizError("The app (app.py) ships with the source checkout, not with this installed copy: "
+                           "clone the repository and run `pip install -e .` there.")
+    if args.pair:
+        os.environ["SPECVIZ_PAIR"] = args.pair
+    if args.port:
+        os.environ["PORT"] = str(args.port)
+    sys.path.insert(0, str(script.parent))
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
 
 
 def cmd_pairs(args) -> int:
@@ -110,7 +133,7 @@ def main(argv=None) -> int:
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        return {"pairs": cmd_pairs, "generate": cmd_generate}[args.command](args)
+        return {"app": cmd_app, "pairs": cmd_pairs, "generate": cmd_generate}[args.command](args)
     except SpecvizError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -98,3 +98,35 @@ def test_bad_options_fail_before_any_weights_load(monkeypatch, capsys, args, opt
     with pytest.raises(InputError) as exc:  # the very message generate() gives for these options
         engine.check_options(args[1], **options)
     assert capsys.readouterr().err == f"error: {exc.value}\n"
+
+
+def test_app_command_serves_the_page_from_any_folder(tmp_path):
+    """`python -m specviz app`, the make-free way (Windows, plain pip), run from an unrelated
+    folder: the installed package finds its app and serves it."""
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    proc = subprocess.Popen([sys.executable, "-m", "specviz", "app", "--pair", "tiny", "--port", str(port)],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline, page = time.monotonic() + 120, None
+        while page is None and proc.poll() is None and time.monotonic() < deadline:
+            try:
+                page = urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5).read().decode()
+            except OSError:
+                time.sleep(0.5)  # polling for the server to come up, not an assertion
+        assert proc.poll() is None, proc.stdout.read()
+        assert page is not None and "specviz" in page
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_app_command_refuses_an_unknown_option_in_one_line():
+    out = cli("app", "--colour", "red")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "unrecognized arguments" in out.stderr
