@@ -7,6 +7,8 @@ gpt-fast. Exact toy models (`specviz.toy`) provide the same interface.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 
@@ -214,3 +216,38 @@ def synchronize(device) -> None:
     """Wait for queued GPU work so wall-clock timings measure compute, not launches."""
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+
+
+AUTO_GRAPH_LEN = 4096  # tokens a run may hold when graphs were chosen automatically (the app's prompt and output caps fit)
+
+
+@torch.inference_mode()
+def choose_cuda_graphs(model, max_len: int = AUTO_GRAPH_LEN, repeats: int = 5) -> str:
+    """On CUDA, time a one-token forward launched eagerly and replayed as a CUDA graph (best of
+    `repeats`, after a warm-up and the capture) and keep graphs on for `model` when they were
+    faster. Returns one line saying what was measured and chosen.
+
+    Whether graphs pay depends on the GPU, the model and the host: where launching from Python
+    is the bottleneck (small models at batch 1) they do, by a wide margin; a measurement rather
+    than a rule keeps a GPU where they would not from paying for their fixed cache."""
+    ids = list(range(10, 42))
+    costs = {}
+    for name in ("eager", "graph"):
+        runner = CachedLM(model) if name == "eager" else GraphLM(model, max_len)
+        runner.forward(ids[:16], last_only=True)
+        best = float("inf")
+        for r in range(repeats + 2):  # rounds 0-1: first forwards and the graph's capture
+            synchronize(runner.device)
+            start = time.perf_counter()
+            runner.forward(ids[16:17], last_only=True)
+            synchronize(runner.device)
+            if r >= 2:
+                best = min(best, time.perf_counter() - start)
+            runner.crop(16)
+        costs[name] = best * 1e3
+        del runner  # a GraphLM gives its cache and graphs back to the model for later runs
+    chosen = costs["graph"] < costs["eager"]
+    if chosen:
+        use_cuda_graphs(model, max_len)
+    return (f"CUDA graphs {'on' if chosen else 'off'}: a one-token forward took {costs['graph']:.1f} ms "
+            f"replayed as a graph vs {costs['eager']:.1f} ms launched eagerly")

@@ -74,3 +74,17 @@ def test_sampling_with_graphs_follows_the_seed(pairs):
     one = tokens(graphs, method="spec", k=4, temperature=1.0, seed=3)
     two = tokens(graphs, method="spec", k=4, temperature=1.0, seed=3)
     assert one == two and len(one) > 0
+
+
+def test_graphs_chosen_by_measurement_keep_the_output():
+    """load_pair on CUDA times a one-token forward eagerly and as a graph, keeps graphs where
+    they were faster, says so, and decoding still equals AR token for token."""
+    from specviz.bench.synthetic import random_pair
+    from specviz.lm import AUTO_GRAPH_LEN, choose_cuda_graphs
+
+    pair = random_pair("random:0.5b/0.5b", device="cuda", dtype="float32")
+    notes = [choose_cuda_graphs(model) for model in (pair.target, pair.draft)]
+    for model, note in zip((pair.target, pair.draft), notes):
+        on = getattr(model, "_specviz_graph_len", None) == AUTO_GRAPH_LEN
+        assert note.startswith("CUDA graphs on" if on else "CUDA graphs off") and " ms " in note
+    assert tokens(pair, method="spec", k=4) == tokens(pair, method="ar")
