@@ -148,6 +148,8 @@ class _Run:
         self.generator = torch.Generator(device=pair.device).manual_seed(cfg.seed)
         self.target = runner_for(pair.target)
         self.finish: Optional[str] = None
+        self.t0: Optional[float] = None  # perf_counter at the start, moved on by the time paused
+        self.cpu0 = 0.0  # thread_time of the thread now running the run, moved the same way
 
     @property
     def new_tokens(self) -> int:
@@ -155,17 +157,24 @@ class _Run:
 
     def events(self) -> Iterator[ev.Event]:
         """The run's events. Time the consumer spends between two events (rendering, sending,
-        another engine's turn in a race) is left out of the run's clock."""
+        another engine's turn in a race) is left out of the run's clocks: wall (`elapsed`) and the
+        decoding thread's CPU time (`cpu_elapsed`)."""
         for event in self._events():
-            paused = time.perf_counter()
+            paused, cpu = time.perf_counter(), self._cpu()
             yield event
-            if hasattr(self, "t0"):
+            if self.t0 is not None:
                 self.t0 += time.perf_counter() - paused
+                # a server may resume a generator on another thread: carry on from that thread's clock
+                self.cpu0 = time.thread_time() - cpu
+
+    def _cpu(self) -> float:
+        """Seconds this run's decoding thread has been on a core since the run started."""
+        return time.thread_time() - self.cpu0
 
     def _events(self) -> Iterator[ev.Event]:
         started = self._started()
         yield started
-        self.t0 = time.perf_counter()
+        self.t0, self.cpu0 = time.perf_counter(), time.thread_time()
         self.target.reset()  # no separate prefill: step 0's target pass feeds the prompt with its drafts
         self.drafter.start(self.prompt_ids)
         steps = []
@@ -189,6 +198,7 @@ class _Run:
             lossless=bool(self.verifier.lossless), eos_token_ids=sorted(self.eos),
             drafter=self.drafter.name, options=cfg.options(),
             draft_quant=getattr(pair, "draft_quant", "none"), cpu_linear=getattr(pair, "cpu_linear", "aten"),
+            target_quant=getattr(pair, "target_quant", "none"),
             cuda_graphs=getattr(pair.target, "_specviz_graph_len", None) is not None)
 
     def _step(self, step: int) -> Iterator[ev.Event]:
@@ -218,7 +228,7 @@ class _Run:
             emitted_texts=[self.pair.token_text(t) for t in emitted], beta=verdict.beta,
             draft_time=proposal.seconds, verify_time=verify_time, draft_forwards=proposal.forwards,
             target_forwards=1, elapsed=time.perf_counter() - self.t0, finish_reason=self.finish,
-            info=info or None, prefill=prefill)
+            info=info or None, prefill=prefill, cpu_elapsed=self._cpu())
 
     def _tree_step(self, step: int) -> Iterator[ev.Event]:
         """Draft a tree, score every node in one target pass, walk it, keep the accepted path."""
@@ -248,7 +258,7 @@ class _Run:
             beta=[d.beta for d in verdict.decisions], draft_time=proposal.seconds,
             verify_time=verify_time, draft_forwards=proposal.forwards, target_forwards=1,
             elapsed=time.perf_counter() - self.t0, finish_reason=self.finish, info=info,
-            prefill=attend.shape[0] - len(tree) - 1)
+            prefill=attend.shape[0] - len(tree) - 1, cpu_elapsed=self._cpu())
 
     def _score_tree(self, tree):
         """One target pass over the uncached tail and every node, with tree attention."""

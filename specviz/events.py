@@ -61,6 +61,7 @@ class RunStarted(Event):
     drafter: str
     options: dict
     draft_quant: str = "none"  # "int8": int8 weight-only draft (still lossless: only q changes)
+    target_quant: str = "none"  # "int8" (memory="low"): the int8 target is the model being decoded
     cpu_linear: str = "aten"  # "gemv": linear layers run as W @ x.T on the CPU (specviz.kernels)
     cuda_graphs: bool = False  # the target's forwards replay CUDA graphs over a static cache (specviz.lm.GraphLM)
     schema_version: int = SCHEMA_VERSION
@@ -198,6 +199,10 @@ class StepFinished(Event):
     # prompt tokens that rode along in this step's target pass: step 0 feeds the prompt's prefill
     # together with its first drafts (one forward instead of two, as transformers does); 0 after
     prefill: int = 0
+    # seconds the decoding thread was on a core over the same span as `elapsed` (time.thread_time);
+    # well below `elapsed` means other programs held the cores (specviz.metrics.judge_timing).
+    # None in traces recorded before it was kept
+    cpu_elapsed: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -216,7 +221,7 @@ EVENT_TYPES = {
 }
 
 # Fields that hold wall-clock measurements: they differ between otherwise identical runs.
-TIMING_FIELDS = frozenset({"draft_time", "verify_time", "elapsed"})
+TIMING_FIELDS = frozenset({"draft_time", "verify_time", "elapsed", "cpu_elapsed"})
 
 
 def register(cls):
@@ -249,4 +254,5 @@ def without_timings(event_dict: dict) -> dict:
 
 TIMING_METRICS = frozenset({"wall_time", "tokens_per_s", "ttft", "draft_time", "verify_time",
                             "decode_verify_time", "decode_draft_time", "verify_s_per_forward",
-                            "draft_s_per_forward", "c", "prefill_time", "decode_tokens_per_s"})
+                            "draft_s_per_forward", "c", "prefill_time", "decode_tokens_per_s",
+                            "cpu_share", "verify_spread"})

@@ -12,10 +12,19 @@ Definitions (k = draft length, a step = one target forward):
     position_acceptance   for each draft index i, accepted at i / evaluated at i (conditional);
                           for trees, per depth: a child accepted at depth i / depth i reached.
     c                     mean draft forward time / mean target forward time, measured.
+    cpu_share             seconds the decoding thread was on a core / seconds of the run (both on
+                          the engine's clock, consumer pauses left out). Near 1 alone on a CPU.
+    verify_spread         interquartile range / median of the per-forward verify time over the
+                          decode steps of the commonest shape: how much same-shape forwards varied.
+
+`judge_timing` turns the last two into a verdict on whether the run's timings can be trusted
+(`timing_note(events)`: None or the sentence to show instead of a speed verdict).
 """
 
 from __future__ import annotations
 
+import statistics
+from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional
 
@@ -51,6 +60,8 @@ class RunStats:
     verify_s_per_forward: Optional[float] = None
     draft_s_per_forward: Optional[float] = None
     c: Optional[float] = None
+    cpu_share: Optional[float] = None  # None: the events carry no CPU clock (older traces)
+    verify_spread: Optional[float] = None  # None: fewer than SPREAD_MIN_STEPS same-shape decode steps
     finish_reason: Optional[str] = None
     lossless: bool = True  # False for a lossy acceptance rule (typical): output != target's law
     counters: dict = field(default_factory=dict)  # method-specific sums (cascade n-gram hits, ...)
@@ -89,6 +100,7 @@ def fold(events: Iterable) -> RunStats:
     stats = RunStats()
     beta_sum = 0.0
     pos_eval, pos_acc = [], []
+    per_forward = defaultdict(list)  # drafted -> verify seconds per forward of decode steps
     for event in events:
         kind = _kind(event)
         if kind == "run_started":
@@ -96,8 +108,25 @@ def fold(events: Iterable) -> RunStats:
             stats.lossless = _get(event, "lossless")
         elif kind == "step_finished":
             beta_sum += _fold_step(stats, event, pos_eval, pos_acc)
+            _fold_clocks(stats, event, per_forward)
     _finish(stats, beta_sum, pos_eval, pos_acc)
+    stats.verify_spread = _spread(max(per_forward.values(), key=len, default=[]))
     return stats
+
+
+def _fold_clocks(stats: RunStats, step, per_forward: dict) -> None:
+    cpu, elapsed = _get_default(step, "cpu_elapsed", None), _get(step, "elapsed")
+    stats.cpu_share = cpu / elapsed if cpu is not None and elapsed > 0 else None
+    if not _get_default(step, "prefill", 0) and _get(step, "target_forwards"):
+        per_forward[_get(step, "drafted")].append(_get(step, "verify_time") / _get(step, "target_forwards"))
+
+
+def _spread(seconds: list) -> Optional[float]:
+    """Interquartile range over median: robust to the odd slow step, which the quietest machine has."""
+    if len(seconds) < SPREAD_MIN_STEPS:
+        return None
+    low, median, high = statistics.quantiles(seconds, n=4)
+    return (high - low) / median if median > 0 else None
 
 
 def _fold_step(stats: RunStats, step, pos_eval: list, pos_acc: list) -> float:
@@ -176,3 +205,78 @@ def _per_forward(decode_time: float, decode_n: int, time: float, n: int) -> Opti
 def fold_runs(runs: Iterable[Iterable]) -> list:
     """RunStats for each run of a list of event lists."""
     return [fold(run) for run in runs]
+
+
+# ---------------------------------------------------------------------------------------------
+# can the timings be trusted?
+
+BUSY_SHARE = 0.9
+BUSY_SPREAD = 1.0
+SPREAD_MIN_STEPS = 8  # fewer same-shape forwards give no meaningful quartiles
+MIN_SECONDS = 0.2  # Windows advances thread clocks in 15.6 ms ticks: shorter runs are not judged
+ADVICE = "so these timings are unreliable; close other programs and run again"
+
+
+@dataclass(frozen=True)
+class TimingCheck:
+    reliable: Optional[bool]  # None: nothing to judge by (too short, or too few steps off a CPU)
+    note: Optional[str]  # the sentence to show instead of a speed verdict; None when reliable
+    cpu_share: Optional[float] = None
+    verify_spread: Optional[float] = None
+
+
+def judge_timing(cpu_share: Optional[float], verify_spread: Optional[float], device: Optional[str] = "cpu",
+                 seconds: Optional[float] = None) -> TimingCheck:
+    """Whether timings taken with this CPU share and forward-time spread can be trusted.
+
+    On a CPU the share decides: the decoding thread's CPU time over the wall time it was timed.
+    Alone it computes all the time (it spins at OpenMP barriers rather than sleep); when other work
+    wants the cores, the scheduler takes it off them and the share drops. How the thresholds were
+    chosen: runs of the engine on the 2-core dev VM (AMD EPYC, bf16, 2 torch threads), alone and
+    beside processes spinning a core each or other people's jobs, with the cores the rest of the
+    machine used read from /proc/stat over each run. Alone (under 0.15 other cores) the share read
+    0.99-1.00 on the tiny pair (55 runs) and 0.973-0.99 on qwen-coder (AR and spec k=4); beside a
+    spinner busy 25% of the time 0.84 (qwen-coder AR 1.25x slower); beside 0.4 cores of other work
+    0.75-0.80 (its spec lane 1.3-1.6x slower); beside 0.7 cores 0.65-0.66 (AR 2.2x slower); beside
+    two spinners 0.49-0.51 (AR 3.2x slower). BUSY_SHARE = 0.9 sits in the middle of the gap between
+    the lowest quiet reading (0.973) and the highest that already distorted a speed (0.84). Runs
+    shorter than MIN_SECONDS are not judged by it: Windows' thread clock ticks every 15.6 ms, more
+    than the margin over a short run.
+
+    The spread (IQR / median of same-shape forward times) does not separate a steady competitor
+    from a quiet machine: beside the spinners it read 0.01-6.4 (every forward slowed alike gives
+    a small one), alone 0.05-0.38. So it is used only where the share says nothing: on a GPU
+    (the CPU thread's share there depends on how it waits for the device, not on contention) and
+    on traces recorded without a CPU clock. BUSY_SPREAD = 1.0 is 2.6x the largest spread measured
+    alone: it flags only bursts. Without either figure nothing is judged (reliable is None).
+    """
+    if str(device or "").startswith("cpu") and cpu_share is not None:
+        if seconds is not None and seconds < MIN_SECONDS:
+            return TimingCheck(None, None, cpu_share, verify_spread)
+        if cpu_share < BUSY_SHARE:
+            return TimingCheck(False, f"The machine was busy: the decoding thread ran only {cpu_share:.0%} of "
+                                      f"the time it was timed (the cores were shared with other work), {ADVICE}.",
+                               cpu_share, verify_spread)
+        return TimingCheck(True, None, cpu_share, verify_spread)
+    if verify_spread is None:
+        return TimingCheck(None, None, cpu_share, verify_spread)
+    if verify_spread > BUSY_SPREAD:
+        return TimingCheck(False, f"The machine was busy: forward passes of the same size varied by "
+                                  f"±{verify_spread / 2:.0%} around their median, {ADVICE}.",
+                           cpu_share, verify_spread)
+    return TimingCheck(True, None, cpu_share, verify_spread)
+
+
+def timing_check(events: Iterable) -> TimingCheck:
+    """judge_timing on a run's events (or their dicts): its device and folded clocks."""
+    events = list(events)
+    started = next((e for e in events if _kind(e) == "run_started"), None)
+    stats = fold(events)
+    device = _get(started, "device") if started is not None else None
+    return judge_timing(stats.cpu_share, stats.verify_spread, device, stats.wall_time)
+
+
+def timing_note(events: Iterable) -> Optional[str]:
+    """None when a run's timings can be trusted (or cannot be judged), else the sentence saying
+    the machine was busy: what a timing lesson prints instead of its conclusion."""
+    return timing_check(events).note

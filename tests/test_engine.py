@@ -185,3 +185,69 @@ def test_c_leaves_out_the_pass_that_carried_the_prefill():
           for i, (prefill, verify) in enumerate([(30, 2.0), (0, 0.1), (0, 0.1)])]
     stats = fold(ar)  # autoregressive: a verification pass costs what the decode steps cost
     assert stats.verify_s_per_forward == pytest.approx(0.1) and stats.draft_s_per_forward is None and stats.c is None
+
+
+# -- the decoding thread's CPU clock (is the machine busy?) ------------------------------------
+
+def test_cpu_clock_leaves_out_the_consumer_even_when_it_resumes_the_run_on_other_threads(tiny):
+    """A server may call next() from any thread of its pool, and a consumer's own work between
+    events is not the run's: cpu_elapsed must stay a clock of the run's compute only."""
+    from concurrent.futures import ThreadPoolExecutor
+    import time
+
+    def burn(seconds):  # CPU work on the calling thread: its thread_time moves on by `seconds`
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    pools = [ThreadPoolExecutor(1), ThreadPoolExecutor(1)]
+    pools[0].submit(burn, 0.3).result()  # the two threads' CPU clocks now differ by 0.3 s
+    it = generate(tiny, PROMPTS[0], method="spec", k=3, max_new_tokens=20)
+    events, consumer = [], 0.0
+    try:
+        while True:
+            event = pools[len(events) % 2].submit(next, it, None).result()
+            if event is None:
+                break
+            events.append(event)
+            burn(0.005)
+            consumer += 0.005
+    finally:
+        for pool in pools:
+            pool.shutdown()
+    steps = kinds(events, "step_finished")
+    clocks = [s.cpu_elapsed for s in steps]
+    assert clocks == sorted(clocks) and clocks[0] >= 0
+    assert all(s.cpu_elapsed <= s.elapsed + 0.02 for s in steps)  # one thread: never more CPU than wall
+    assert clocks[-1] < consumer / 2
+
+
+def test_a_cpu_burner_lowers_the_recorded_cpu_share(tiny):
+    """Processes spinning on every core (twice over) take the decoding thread off the cores: the
+    share the engine records falls below the busy threshold and the run is judged unreliable."""
+    import os
+    import subprocess
+    import sys
+
+    from specviz.metrics import BUSY_SHARE, MIN_SECONDS, judge_timing
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    spin = "print('go', flush=True)\nwhile True:\n    pass\n"
+    burners = [subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE, text=True)
+               for _ in range(2 * cores)]
+    try:
+        for burner in burners:
+            assert burner.stdout.readline().strip() == "go"  # spinning before anything is timed
+        cpu = elapsed = 0.0
+        for seed in range(20):  # a few runs: enough compute for the clocks to mean something
+            last = kinds(run(tiny, PROMPTS[seed % 3], temperature=1.0, seed=seed, max_new_tokens=80),
+                         "step_finished")[-1]
+            cpu, elapsed = cpu + last.cpu_elapsed, elapsed + last.elapsed
+            if elapsed >= 2 * MIN_SECONDS:
+                break
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert cpu / elapsed < BUSY_SHARE
+    assert judge_timing(cpu / elapsed, None, "cpu", elapsed).reliable is False

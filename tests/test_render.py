@@ -541,3 +541,46 @@ def test_auto_k_says_why_and_cascade_counts_its_ngram_guesses():
     assert "k auto (heuristic)" in stats
     record = charts.summarize(events, 1.0)
     assert record["k"] == pytest.approx(sum(m["k_chosen"]) / len(m["k_chosen"])) and record["k_setting"] == "auto"
+
+
+# -- a busy machine: no speed verdict ----------------------------------------------------------
+
+def with_cpu_share(events: list, share: float) -> list:
+    """A golden trace as if its decoding thread had run `share` of the time (the engine's
+    cpu_elapsed beside elapsed), and had run long enough to be judged."""
+    out = []
+    for e in events:
+        if e["kind"] == "step_finished":
+            e = {**e, "elapsed": e["elapsed"] + 1.0, "cpu_elapsed": share * (e["elapsed"] + 1.0)}
+        elif e["kind"] == "run_finished":
+            e = {**e, "metrics": metrics.fold(out).to_dict()}
+        out.append(e)
+    return out
+
+
+def test_a_busy_lane_replaces_the_verdict_with_the_note(greedy, ar):
+    quiet_ar = charts.summarize(with_cpu_share(ar, 0.97), 1.0, label="ar")
+    quiet = charts.summarize(with_cpu_share(greedy, 0.98), 0.5, baseline=quiet_ar)
+    assert quiet_ar["timing_note"] is None and quiet["timing_note"] is None and not quiet["speedup_unreliable"]
+    shown = verdict(quiet_ar, quiet, True).html
+    assert re.search(r"Speculative was \d+\.\d\d× faster", shown) and 'data-busy="0"' in shown
+    busy_ar = charts.summarize(with_cpu_share(ar, 0.45), 1.0, label="ar")
+    assert "45%" in busy_ar["timing_note"] and busy_ar["cpu_share"] == pytest.approx(0.45)
+    for ar_record, spec_record in ((busy_ar, quiet), (quiet_ar, charts.summarize(with_cpu_share(greedy, 0.3), 0.5))):
+        out = verdict(ar_record, spec_record, True).html
+        assert "faster" not in out and "slower" not in out and 'data-busy="1"' in out
+        assert "No verdict: the timings are unreliable" in out and "close other programs" in out
+        assert "Unreliable, for the record only" in out and "tokens/s" in out  # the numbers, greyed
+        assert "Same text as autoregressive: yes" in out  # what does not depend on the clock stays
+
+
+def test_a_busy_race_point_is_greyed_on_the_chart_and_in_its_lane(greedy, ar):
+    busy_ar = charts.summarize(with_cpu_share(ar, 0.45), 1.0, label="ar")
+    spec = charts.summarize(with_cpu_share(greedy, 0.98), 0.5, baseline=busy_ar)
+    assert spec["timing_note"] is None and spec["speedup_unreliable"]  # a ratio is as good as both clocks
+    measured = next(t for t in charts.speedup_figure([busy_ar, spec]).data if t.name == "measured (race)")
+    assert "unreliable" in measured.text[0] and measured.marker.color[0] == "#cbd5e1"
+    assert 'data-busy="1"' in lane_html(with_cpu_share(ar, 0.45), 1.0, "Autoregressive", done=True).html
+    assert "unreliable" in lane_html(with_cpu_share(ar, 0.45), 1.0, "Autoregressive", done=True).html
+    assert 'data-busy="0"' in lane_html(with_cpu_share(ar, 0.45), 1.0, "Autoregressive", done=False).html
+    assert 'data-busy="0"' in lane_html(ar, 1.0, "Autoregressive", done=True).html  # old trace: not judged

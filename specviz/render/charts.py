@@ -13,7 +13,7 @@ from typing import Optional
 
 import plotly.graph_objects as go
 
-from specviz import theory
+from specviz import metrics, theory
 from specviz.render import steps as st
 from specviz.render.html import num, text
 
@@ -27,6 +27,8 @@ def summarize(events, compute_s: Optional[float] = None, label: str = "", baseli
 
     `compute_s`: the run's own compute time (defaults to the engine's elapsed clock).
     `baseline`: the autoregressive record it is compared with (the race's other lane), if any.
+    `timing_note` is None, or why the machine was too busy for its speed to mean anything
+    (specviz.metrics.judge_timing on the run's CPU share and forward-time spread).
     """
     run = st.build(events)
     m = st.run_metrics(events)
@@ -47,9 +49,14 @@ def summarize(events, compute_s: Optional[float] = None, label: str = "", baseli
               "alpha": m.get("alpha_empirical"), "tau": m.get("tau"), "c": m.get("c"),
               "target_forwards": m.get("target_forwards"), "speedup": None,
               "device": started.get("device"), "dtype": started.get("dtype"),
-              "cpu_linear": started.get("cpu_linear", "aten")}
+              "cpu_linear": started.get("cpu_linear", "aten"), "cpu_share": m.get("cpu_share"),
+              "verify_spread": m.get("verify_spread")}
+    record["timing_note"] = metrics.judge_timing(record["cpu_share"], record["verify_spread"],
+                                                 record["device"], m.get("wall_time")).note
     if baseline and baseline.get("tokens_per_s") and record["tokens_per_s"]:
         record["speedup"] = record["tokens_per_s"] / baseline["tokens_per_s"]
+        # a ratio is only as good as both of its clocks
+        record["speedup_unreliable"] = bool(record["timing_note"] or baseline.get("timing_note"))
     return record
 
 
@@ -87,6 +94,17 @@ def _lossy(record: dict) -> bool:
     return record.get("lossless") is False
 
 
+def _measured_color(record: dict) -> str:
+    if record.get("speedup_unreliable"):
+        return "#cbd5e1"  # greyed: timed on a busy machine (charts.summarize)
+    return "#dc2626" if _lossy(record) else "#f59e0b"
+
+
+def _measured_label(record: dict) -> str:
+    marks = (" LOSSY" if _lossy(record) else "") + (" (busy: unreliable)" if record.get("speedup_unreliable") else "")
+    return f"{record['speedup']:.2f}× {record.get('method') or ''}{marks}"
+
+
 def _add_runs(fig: go.Figure, runs: list) -> None:
     measured = [r for r in runs if r.get("speedup") is not None]
     predicted = [r for r in runs if r.get("c") and isinstance(r.get("k"), (int, float)) and r["k"] > 0]
@@ -100,10 +118,9 @@ def _add_runs(fig: go.Figure, runs: list) -> None:
         fig.add_scatter(x=[r["alpha"] for r in measured], y=[r["speedup"] for r in measured],
                         mode="markers+text", name="measured (race)", textposition="top center",
                         marker=dict(size=16, symbol=["x" if _lossy(r) else "diamond" for r in measured],
-                                    color=["#dc2626" if _lossy(r) else "#f59e0b" for r in measured],
+                                    color=[_measured_color(r) for r in measured],
                                     line=dict(width=2, color="#0f172a")),
-                        text=[f"{r['speedup']:.2f}× {r.get('method') or ''}" + (" LOSSY" if _lossy(r) else "")
-                              for r in measured],
+                        text=[_measured_label(r) for r in measured],
                         customdata=[_hover(r) for r in measured], hovertemplate="%{customdata}<extra></extra>")
 
 

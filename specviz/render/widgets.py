@@ -11,7 +11,8 @@ Every widget draws with the same renderers as the app (`chips`, `panel`, `inspec
     TreeView(events)        the draft tree of a step (tree methods emit `tree_built`).
     RaceWidget()            autoregressive vs speculative, each lane on its own measured clock
                             (specviz.render.race); Replay re-plays both lanes side by side at
-                            the times they were computed.
+                            the times they were computed. On a busy machine its verdict is the
+                            note saying so (`timing_note()`), not faster/slower.
 
 Each widget has a static fallback: `_repr_mimebundle_` adds `text/html` (and the inspector a
 PNG when kaleido can draw one), so a saved notebook shows something meaningful on GitHub or
@@ -33,7 +34,7 @@ from specviz.render import steps as st
 from specviz.render import tree as tree_render
 from specviz.render.charts import summarize
 from specviz.render.html import CSS, Rendered
-from specviz.render.race import Lane, lane_html, race, verdict
+from specviz.render.race import Lane, busy_note, lane_html, race, verdict
 
 WIDGET_CSS = CSS + r"""
 .sv-controls { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 4px 0 8px 0; }
@@ -484,6 +485,14 @@ class RaceWidget(ipw.VBox):
     def same_text(self) -> Optional[bool]:
         ends = [st.build(lane["events"]).finished for lane in self.lanes.values()]
         return ends[0]["token_ids"] == ends[1]["token_ids"] if all(ends) else None
+
+    def timing_note(self) -> Optional[str]:
+        """None when both lanes were timed on a quiet machine, else why their speeds mean nothing
+        (the note the verdict shows instead of faster/slower); None too while the race runs."""
+        if not all(lane["done"] for lane in self.lanes.values()):
+            return None
+        records = self.records()
+        return busy_note(records["ar"], records["spec"])
 
     # -- drawing -------------------------------------------------------------------------------
 
