@@ -5,18 +5,26 @@ what `specviz.render` draws from them: nothing here decides, scores or re-derive
 
 Views: Step view (chips, replay, step panel, the draft tree and its attention mask for tree runs,
 inspector), Race (autoregressive vs any method, each on its own clock), Speedup vs acceptance
-(theory and this session's runs), How it works. See docs/app.md.
+(theory and this session's runs), How it works. Presets replay runs recorded on the real pair
+(specviz.presets) at once, outside the engine's queue; Run and Race compute live, one at a time,
+and a live run that would wait too long is told the engine is busy. See docs/app.md.
 
 Environment: SPECVIZ_PAIR (default pair), SPECVIZ_ALLOW_CUSTOM=1 (let visitors load
-`target=...,draft=...` pairs), SPECVIZ_MAX_TOKENS (cap, default 256), PORT / GRADIO_SERVER_PORT.
+`target=...,draft=...` pairs), SPECVIZ_MAX_TOKENS (cap, default 256), SPECVIZ_MAX_WAITING (live
+runs that may wait for the engine, default 3), PORT / GRADIO_SERVER_PORT.
 """
 
 from __future__ import annotations
 
+import gzip
+import functools
+import io
 import json
 import os
 import sys
 import threading
+import zlib
+from html import escape
 
 try:  # ZeroGPU on Hugging Face Spaces: `spaces` must be imported before torch
     import spaces
@@ -24,9 +32,10 @@ except ImportError:
     spaces = None
 
 import gradio as gr
+from gradio.components.plot import PlotData
 
 import specviz
-from specviz import engine, events as ev
+from specviz import engine, events as ev, presets as recorded
 from specviz.adaptive import RULES as AUTO_RULES
 from specviz.errors import SpecvizError
 from specviz.models import default_pair_name, list_pairs
@@ -37,29 +46,22 @@ from specviz.render.html import quoted
 
 MAX_TOKENS = int(os.environ.get("SPECVIZ_MAX_TOKENS", "256"))
 MAX_PROMPT_CHARS = 4000
-MAX_TRACE_BYTES = 20_000_000
+MAX_TRACE_BYTES = 20_000_000  # also the most a gzipped trace may unpack to
+GZIP_MAGIC = b"\x1f\x8b"
 ALLOW_CUSTOM = os.environ.get("SPECVIZ_ALLOW_CUSTOM") == "1"
 DEFAULT_PAIR = default_pair_name()
 PRESET_PAIRS = [name for name, _ in list_pairs()]
 DRAFT_WEIGHTS = MODES  # specviz.quant: "none" or an int8 weight-only draft (CPU)
-RECORD_TOPK = 10
+RECORD_TOPK = recorded.RECORD_TOPK
+# Live runs allowed to wait for the engine slot; one more is told the engine is busy, at once. A
+# default race (64 tokens) takes ~25-30 s on the real pair on a 2-core CPU, so the last of three
+# waits about two minutes, which is what "try again in a minute" can honestly promise.
+MAX_LIVE_WAITING = max(1, int(os.environ.get("SPECVIZ_MAX_WAITING", "3")))
 
-CODE = 'def quicksort(arr):\n    """Sort a list with quicksort."""\n'
-REWRITE = ("Rename x to count in this code and return only the code:\n\nx = 0\nfor item in items:\n"
-           "    if item.ok:\n        x += 1\nprint(x)\n")
-PRESETS = [  # prompt, method, k, temperature, chat, acceptance
-    [CODE, "spec", 4, 0.0, False, "exact"],
-    ["Write a haiku about the sea.", "spec", 4, 0.7, True, "exact"],
-    [CODE, "spec", 4, 1.5, False, "exact"],
-    [REWRITE, "spec", 6, 0.0, True, "exact"],
-    [CODE, "tree", 4, 0.0, False, "exact"],
-    [REWRITE, "pld", 6, 0.0, True, "exact"],
-    ["Write a haiku about the sea.", "spec", 4, 0.7, True, "typical"],
-]
-PRESET_LABELS = ["Code, greedy: speculation wins", "Chat, T = 0.7: speculation tends to lose",
-                 "Hot sampling, T = 1.5: speculation loses", "Code rewrite, k = 6: easy to draft",
-                 "Code, draft tree 3,2,1", "Code rewrite, prompt lookup: no draft model",
-                 "Chat, T = 0.7, typical acceptance: LOSSY"]
+# Presets: what gr.Examples fills in the sidebar; each was also recorded once on the real pair
+# (specviz.presets) and clicking one replays that recording at once, without the engine.
+PRESETS = [preset.example() for preset in recorded.PRESETS]
+PRESET_LABELS = recorded.LABELS
 ACCEPTANCE_CHOICES = [("exact (lossless)", "exact"), ("typical (LOSSY)", "typical")]
 
 CHIP_CLICK_JS = """
@@ -71,10 +73,13 @@ element.addEventListener('click', (e) => {
 
 APP_CSS = CSS + """
 .sv-title h1 { margin-bottom: 0; }
+.sv-recorded { font-size: 0.85em; padding: 2px 8px; margin-bottom: 4px; border-left: 3px solid #7c3aed;
+               background: rgba(124, 58, 237, 0.08); }
 #sv-text { min-height: 120px; }
 """
 THEME = gr.themes.Soft(text_size=gr.themes.sizes.text_lg)
-LAUNCH_KWARGS = dict(theme=THEME, css=APP_CSS, ssr_mode=False)
+# max_file_size: Gradio refuses bigger uploads before they reach the disk of a public Space
+LAUNCH_KWARGS = dict(theme=THEME, css=APP_CSS, ssr_mode=False, max_file_size=MAX_TRACE_BYTES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,31 +308,82 @@ def tick(events, busy, number):
 
 
 def open_trace(file, history):
-    """Replay a saved trace (JSONL from `python -m specviz generate --jsonl`): no model runs."""
+    """Replay a saved trace (JSONL from `python -m specviz generate --jsonl`, or gzipped): no model
+    runs. A public Space gets hostile files: each problem is answered with one sentence."""
     if file is None:
         return {}
-    path = file if isinstance(file, str) else file.name
-    if os.path.getsize(path) > MAX_TRACE_BYTES:
-        raise gr.Error(f"The trace is larger than {MAX_TRACE_BYTES // 1_000_000} MB.")
-    events = []
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
-            if line.strip():
-                events.append(_trace_event(line, number))
+    events = read_trace(file if isinstance(file, str) else file.name)
+    try:
+        return {**step_view(events), **chart_view(events, history), events_state: events, busy_state: None}
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        # each line is an event with the right fields, but a value has the wrong type (the schema
+        # checks names, not types) or the events do not form one run
+        raise gr.Error(f"The trace's events cannot be shown: a field has the wrong type or the events do not form "
+                       f"one run ({type(exc).__name__}: {exc}).") from exc
+
+
+def read_trace(path: str) -> list:
+    """The events of an uploaded trace as dicts, each checked against the schema."""
+    size = os.path.getsize(path)
+    if size == 0:
+        raise gr.Error("The file is empty: a saved trace has one JSON event per line.")
+    if size > MAX_TRACE_BYTES:
+        raise gr.Error(f"The file is {_mb(size)}; this app opens traces up to {_mb(MAX_TRACE_BYTES)}.")
+    with open(path, "rb") as fh:
+        data = fh.read()
+    if data[:2] == GZIP_MAGIC:
+        data = _gunzip(data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise gr.Error(f"The file is not UTF-8 text (byte {exc.start} is 0x{data[exc.start]:02x}): a saved trace "
+                       "is JSON Lines, from `python -m specviz generate --jsonl`.") from None
+    # split on "\n" only: str.splitlines() also splits inside a token's text at U+2028 or U+0085,
+    # which JSON written with ensure_ascii=False keeps raw
+    events = [_trace_event(line, number) for number, line in enumerate(text.split("\n"), 1) if line.strip()]
     if not events:
-        raise gr.Error("The trace has no events.")
-    return {**step_view(events), **chart_view(events, history), events_state: events, busy_state: None}
+        raise gr.Error("The trace has no events: a saved trace has one JSON event per line.")
+    if events[0]["kind"] != "run_started":
+        raise gr.Error(f"The trace starts with a {events[0]['kind']!r} event; a specviz run starts with run_started.")
+    version = events[0].get("schema_version", ev.SCHEMA_VERSION)
+    if not isinstance(version, int) or version > ev.SCHEMA_VERSION:
+        raise gr.Error(f"The trace has event schema {version!r}; this app reads up to {ev.SCHEMA_VERSION}: "
+                       "update specviz.")
+    return events
+
+
+def _gunzip(data: bytes) -> bytes:
+    """A gzipped trace (as the presets are shipped), read no further than the size limit: a small
+    file can unpack to gigabytes."""
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as gz:
+            out = gz.read(MAX_TRACE_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise gr.Error(f"The file starts like gzip but does not decompress ({exc}).") from None
+    if len(out) > MAX_TRACE_BYTES:
+        raise gr.Error(f"The file unpacks to more than {_mb(MAX_TRACE_BYTES)}, the most this app opens.")
+    return out
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.3g} MB"
 
 
 def _trace_event(line: str, number: int) -> dict:
     """A known event kind is checked against the schema; an unknown one (newer engine) is kept."""
     try:
         data = json.loads(line)
-        if data.get("kind") in ev.EVENT_TYPES:
-            data = ev.from_dict(data).to_dict()
+    except (ValueError, RecursionError) as exc:  # RecursionError: "[[[[..." nested past the stack
+        raise gr.Error(f"Line {number} of the trace is not JSON ({exc}): a saved trace has one JSON event "
+                       "per line.") from None
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        raise gr.Error(f"Line {number} of the trace is not a specviz event: a JSON object with a \"kind\" is expected.")
+    if data["kind"] not in ev.EVENT_TYPES:
         return data
-    except (ValueError, TypeError, AttributeError) as exc:
-        raise gr.Error(f"Line {number} of the trace is not a specviz event: {exc}") from exc
+    try:
+        return ev.from_dict(data).to_dict()
+    except (ValueError, TypeError) as exc:
+        raise gr.Error(f"Line {number} of the trace is not a valid {data['kind']} event: {exc}.") from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,10 +409,7 @@ def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, s
             yield race_view(lanes)
     except SpecvizError as exc:
         raise gr.Error(str(exc)) from exc
-    ar = charts.summarize(lanes["ar"]["events"], lanes["ar"]["busy"], label="race: autoregressive")
-    lossy = "" if steps.build(lanes["spec"]["events"][:1]).lossless else " (LOSSY)"
-    spec = charts.summarize(lanes["spec"]["events"], lanes["spec"]["busy"], label=f"race: {options['method']}{lossy}",
-                            baseline=ar)
+    ar, spec = race_summaries(lanes, options["method"])
     history = history + [ar, spec]
     yield {**race_view(lanes, ar, spec), **chart_view(lanes["spec"]["events"], history), history_state: history}
 
@@ -405,6 +458,178 @@ def _same_text(lanes: dict):
     if not all(run.finished and run.deterministic for run in runs):
         return None
     return runs[0].finished["token_ids"] == runs[1].finished["token_ids"]
+
+
+# ---------------------------------------------------------------------------------------------
+# presets: recorded once on the real pair (specviz.presets), replayed from memory, never queued
+# behind the engine
+
+_PRESET_VIEWS: dict = {}
+_PRESET_LOCK = threading.Lock()
+
+
+def preset_views(label: str) -> dict:
+    """A preset's recorded run, rendered once per process: "ui" (the updates a click shows) and
+    "api" (the same views as plain JSON). A class clicking presets costs no engine time."""
+    with _PRESET_LOCK:
+        if label not in _PRESET_VIEWS:
+            _PRESET_VIEWS[label] = _render_preset(_recording(label))
+        return _PRESET_VIEWS[label]
+
+
+def _recording(label):
+    try:
+        return recorded.recording(label)
+    except KeyError:
+        raise gr.Error(f"There is no preset {str(label)[:80]!r}; the presets are: "
+                       f"{'; '.join(PRESET_LABELS)}.") from None
+    except (OSError, ValueError) as exc:  # missing or stale data: the preset still fills the settings
+        raise gr.Error(f"The recording of this preset cannot be shown ({exc}); press Run to compute it live.") from None
+
+
+def _render_preset(rec) -> dict:
+    """The step view, charts and race of a recording, each labelled with where it was recorded."""
+    lanes = {"ar": {"events": rec.ar, "busy": rec.ar_busy, "done": True},
+             "spec": {"events": rec.run, "busy": rec.run_busy, "done": True}}
+    ar, spec = race_summaries(lanes, rec.preset.method, prefix="recorded ")
+    note = recorded_note(rec.note)
+    shown = {**step_view(rec.run, busy=rec.run_busy), **chart_view(rec.run, [ar, spec]), **race_view(lanes, ar, spec)}
+    shown[stats_html] = note + shown[stats_html]
+    shown[verdict_html] = note + shown[verdict_html]
+    shown[explain_md] = f"*{rec.note}: a replay, no model ran.*\n\n{shown[explain_md]}"
+    ui = {key: _serialised(value) for key, value in shown.items()}
+    return {"ui": {**ui, events_state: rec.run, busy_state: rec.run_busy}, "api": _preset_api(rec, shown)}
+
+
+def race_summaries(lanes: dict, method: str, prefix: str = "") -> tuple:
+    """A finished race's two records for the charts: the speculative lane measured against the
+    autoregressive one, each on its own compute clock."""
+    ar = charts.summarize(lanes["ar"]["events"], lanes["ar"]["busy"], label=f"{prefix}race: autoregressive")
+    lossy = "" if steps.build(lanes["spec"]["events"][:1]).lossless else " (LOSSY)"
+    spec = charts.summarize(lanes["spec"]["events"], lanes["spec"]["busy"], label=f"{prefix}race: {method}{lossy}",
+                            baseline=ar)
+    return ar, spec
+
+
+def recorded_note(note: str) -> str:
+    return (f'<div class="sv-recorded" data-recorded="1">{escape(note)}: a replay, no model ran. '
+            "Run or Race computes it live with your settings.</div>")
+
+
+def _serialised(value):
+    """A figure as Gradio's serialised plot, made once: Gradio would re-serialise a cached figure
+    on every request, the slowest part of serving a replay."""
+    return PlotData(type="plotly", plot=value.to_json()) if hasattr(value, "to_plotly_json") else value
+
+
+def _preset_api(rec, shown: dict) -> dict:
+    """The views as plain JSON: HTML strings, Markdown, and Plotly figures as JSON text
+    (plotly.io.from_json reads them), which Gradio passes through without walking every number."""
+    def figure(component):
+        return shown[component].to_json()
+
+    tree_shown = shown[tree_view]
+    return {"label": rec.preset.label, "recorded": rec.note, "where": rec.where, "settings": rec.preset.options(),
+            "lossless": steps.build(rec.run[:1]).lossless, "text": rec.run[-1]["text"],
+            "step_view": {"text": shown[text_html], "panel": shown[panel_html], "stats": shown[stats_html],
+                          "tree": tree_shown.value if tree_shown.visible else None,
+                          "inspector": figure(inspector_plot)},
+            "race": {"autoregressive": shown[ar_html], "speculative": shown[spec_html], "verdict": shown[verdict_html]},
+            "charts": {"speedup": figure(speedup_plot), "tau": figure(tau_plot), "positions": figure(position_plot),
+                       "alpha": shown[explain_md]}}
+
+
+def show_preset(example):
+    """A click on a preset (gr.Examples' dataset gives (index, values)): its recorded run."""
+    return preset_views(PRESET_LABELS[example[0]])["ui"]
+
+
+def presets() -> list[str]:
+    """The presets' labels, for /preset."""
+    return list(PRESET_LABELS)
+
+
+def preset(label: str) -> dict:
+    """A preset's recorded run (a label from /presets) as view data: step view, race and charts,
+    rendered from a trace recorded once on the real pair ("recorded" says on which device, dtype
+    and date). No model runs and nothing waits for the engine."""
+    return preset_views(label)["api"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine's line: one live run computes, a few wait in order, the next is told at once
+
+
+class EngineLine:
+    """Live runs take turns on the engine, first come first served. Gradio's own queue cannot
+    refuse a run for waiting too long, only hold it; so the engine's listeners run unqueued
+    (no concurrency limit) and wait here, where the one too many is refused at once."""
+
+    def __init__(self):
+        self._turns = threading.Condition()
+        self._line: list = []  # tickets; the first one computes
+
+    def join(self, most_waiting: int) -> object:
+        with self._turns:
+            if len(self._line) > most_waiting:
+                raise gr.Error(busy_message(len(self._line) - 1))
+            ticket = object()
+            self._line.append(ticket)
+            return ticket
+
+    def wait(self, ticket, seconds: float) -> bool:
+        """True once it is `ticket`'s turn; False after `seconds` (to show the wait)."""
+        with self._turns:
+            return self._turns.wait_for(lambda: self._line[0] is ticket, seconds)
+
+    def ahead(self, ticket) -> int:
+        with self._turns:
+            return self._line.index(ticket)
+
+    def leave(self, ticket) -> None:
+        with self._turns:
+            self._line.remove(ticket)
+            self._turns.notify_all()
+
+    def waiting(self) -> int:
+        with self._turns:
+            return max(0, len(self._line) - 1)
+
+
+ENGINE_LINE = EngineLine()
+
+
+def in_line(handler, status):
+    """`handler` (a live-run generator) behind its turn on the engine; while it waits, `status`
+    says how many runs are ahead. Gradio closes a cancelled generator between yields (Stop, a
+    closed tab), so the ticket is given back then too: a wait yields at least twice a second."""
+    @functools.wraps(handler)
+    def live(*args, **kwargs):
+        ticket = ENGINE_LINE.join(MAX_LIVE_WAITING)
+        try:
+            while not ENGINE_LINE.wait(ticket, 0.5):
+                yield {status: waiting_note(ENGINE_LINE.ahead(ticket))}
+            yield from handler(*args, **kwargs)
+        finally:
+            ENGINE_LINE.leave(ticket)
+    return live
+
+
+def busy_message(waiting: int) -> str:
+    more = f"{waiting} more {'is' if waiting == 1 else 'are'}"
+    return (f"The engine is busy: one live run is computing and {more} waiting for it; try again in a minute, "
+            "or click a preset to see a recorded run.")
+
+
+def waiting_note(ahead: int) -> str:
+    runs = "run is" if ahead == 1 else "runs are"
+    return (f'<div class="sv-muted" data-waiting="{ahead}">Waiting for the engine: {ahead} live {runs} ahead '
+            'of you.</div>')
+
+
+def live_waiting() -> int:
+    """Live runs waiting for the engine, not computing yet."""
+    return ENGINE_LINE.waiting()
 
 
 def clear_history():
@@ -516,8 +741,9 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
         seed = gr.Number(0, precision=0, minimum=0, label="Seed")
         chat = gr.Checkbox(False, label="Chat template")
     prompt = gr.Textbox(PRESETS[0][0], lines=3, max_lines=12, label="Prompt")
-    gr.Examples(PRESETS, [prompt, method_dd, k, temperature, chat, acceptance_radio], example_labels=PRESET_LABELS,
-                label="Presets (then press Run or Race)")
+    examples = gr.Examples(PRESETS, [prompt, method_dd, k, temperature, chat, acceptance_radio],
+                           example_labels=PRESET_LABELS,
+                           label="Presets: a recorded run at once (Run or Race computes it live)")
     with gr.Tabs():
         with gr.Tab("Step view", id="step"):
             with gr.Row():
@@ -539,7 +765,8 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
                 position = gr.Radio([], label="Position in this step (or click a chip)")
                 inspector_plot = gr.Plot(label="inspector", show_label=False, elem_id="sv-inspector")
             with gr.Accordion("Open a saved trace (.jsonl)", open=False):
-                trace_file = gr.File(file_types=[".jsonl"], label="python -m specviz generate --jsonl ... > run.jsonl")
+                trace_file = gr.File(file_types=[".jsonl", ".gz"],
+                                     label="python -m specviz generate --jsonl ... > run.jsonl (or .jsonl.gz)")
         with gr.Tab("Race", id="race"):
             with gr.Row():
                 race_btn = gr.Button("Race", variant="primary", scale=2)
@@ -571,10 +798,14 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
                 history_state]
     view = [text_html, panel_html, stats_html, step_slider, position, inspector_plot, tree_view, mask_plot]
     charts_out = [speedup_plot, tau_plot, position_plot, explain_md]
-    engine_queue = dict(concurrency_limit=1, concurrency_id="engine")
-    run_event = run_btn.click(run, settings, view + charts_out + [events_state, busy_state, history_state],
+    # one live run computes at a time: they wait in ENGINE_LINE, not in Gradio's queue, which can
+    # hold a run but not refuse it for waiting too long
+    engine_queue = dict(concurrency_limit=None, concurrency_id="engine")
+    run_event = run_btn.click(in_line(run, stats_html), settings,
+                              view + charts_out + [events_state, busy_state, history_state],
                               api_name="run", show_progress="minimal", **engine_queue)
-    race_event = race_btn.click(race_run, settings, [ar_html, spec_html, verdict_html, history_state] + charts_out,
+    race_event = race_btn.click(in_line(race_run, verdict_html), settings,
+                                [ar_html, spec_html, verdict_html, history_state] + charts_out,
                                 api_name="race", show_progress="minimal", **engine_queue)
     for stop in (stop_btn, race_stop):
         stop.click(None, cancels=[run_event, race_event])
@@ -590,19 +821,35 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
     timer.tick(tick, replay, view + [timer, play_btn, playing_state], **private)
     trace_file.upload(open_trace, [trace_file, history_state], view + charts_out + [events_state, busy_state],
                       api_name="open_trace", show_progress="minimal")
+    # a preset fills the settings (gr.Examples), then shows its recording: outside the queue in a
+    # browser (queue=False), in a group of its own for API clients, never behind the engine
+    examples.load_input_event.then(show_preset, examples.dataset,
+                                   view + charts_out + [ar_html, spec_html, verdict_html, events_state, busy_state],
+                                   queue=False, **private)
+    replays = dict(concurrency_id="replay", concurrency_limit=None)
+    gr.api(presets, api_name="presets", **replays)
+    gr.api(preset, api_name="preset", **replays)
     clear_btn.click(clear_history, None, [history_state, speedup_plot], **private)
     method_controls = [method_dd, k, auto_k_box, auto_rule_dd, confidence_sl, ngram_sl, tree_box, acceptance_radio]
     for control in (method_dd, auto_k_box, auto_rule_dd):
         control.change(on_method, [method_dd, auto_k_box, auto_rule_dd], method_controls, **private)
     tree_dynamic_cb.change(on_tree_kind, tree_dynamic_cb, [tree_shape_tb, tree_budget_sl], **private)
-demo.queue(max_size=20, default_concurrency_limit=8)
+# Nothing waits long in Gradio's queue now (live runs wait in ENGINE_LINE, replays have no limit):
+# the cap bounds a burst, and a class of 30 asking for presets at once must fit in it
+demo.queue(max_size=128, default_concurrency_limit=8)
 
 if spaces is not None and os.environ.get("SPACE_ID"):
     get_pair(DEFAULT_PAIR)  # ZeroGPU wants weights placed at start-up, not inside a GPU call
 
 
 def launch(**kwargs):
-    """Launch with the app's theme and style sheet (Gradio 6 takes them in launch())."""
+    """Launch with the app's theme and style sheet (Gradio 6 takes them in launch()), the presets
+    rendered first (a second or two): a class arrives all at once, not one visitor at a time."""
+    for label in PRESET_LABELS:
+        try:
+            preset_views(label)
+        except gr.Error as exc:  # said again to whoever clicks that preset
+            print(f"warning: {exc}", file=sys.stderr)
     return demo.launch(**{**LAUNCH_KWARGS, **kwargs})
 
 

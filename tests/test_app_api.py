@@ -54,6 +54,11 @@ def client(server):
     return Client(server[1], verbose=False)
 
 
+# A race's verdict: the headline, or where the machine was too busy to time (two test workers on
+# two cores can be) the note saying so; either way the numbers stay beside it.
+VERDICT = r"Speculative was \d+\.\d\d× (faster|slower)|No verdict: the timings are unreliable"
+
+
 def statuses(markup: str) -> Counter:
     return Counter(re.findall(r'class="sv-chip sv-(\w+)"', markup))
 
@@ -61,6 +66,17 @@ def statuses(markup: str) -> Counter:
 def committed_text(markup: str) -> str:
     found = re.findall(r'class="sv-chip sv-(accepted|residual|bonus|target)"[^>]*data-text="([^"]*)"', markup)
     return "".join(html.unescape(t) for _, t in found)
+
+
+def shown_text(markup: str, finished: dict) -> str:
+    """The committed chips' text, less the end-of-sequence token shown last when a run ended
+    there (run_finished's text leaves it out)."""
+    shown = committed_text(markup)
+    if finished["finish_reason"] == "eos":
+        end = re.search(r"<\|[a-z_]+\|>$", shown)
+        assert end, "a run that ended on EOS shows its EOS chip last"
+        shown = shown[:end.start()]
+    return shown
 
 
 RUN = dict(prompt=PROMPT, pair_name="tiny", method="spec", k=4, temperature=1.0, top_p=1.0, max_new_tokens=24,
@@ -125,7 +141,7 @@ def test_any_method_races_autoregressive(client, method, extra):
     ar_lane, spec_lane, verdict, *_ = client.predict(
         **{**RUN, "method": method, "temperature": 0.0, "max_new_tokens": 12, **extra}, api_name="/race")
     assert 'data-done="1"' in ar_lane and 'data-done="1"' in spec_lane
-    assert f"{method} (" in spec_lane and re.search(r"Speculative was \d+\.\d\d× (faster|slower)", verdict)
+    assert f"{method} (" in spec_lane and re.search(VERDICT, verdict) and "own compute clock" in verdict
     assert "LOSSY" not in ar_lane  # the baseline is always exact autoregressive decoding
     if extra.get("acceptance") == "typical":
         assert "LOSSY" in spec_lane and "LOSSY" in verdict and 'data-lossy="1"' in verdict
@@ -157,7 +173,7 @@ def test_race_returns_both_lanes_and_a_verdict(client):
     tokens = [int(re.search(r'data-tokens="(\d+)"', lane).group(1)) for lane in (ar_lane, spec_lane)]
     assert tokens[0] == tokens[1] > 0
     assert committed_text(ar_lane) == committed_text(spec_lane)  # greedy speculative is lossless
-    assert re.search(r"Speculative was \d+\.\d\d× (faster|slower)", verdict)
+    assert re.search(VERDICT, verdict) and "own compute clock" in verdict
     assert "Same text as autoregressive: yes" in verdict
     assert "measured (race)" in speedup["plot"] and "Tokens per target forward" in tau["plot"]
     n_updates = len(job.outputs())
@@ -219,3 +235,332 @@ def test_a_cancelled_run_stops_streaming(client):
     while not job.done() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert job.done() and len(job.outputs()) < 200  # 256 one-token steps would have followed
+
+
+# ---------------------------------------------------------------------------------------------
+# presets: recorded on the real pair, replayed without the engine
+
+def test_the_shipped_recordings_are_the_presets_on_the_real_pair(server):
+    """What ships is the real pair's runs of exactly the presets the sidebar fills (a changed
+    preset needs a new recording), recorded as the app records, and small."""
+    from dataclasses import asdict
+
+    from specviz import presets as recorded
+
+    app = server[0]
+    info = recorded.manifest()
+    assert info["recorded"]["pair"] == "qwen-coder" and info["recorded"]["record_topk"] == app.RECORD_TOPK
+    assert [entry["label"] for entry in info["presets"]] == app.PRESET_LABELS
+    for preset, entry in zip(recorded.PRESETS, info["presets"]):
+        assert entry["settings"] == asdict(preset)
+        widgets = app._options(preset.method, preset.k, preset.temperature, preset.top_p, float(preset.max_new_tokens),
+                               float(preset.seed), preset.chat, acceptance=preset.acceptance)
+        assert preset.options() == widgets and preset.ar_options() == app.ar_options(widgets)
+    size = sum(path.stat().st_size for path in recorded.DATA.iterdir())
+    assert size < 1_000_000, f"the recordings take {size / 1e6:.1f} MB"
+
+
+def test_presets_replay_their_recordings_through_the_api(server, client):
+    from specviz import presets as recorded
+
+    assert client.predict(api_name="/presets") == server[0].PRESET_LABELS
+    for label in server[0].PRESET_LABELS:
+        out = client.predict(label, api_name="/preset")
+        rec = recorded.recording(label)
+        assert out["label"] == label and out["text"] == rec.run[-1]["text"]
+        assert shown_text(out["step_view"]["text"], rec.run[-1]) == rec.run[-1]["text"]
+        assert shown_text(out["race"]["autoregressive"], rec.ar[-1]) == rec.ar[-1]["text"]
+        where = r"recorded on .+ \(cpu, \d+ threads?\), (bfloat16|float32), \d{4}-\d\d-\d\d"
+        assert re.fullmatch(where, out["recorded"])
+        for where in (out["step_view"]["stats"], out["race"]["verdict"], out["charts"]["alpha"]):
+            assert out["recorded"] in where
+        lossy = "LOSSY" in label
+        assert out["lossless"] is not lossy
+        for where in (out["step_view"]["text"], out["step_view"]["stats"], out["race"]["speculative"],
+                      out["race"]["verdict"]):
+            assert ("LOSSY" in where) is lossy
+        assert 'data-done="1"' in out["race"]["speculative"] and "Speculative was" in out["race"]["verdict"]
+        assert "Speedup" in json.dumps(json.loads(out["charts"]["speedup"])) or "pld" == out["settings"]["method"]
+        assert (out["step_view"]["tree"] is not None) == ("tree" in label)
+    assert "qwen-coder" not in server[0]._PAIRS  # no replay loaded the real pair
+
+
+def test_an_unknown_preset_is_one_sentence(client):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match=r"^There is no preset 'no such preset'; the presets are: Code, greedy"):
+        client.predict("no such preset", api_name="/preset")
+
+
+def test_a_preset_click_shows_its_recording_without_the_queue(server):
+    """The browser's path: gr.Examples fills the settings, then (chained, queue=False) the
+    recording fills the step view, the charts and the race."""
+    from specviz import presets as recorded
+
+    app = server[0]
+    replay = [fn for fn in app.demo.fns.values() if fn.fn is app.show_preset]
+    assert len(replay) == 1 and replay[0].queue is False and replay[0].concurrency_id != "engine"
+    assert replay[0].inputs == [app.examples.dataset]
+    shown = app.show_preset((4, app.PRESETS[4]))
+    rec = recorded.recording(app.PRESET_LABELS[4])
+    assert shown[app.events_state] == rec.run and 'data-recorded="1"' in shown[app.stats_html]
+    assert shown_text(shown[app.text_html], rec.run[-1]) == rec.run[-1]["text"]
+    assert shown[app.tree_view].visible and "Speculative was" in shown[app.verdict_html]
+
+
+def visitors(url: str, n: int = 30) -> list:
+    """n gradio clients, each with a session of its own and the page's list of presets, as a
+    class has the page open before it clicks (made before any clock starts)."""
+    from gradio_client import Client
+
+    clients = [Client(url, verbose=False) for _ in range(n)]
+    for client in clients:
+        client.predict(api_name="/presets")
+    return clients
+
+
+def close(clients: list) -> None:
+    """Close clients side by side: each waits up to a second for its heartbeat thread."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(clients)) as pool:
+        list(pool.map(lambda client: client.close(), clients))
+
+
+def crowd(clients: list) -> list:
+    """Every client asks for a preset at the same moment; returns (seconds each waited for its
+    answer, the label it asked for, the answer)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from specviz.presets import LABELS
+
+    start = threading.Barrier(len(clients))
+
+    def visit(i: int):
+        label = LABELS[i % len(LABELS)]
+        start.wait()
+        began = time.perf_counter()
+        answer = clients[i].predict(label, api_name="/preset")
+        return time.perf_counter() - began, label, answer
+
+    with ThreadPoolExecutor(len(clients)) as pool:
+        return list(pool.map(visit, range(len(clients))))
+
+
+def clicks(url: str, app, n: int = 30) -> list:
+    """n browsers click a preset at the same moment: the replay a click chains after gr.Examples
+    fills the settings, posted as the page posts an unqueued event. Returns the waits."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    replay = next(fn for fn in app.demo.fns.values() if fn.fn is app.show_preset)
+    start = threading.Barrier(n)
+
+    def click(i: int) -> float:
+        body = {"fn_index": replay._id, "data": [i % len(app.PRESET_LABELS)], "session_hash": f"visitor{i}",
+                "trigger_id": app.examples.dataset._id}
+        start.wait()
+        began = time.perf_counter()
+        answer = httpx.post(f"{url}gradio_api/run/predict", json=body, timeout=60)
+        assert answer.status_code == 200 and "recorded on" in answer.text
+        return time.perf_counter() - began
+
+    with ThreadPoolExecutor(n) as pool:
+        return sorted(pool.map(click, range(n)))
+
+
+def live_run_and_crowd(url: str, live: dict, n: int = 30, app=None) -> float:
+    """Start a long live run, wait until it computes, then n visitors ask for presets at once:
+    each must be answered within 5 s while the run is still computing. Returns the slowest wait."""
+    import time
+
+    from gradio_client import Client
+
+    clients = visitors(url, n)
+    owner = Client(url, verbose=False)
+    job = owner.submit(**live, api_name="/run")
+    try:
+        deadline = time.monotonic() + 120
+        while not job.outputs() and time.monotonic() < deadline:
+            time.sleep(0.05)  # waiting for the live run's first step, not asserting on time
+        assert job.outputs(), "the live run produced no step within 120 s"
+        answers = crowd(clients)
+        browsers = clicks(url, app, n) if app is not None else None
+        ended_first = job.done()
+    finally:
+        job.cancel()
+        close(clients + [owner])
+    waits = sorted(wait for wait, _, _ in answers)
+    assert all(answer["label"] == label for _, label, answer in answers)
+    print(f"\n{n} concurrent preset replays during a live run: slowest {waits[-1]:.2f} s, median {waits[n // 2]:.2f} s")
+    assert waits[-1] < 5.0, f"the slowest of {n} visitors waited {waits[-1]:.1f} s for a preset"
+    if browsers:
+        print(f"{n} concurrent preset clicks in browsers: slowest {browsers[-1]:.2f} s, "
+              f"median {browsers[n // 2]:.2f} s")
+        assert browsers[-1] < 5.0, f"the slowest of {n} browsers waited {browsers[-1]:.1f} s for a preset"
+    assert not ended_first, "the live run ended before the crowd was served: make it longer"
+    return waits[-1]
+
+
+def test_thirty_visitors_get_presets_while_a_live_run_computes(server, monkeypatch):
+    monkeypatch.setenv("GRADIO_ANALYTICS_ENABLED", "False")
+    live_run_and_crowd(server[1], {**RUN, "k": 1, "temperature": 0.0, "max_new_tokens": 256}, app=server[0])
+
+
+def test_a_live_run_beyond_the_line_is_told_busy_at_once(server, client, monkeypatch):
+    """With one live run computing and MAX_LIVE_WAITING waiting, the next one is refused with a
+    sentence at once, while the others go on; a waiting run says how many are ahead of it and
+    gives its place back when cancelled."""
+    import time
+
+    from gradio_client.exceptions import AppError
+
+    app = server[0]
+    monkeypatch.setattr(app, "MAX_LIVE_WAITING", 1)
+    long_run = {**RUN, "k": 1, "temperature": 0.0, "max_new_tokens": 256}
+    computing = client.submit(**long_run, api_name="/run")
+    waiting = None
+    try:
+        deadline = time.monotonic() + 120
+        while not computing.outputs() and time.monotonic() < deadline:
+            time.sleep(0.05)  # until it computes
+        waiting = client.submit(**long_run, api_name="/race")
+        while not waiting.outputs() and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the second one stands in line
+        assert app.live_waiting() == 1 and "1 live run is ahead of you" in waiting.outputs()[0][2]
+        refused = client.submit(**RUN, api_name="/race")
+        with pytest.raises(AppError, match="^The engine is busy: one live run is computing and 1 more is waiting "
+                                           "for it; try again in a minute, or click a preset"):
+            refused.result(timeout=15)  # a hang would raise TimeoutError instead
+        assert not computing.done() and not waiting.done()  # refused while the engine was still busy
+        waiting.cancel()
+        while app.live_waiting() and time.monotonic() < deadline:
+            time.sleep(0.05)  # the cancelled run leaves the line
+        assert app.live_waiting() == 0 and not computing.done()
+    finally:
+        for job in (computing, waiting):
+            if job is not None:
+                job.cancel()
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile uploads: one sentence each
+
+GOLDEN = ROOT / "tests" / "golden" / "tiny_spec_t1.jsonl"
+
+
+def _golden(change=None) -> bytes:
+    events = [json.loads(line) for line in GOLDEN.read_text(encoding="utf-8").splitlines()]
+    if change:
+        change(events)
+    return "".join(json.dumps(e) + "\n" for e in events).encode("utf-8")
+
+
+def _set(kind, field, value):
+    def change(events):
+        for event in events:
+            if event["kind"] == kind:
+                event[field] = value
+    return change
+
+
+HOSTILE = {
+    "binary": (bytes(range(256)) * 8, r"The file is not UTF-8 text \(byte 128 is 0x80\): a saved trace is JSON Lines"),
+    "empty": (b"", "The file is empty: a saved trace has one JSON event per line."),
+    "blank lines": (b"\n  \n\n", "The trace has no events"),
+    "not json": (b"hello, world\n", "Line 1 of the trace is not JSON"),
+    "json, not an event": (b'{"hello": "world"}\n',
+                           'Line 1 of the trace is not a specviz event: a JSON object with a "kind"'),
+    "a json array": (b"[1, 2, 3]\n", "Line 1 of the trace is not a specviz event"),
+    "nested past the stack": (b"[" * 200_000 + b"\n", "Line 1 of the trace is not JSON"),
+    "missing fields": (_golden()[:_golden().index(b"\n") + 1] + b'{"kind": "token_accepted", "step": 0}\n',
+                       "Line 2 of the trace is not a valid token_accepted event"),
+    "unknown field": (_golden(_set("step_finished", "surprise", 1)),
+                      "not a valid step_finished event: .*unknown fields"),
+    "no run_started": (_golden(lambda events: events.pop(0)), "The trace starts with a 'draft_proposed' event"),
+    "newer schema": (_golden(_set("run_started", "schema_version", 99)),
+                     "The trace has event schema 99; this app reads up to 1"),
+    "schema as text": (_golden(_set("run_started", "schema_version", "1")), "The trace has event schema '1'"),
+    "wrong type": (_golden(_set("draft_proposed", "q", "high")),
+                   "The trace's events cannot be shown: a field has the wrong type"),
+    "broken gzip": (b"\x1f\x8b\x08\x00garbage", "The file starts like gzip but does not decompress"),
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE))
+def test_a_hostile_trace_gets_one_sentence(client, tmp_path, name):
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    data, message = HOSTILE[name]
+    path = tmp_path / "upload.jsonl"
+    path.write_bytes(data)
+    with pytest.raises(AppError, match=message):
+        client.predict(handle_file(str(path)), api_name="/open_trace")
+
+
+def test_an_oversized_trace_gets_one_sentence(server, client, tmp_path, monkeypatch):
+    """Over the app's limit, plain or unpacking from gzip (a small file can unpack to gigabytes);
+    Gradio itself refuses uploads over the same size before they reach the disk."""
+    import gzip
+
+    from gradio_client import handle_file
+    from gradio_client.exceptions import AppError
+
+    assert server[0].LAUNCH_KWARGS["max_file_size"] == server[0].MAX_TRACE_BYTES
+    monkeypatch.setattr(server[0], "MAX_TRACE_BYTES", 2_000)
+    plain, packed = tmp_path / "big.jsonl", tmp_path / "bomb.jsonl.gz"
+    plain.write_bytes(_golden())
+    packed.write_bytes(gzip.compress(b" " * 100_000))
+    assert packed.stat().st_size < 2_000
+    with pytest.raises(AppError, match=r"^The file is 0\.0\d+ MB; this app opens traces up to 0\.002 MB\.$"):
+        client.predict(handle_file(str(plain)), api_name="/open_trace")
+    with pytest.raises(AppError, match=r"^The file unpacks to more than 0\.002 MB, the most this app opens\.$"):
+        client.predict(handle_file(str(packed)), api_name="/open_trace")
+
+
+def test_a_gzipped_trace_opens_like_the_plain_one(client, tmp_path):
+    import gzip
+
+    from gradio_client import handle_file
+
+    plain, packed = tmp_path / "run.jsonl", tmp_path / "run.jsonl.gz"
+    plain.write_bytes(_golden())
+    packed.write_bytes(gzip.compress(_golden()))
+    assert client.predict(handle_file(str(packed)), api_name="/open_trace")[0] == \
+        client.predict(handle_file(str(plain)), api_name="/open_trace")[0]
+
+
+def test_a_trace_with_unicode_line_breaks_in_a_token_opens(client, tmp_path):
+    """JSON written with ensure_ascii=False (as specviz writes traces) keeps U+2028 and U+0085
+    raw inside strings: they are not line breaks of the trace."""
+    from gradio_client import handle_file
+
+    events = [json.loads(line) for line in GOLDEN.read_text(encoding="utf-8").splitlines()]
+    for event in events:
+        if event["kind"] == "token_accepted":
+            event["token_text"] = "a\u2028b\x85c"
+    path = tmp_path / "breaks.jsonl"
+    path.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in events), encoding="utf-8")
+    out = client.predict(handle_file(str(path)), api_name="/open_trace")
+    assert statuses(out[0])["accepted"] == sum(e["kind"] == "token_accepted" for e in events)
+
+
+def test_a_stale_recording_is_refused_in_one_sentence(server, monkeypatch):
+    """A preset changed without re-recording must not show the old run under its label."""
+    import dataclasses
+
+    from specviz import presets as recorded
+
+    app = server[0]
+    changed = dataclasses.replace(recorded.PRESETS[0], temperature=0.5)
+    monkeypatch.setattr(recorded, "PRESETS", (changed,) + recorded.PRESETS[1:])
+    monkeypatch.setattr(recorded, "_CACHE", {})
+    monkeypatch.setattr(app, "_PRESET_VIEWS", {})
+    with pytest.raises(Exception, match="The recording of this preset cannot be shown .*has other settings"):
+        app.preset_views(app.PRESET_LABELS[0])

@@ -8,6 +8,7 @@ saves a PNG of each view there (docs/screenshots/ holds the committed ones):
 
 import json
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -88,6 +89,12 @@ def tab(page, name: str) -> None:
     page.get_by_role("tab", name=name, exact=True).click()
 
 
+def live(page, where: str) -> None:
+    """Wait until a live run's first update replaced the preset's recording in `where`: the
+    recording looks finished, so waiting for a finished run alone would not wait at all."""
+    expect(page.locator(f"{where} [data-recorded]")).to_have_count(0, timeout=RUN_TIMEOUT)
+
+
 # The tests below share one page and run in order, like a lesson: run, inspect, race, chart.
 
 def test_page_loads_with_the_legend(ui):
@@ -99,10 +106,12 @@ def test_page_loads_with_the_legend(ui):
 
 
 def test_a_run_shows_chips_of_every_status(ui):
-    ui.get_by_text("Hot sampling, T = 1.5: speculation loses", exact=True).click()
+    ui.get_by_text("Hot sampling, T = 1.5: does speculation still pay?", exact=True).click()
     # an example fills the inputs asynchronously; a Run clicked before that runs greedy
     expect(ui.get_by_label("Temperature (0 = greedy)").first).to_have_value("1.5")
+    expect(ui.locator("#sv-stats [data-recorded]")).to_be_visible()  # the preset's recording, at once
     ui.get_by_role("button", name="Run", exact=True).click()
+    live(ui, "#sv-stats")
     expect(ui.locator('#sv-stats [data-finished="1"]')).to_be_visible(timeout=RUN_TIMEOUT)
     for status in ("accepted", "rejected", "wasted", "residual", "bonus"):
         expect(ui.locator(f"#sv-text .sv-chip.sv-{status}").first).to_be_visible()
@@ -157,9 +166,14 @@ def test_play_replays_the_run_step_by_step(ui):
 def test_the_race_runs_both_lanes_to_a_verdict(ui):
     tab(ui, "Race")
     ui.get_by_text("Code, greedy: speculation wins", exact=True).click()
+    expect(ui.locator("#sv-verdict [data-recorded]")).to_be_visible()
     ui.get_by_role("button", name="Race", exact=True).click()
+    live(ui, "#sv-verdict")
     verdict = ui.locator("#sv-verdict")
-    expect(verdict).to_contain_text("Speculative was", timeout=RUN_TIMEOUT)
+    # a headline, or on a machine too busy to time (two test workers and a browser on two
+    # cores can be) the note saying so instead: both keep the numbers "on its own compute clock"
+    expect(verdict).to_contain_text(re.compile(r"Speculative was|No verdict: the timings are unreliable"),
+                                    timeout=RUN_TIMEOUT)
     expect(verdict).to_contain_text("own compute clock")
     for lane in ("ar", "spec"):
         expect(ui.locator(f"#sv-lane-{lane} .sv-lane")).to_have_attribute("data-done", "1")
@@ -184,7 +198,9 @@ def test_a_tree_run_shows_its_tree_and_attention_mask(ui):
     ui.get_by_text("Code, draft tree 3,2,1", exact=True).click()
     expect(ui.get_by_label("Tree shape: children per node at each depth")).to_be_visible()  # tree settings shown
     expect(ui.get_by_label("n-gram size (prompt lookup)")).to_be_hidden()
+    expect(ui.locator("#sv-stats [data-recorded]")).to_be_visible()
     ui.get_by_role("button", name="Run", exact=True).click()
+    live(ui, "#sv-stats")
     expect(ui.locator("#sv-tree .sv-tree")).to_be_visible(timeout=RUN_TIMEOUT)  # the tree run's first step
     expect(ui.locator('#sv-stats [data-finished="1"]')).to_be_visible(timeout=RUN_TIMEOUT)
     step = int(ui.locator("#sv-panel .sv-panel").get_attribute("data-step"))
@@ -246,3 +262,15 @@ def test_markup_in_a_token_never_runs(ui, tmp_path):
     expect(ui.locator("#sv-inspector")).to_contain_text("<img")
     assert ui.locator("#sv-text img, #sv-panel img, #sv-inspector img").count() == 0
     assert ui.evaluate("window.__pwned") is None
+
+
+def test_a_preset_shows_its_recording_at_once(ui):
+    tab(ui, "Race")
+    ui.get_by_text("Chat, T = 0.7, typical acceptance: LOSSY", exact=True).click()
+    expect(ui.locator("#sv-verdict [data-recorded]")).to_contain_text("recorded on")
+    expect(ui.locator("#sv-verdict")).to_contain_text("LOSSY")
+    expect(ui.locator("#sv-lane-spec .sv-lane")).to_have_attribute("data-done", "1")
+    tab(ui, "Step view")
+    expect(ui.locator("#sv-stats [data-recorded]")).to_contain_text("recorded on")
+    expect(ui.locator("#sv-text .sv-lossy")).to_be_visible()
+    expect(ui.locator("#sv-text .sv-chip.sv-accepted").first).to_be_visible()

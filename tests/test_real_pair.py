@@ -81,3 +81,23 @@ def test_an_int8_draft_keeps_greedy_output_and_drafts_well(qwen, ar, chat):
     assert events[0].draft_quant == "int8"
     assert events[-1].token_ids == ar[chat].token_ids
     assert events[-1].metrics["tau"] > 2.0
+
+
+def test_thirty_visitors_get_presets_while_the_real_pair_computes(qwen, monkeypatch):
+    """A class on one Space: while the app computes a long live run on the real pair (this
+    module's loaded pair, put into the app's pair cache: no second copy in memory), 30 visitors
+    ask for presets at once and each is answered within 5 s (the slowest wait is printed)."""
+    from test_app_api import free_port, import_app, live_run_and_crowd
+
+    monkeypatch.setenv("GRADIO_ANALYTICS_ENABLED", "False")
+    app = import_app()
+    monkeypatch.setitem(app._PAIRS, "qwen-coder", qwen)
+    port = free_port()
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    try:
+        # autoregressive counting: a steady ~0.2 s per token that no EOS cuts short
+        live = dict(prompt="1, 2, 3, 4, 5, 6,", pair_name="qwen-coder", method="ar", k=1, temperature=0.0,
+                    top_p=1.0, max_new_tokens=256, seed=0, chat=False)
+        live_run_and_crowd(f"http://127.0.0.1:{port}/", live, app=app)
+    finally:
+        app.demo.close()

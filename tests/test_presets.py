@@ -1,0 +1,58 @@
+"""specviz.presets: recording presets and reading them back (on the tiny pair, into a temporary
+folder: the shipped recordings come from the real pair, see tests/test_app_api.py)."""
+
+import gzip
+import json
+
+import pytest
+
+from specviz import presets
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    out = tmp_path_factory.mktemp("presets")
+    lines = []
+    presets.record("tiny", folder=out, say=lines.append, tries=1, presets=presets.PRESETS[:2])
+    assert any(line.startswith("[2/") for line in lines)  # progress, preset by preset
+    return out
+
+
+def test_a_recording_reads_back_as_the_runs_it_recorded(folder, tiny):
+    import specviz
+
+    for preset in presets.PRESETS[:2]:
+        rec = presets.recording(preset.label, folder)
+        fresh = [e.to_dict() for e in specviz.generate(tiny, preset.prompt, **preset.options())]
+        assert rec.run[-1]["token_ids"] == fresh[-1]["token_ids"]  # greedy, or sampled with the preset's seed
+        assert rec.run[0]["method"] == preset.method and rec.ar[0]["method"] == "ar"
+        assert rec.ar[0]["temperature"] == preset.temperature and rec.ar[0]["prompt"] == preset.prompt
+        assert rec.run_busy > 0 and rec.ar_busy > 0
+        assert rec.note.startswith("recorded on ") and rec.where["pair"] == "tiny"
+
+
+def test_the_traces_are_gzipped_json_lines_with_a_manifest(folder):
+    info = presets.manifest(folder)
+    assert {"device", "device_name", "dtype", "date", "specviz", "threads", "loadavg_start"} <= set(info["recorded"])
+    entry = info["presets"][0]
+    with gzip.open(folder / entry["run"]["file"], "rt", encoding="utf-8") as fh:
+        first = json.loads(fh.readline())
+    assert first["kind"] == "run_started" and entry["settings"]["label"] == presets.PRESETS[0].label
+
+
+def test_a_preset_changed_since_its_recording_is_refused(folder, monkeypatch):
+    import dataclasses
+
+    changed = dataclasses.replace(presets.PRESETS[1], k=3)
+    monkeypatch.setattr(presets, "PRESETS", (presets.PRESETS[0], changed) + presets.PRESETS[2:])
+    monkeypatch.setattr(presets, "_CACHE", {})
+    with pytest.raises(ValueError, match="has other settings: run `python -m specviz.presets record`"):
+        presets.recording(changed.label, folder)
+    with pytest.raises(KeyError):
+        presets.recording("no such preset", folder)
+
+
+def test_list_names_every_preset_and_where_it_was_recorded(capsys):
+    assert presets.main(["list"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert [line.split(": recorded on ")[0] for line in shown] == presets.LABELS
