@@ -53,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--cpu-linear", default=None,
                      help="aten | gemv: gemv runs linear layers as W @ x.T on CPU, faster in bf16 on some CPUs "
                           "(specviz.kernels); default: aten, or what specviz.cpu measures when --dtype is not given")
+    gen.add_argument("--memory", default=None,
+                     help="auto | full | low: low holds both models as int8 weights (CPU; fits an 8 GB laptop; "
+                          "the int8 target is then the model decoded); default: $SPECVIZ_MEMORY, else auto "
+                          "(low when the float pair would not fit in available memory)")
     gen.add_argument("--jsonl", action="store_true", help="print one event per line instead")
     return parser
 
@@ -107,7 +111,7 @@ def cmd_generate(args) -> int:
                    acceptance=args.acceptance, ngram=args.ngram, tree=args.tree)
     engine.check_options(args.prompt, **options)  # bad options fail before gigabytes of weights load
     pair = load_pair(args.pair, device=args.device, dtype=args.dtype, draft_quant=args.draft_quant,
-                     cpu_linear=args.cpu_linear)
+                     cpu_linear=args.cpu_linear, memory=args.memory)
     stream = engine.generate(pair, args.prompt, **options)
     ids, shown = [], ""
     for event in stream:

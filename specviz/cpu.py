@@ -18,8 +18,10 @@ cannot pay off, whatever the drafter; in fp32 it does.
 
 So when a real pair is loaded on a CPU with no dtype given, `choose` picks: bf16 with
 nn.Linear (half the bytes of fp32) where a 5-row bf16 product costs at most `WALL` one-row
-products, else fp32 with the cheaper of nn.Linear and W @ x.T at 5 rows (specviz.kernels),
-if fp32 fits in memory. The measurement is one linear layer of the 1.5B target's MLP shape;
+products, else fp32 with the cheaper of nn.Linear and W @ x.T at 5 rows (specviz.kernels).
+When that float pair would not fit in the memory available, specviz.models loads int8 weights
+instead (memory="auto" -> "low"); bf16 for want of room (`fp32_fits=False`) is left for
+memory="full". The measurement is one linear layer of the 1.5B target's MLP shape;
 the reason is kept on the pair (`Pair.cpu_choice`) and printed when it loads. An explicit dtype
 or cpu_linear always wins. `python -m specviz.cpu` prints the measurement.
 """

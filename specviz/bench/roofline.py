@@ -36,15 +36,20 @@ def copy_bandwidth(device="cpu", megabytes: int = 256, repeats: int = 5) -> dict
 
 
 def weight_bytes_per_token(model) -> int:
-    """Bytes of weights one decoding step reads: all parameters but the input embedding table
-    (unless it is tied to the output head, which reads all of it)."""
-    params = {id(p): p for p in model.parameters()}
-    total = sum(p.numel() * p.element_size() for p in params.values())
-    embed = model.get_input_embeddings().weight
-    head = model.get_output_embeddings()
-    tied = head is not None and head.weight is embed
-    if not tied:
-        total -= embed.numel() * embed.element_size()
+    """Bytes of weights one decoding step reads: all parameters and weight buffers (an int8
+    model's `qweight` and `scale`, specviz.quant) but the input embedding table (unless it is
+    tied to the output head, which reads all of it)."""
+    def size(tensors) -> int:
+        return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())
+
+    def tensors(module) -> list:
+        return [] if module is None else list(module.parameters()) + list(module.buffers())
+
+    total = size(tensors(model))
+    embed = tensors(model.get_input_embeddings())
+    head = {id(t) for t in tensors(model.get_output_embeddings())}
+    if not any(id(t) in head for t in embed):  # untied: a step reads one row of the table
+        total -= size(embed)
     return total
 
 
