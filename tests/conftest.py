@@ -37,3 +37,22 @@ def tiny():
     from specviz import load_pair
 
     return load_pair("tiny")
+
+
+@pytest.fixture
+def with_cpu_share():
+    """A trace as if its decoding thread had run `share` of the time it was timed (the engine's
+    cpu_elapsed beside elapsed), and for long enough to be judged: busy-machine tests."""
+    from specviz import metrics
+
+    def make(events: list, share: float) -> list:
+        out = []
+        for e in events:
+            if e["kind"] == "step_finished":
+                e = {**e, "elapsed": e["elapsed"] + 1.0, "cpu_elapsed": share * (e["elapsed"] + 1.0)}
+            elif e["kind"] == "run_finished":
+                e = {**e, "metrics": metrics.fold(out).to_dict()}
+            out.append(e)
+        return out
+
+    return make

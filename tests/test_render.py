@@ -545,20 +545,7 @@ def test_auto_k_says_why_and_cascade_counts_its_ngram_guesses():
 
 # -- a busy machine: no speed verdict ----------------------------------------------------------
 
-def with_cpu_share(events: list, share: float) -> list:
-    """A golden trace as if its decoding thread had run `share` of the time (the engine's
-    cpu_elapsed beside elapsed), and had run long enough to be judged."""
-    out = []
-    for e in events:
-        if e["kind"] == "step_finished":
-            e = {**e, "elapsed": e["elapsed"] + 1.0, "cpu_elapsed": share * (e["elapsed"] + 1.0)}
-        elif e["kind"] == "run_finished":
-            e = {**e, "metrics": metrics.fold(out).to_dict()}
-        out.append(e)
-    return out
-
-
-def test_a_busy_lane_replaces_the_verdict_with_the_note(greedy, ar):
+def test_a_busy_lane_replaces_the_verdict_with_the_note(greedy, ar, with_cpu_share):
     quiet_ar = charts.summarize(with_cpu_share(ar, 0.97), 1.0, label="ar")
     quiet = charts.summarize(with_cpu_share(greedy, 0.98), 0.5, baseline=quiet_ar)
     assert quiet_ar["timing_note"] is None and quiet["timing_note"] is None and not quiet["speedup_unreliable"]
@@ -574,7 +561,7 @@ def test_a_busy_lane_replaces_the_verdict_with_the_note(greedy, ar):
         assert "Same text as autoregressive: yes" in out  # what does not depend on the clock stays
 
 
-def test_a_busy_race_point_is_greyed_on_the_chart_and_in_its_lane(greedy, ar):
+def test_a_busy_race_point_is_greyed_on_the_chart_and_in_its_lane(greedy, ar, with_cpu_share):
     busy_ar = charts.summarize(with_cpu_share(ar, 0.45), 1.0, label="ar")
     spec = charts.summarize(with_cpu_share(greedy, 0.98), 0.5, baseline=busy_ar)
     assert spec["timing_note"] is None and spec["speedup_unreliable"]  # a ratio is as good as both clocks

@@ -278,22 +278,8 @@ def test_race_runs_both_lanes_on_their_own_clocks(tiny):
     assert ("Speculative was" in w.verdict_html()) == (w.timing_note() is None) and not w._replay.disabled
 
 
-def with_cpu_share(events: list, share: float) -> list:
-    """A golden trace as if its decoding thread had run `share` of the time, for long enough to judge."""
-    from specviz import metrics
-
-    out = []
-    for e in events:
-        if e["kind"] == "step_finished":
-            e = {**e, "elapsed": e["elapsed"] + 1.0, "cpu_elapsed": share * (e["elapsed"] + 1.0)}
-        elif e["kind"] == "run_finished":
-            e = {**e, "metrics": metrics.fold(out).to_dict()}
-        out.append(e)
-    return out
-
-
 @pytest.mark.parametrize("ar_share, spec_share, busy", [(0.97, 0.98, False), (0.4, 0.98, True), (0.97, 0.5, True)])
-def test_race_on_a_busy_machine_shows_the_note_instead_of_a_verdict(ar_share, spec_share, busy):
+def test_race_on_a_busy_machine_shows_the_note_instead_of_a_verdict(ar_share, spec_share, busy, with_cpu_share):
     w = RaceWidget()
     w.run(iter(with_cpu_share(load("tiny_ar.jsonl"), ar_share)),
           iter(with_cpu_share(load("tiny_spec_greedy.jsonl"), spec_share)))
