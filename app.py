@@ -62,6 +62,7 @@ MAX_LIVE_WAITING = max(1, int(os.environ.get("SPECVIZ_MAX_WAITING", "3")))
 # (specviz.presets) and clicking one replays that recording at once, without the engine.
 PRESETS = [preset.example() for preset in recorded.PRESETS]
 PRESET_LABELS = recorded.LABELS
+ar_options = recorded.ar_options  # the race's baseline: one definition for live and recorded races
 ACCEPTANCE_CHOICES = [("exact (lossless)", "exact"), ("typical (LOSSY)", "typical")]
 
 CHIP_CLICK_JS = """
@@ -178,11 +179,6 @@ def _options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=F
                 acceptance="exact" if method in ("ar", "tree") else acceptance, auto_rule=auto_rule,
                 confidence=confidence, ngram=_int(ngram), tree="dynamic" if tree_dynamic else tree_shape,
                 tree_budget=_int(tree_budget))
-
-
-def ar_options(options: dict) -> dict:
-    """The race's baseline: plain autoregressive decoding with the same prompt and sampling."""
-    return {**options, "method": "ar", "k": 1, "acceptance": "exact"}
 
 
 def _int(value):

@@ -63,8 +63,13 @@ class Preset:
                     confidence=0.4, ngram=self.ngram, tree=self.tree, tree_budget=16)
 
     def ar_options(self) -> dict:
-        """The race's baseline: plain autoregressive decoding with the same prompt and sampling."""
-        return {**self.options(), "method": "ar", "k": 1, "acceptance": "exact"}
+        return ar_options(self.options())
+
+
+def ar_options(options: dict) -> dict:
+    """The race's baseline: plain autoregressive decoding with the same prompt and sampling (the
+    app's live race and the recorded presets both take it from here)."""
+    return {**options, "method": "ar", "k": 1, "acceptance": "exact"}
 
 
 CODE = 'def quicksort(arr):\n    """Sort a list with quicksort."""\n'

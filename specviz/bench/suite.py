@@ -1,4 +1,4 @@
-"""The benchmark suite (issue 7): what speculative decoding buys on one pair, in one run, as ratios.
+"""The benchmark suite: what speculative decoding buys on one pair, in one run, as ratios.
 
 Per pair, device and dtype, over a fixed prompt set (specviz.bench.prompts), greedy and sampled:
 every specviz method and transformers' own generate() (plain, assistant_model, prompt lookup) on
