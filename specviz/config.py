@@ -1,17 +1,37 @@
 """Run configuration: the methods, their options, and the checks that turn bad input into one
-clear `InputError` before the first event. No model code here but what the checks need.
+clear `InputError` before the first event. No torch and no model code: the app and the CLI build
+and check a RunConfig before any model loads.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import Union
 
 from specviz.adaptive import RULES
 from specviz.errors import InputError
-from specviz.sampling import Warp
-from specviz.tree import parse_shape
+
+@dataclass(frozen=True)
+class Warp:
+    """How logits become a distribution. temperature 0 means greedy (argmax) decisions."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def parse_shape(shape) -> list:
+    """'3,2,1' or [3, 2, 1] -> [3, 2, 1]: the number of children per node at each depth."""
+    if isinstance(shape, str):
+        shape = [part for part in shape.replace(" ", "").split(",") if part]
+    return [int(b) for b in shape]
+
 
 METHODS = ("ar", "spec", "tree", "pld", "lookahead", "cascade")
 METHOD_HELP = {
@@ -31,28 +51,72 @@ MAX_TOPK = 100
 
 @dataclass(frozen=True)
 class RunConfig:
-    method: str
-    k: Union[int, str]  # "auto": chosen every step by AdaptiveK
-    warp: Warp
-    max_new_tokens: int
-    seed: int
-    chat: bool
-    record_topk: int
-    acceptance: str = "exact"
+    """Everything one run is asked for. It checks itself when made: a RunConfig that exists is
+    valid, and a bad value raises one `InputError` that says what to change.
+
+        RunConfig(method="tree", tree="dynamic")        the defaults for everything else
+        cfg.replace(temperature=1.0)                    a checked copy with some fields changed
+
+    `generate(pair, prompt, cfg, **overrides)`, the CLI, the app and the benchmarks all build one.
+    """
+
+    method: str = "spec"
+    k: Union[int, str] = 4  # draft length, or "auto": chosen every step by AdaptiveK
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    seed: int = 0
+    chat: bool = False
+    record_topk: int = 10  # top-k slices of p and q recorded in the events (0: none)
+    acceptance: str = "exact"  # or "typical" (LOSSY)
     auto_rule: str = "cost"
     confidence: float = 0.4
     ngram: int = 3
-    tree: str = "3,2,1"  # static shape, or "dynamic"
+    tree: str = "3,2,1"  # static shape (children per depth), or "dynamic"
     tree_budget: int = 16
     tree_depth: int = 6
     tree_width: int = 4
     lookahead_window: int = 5
     lookahead_pool: int = 5
+    warp: Warp = field(init=False, repr=False, compare=False)  # temperature, top_k, top_p together
+
+    def __post_init__(self):
+        _check(self)
+        fix = partial(object.__setattr__, self)
+        fix("temperature", float(self.temperature))
+        fix("top_p", float(self.top_p))
+        fix("confidence", float(self.confidence))
+        fix("chat", bool(self.chat))
+        if self.method == "tree" and self.tree != "dynamic":
+            fix("tree", ",".join(map(str, parse_shape(self.tree))))
+        fix("warp", Warp(self.temperature, self.top_k, self.top_p))
+
+    @classmethod
+    def of(cls, **options) -> "RunConfig":
+        """RunConfig(**options), with a misspelt option an InputError like any other bad value."""
+        unknown = sorted(set(options) - FIELDS)
+        if unknown:
+            raise InputError(f"Unknown option {unknown[0]!r}: the options are {', '.join(sorted(FIELDS))}.")
+        return cls(**options)
+
+    def replace(self, **overrides) -> "RunConfig":
+        """A checked copy with `overrides` applied."""
+        return RunConfig.of(**{**self.to_dict(), **overrides}) if overrides else self
+
+    def to_dict(self) -> dict:
+        """The fields as keyword arguments: RunConfig(**cfg.to_dict()) == cfg."""
+        return {name: getattr(self, name) for name in FIELDS}
+
+    @property
+    def draft_k(self):
+        """The k a run records: 0 for autoregressive, None for tree methods (no single k)."""
+        return 0 if self.method == "ar" else (None if self.method in TREE_METHODS else self.k)
 
     def options(self) -> dict:
         """Method options as recorded in run_started."""
         out = {"acceptance": self.acceptance}
-        if self.k == "auto":
+        if self.k == "auto" and self.method in AUTO_METHODS:
             out.update(auto_rule=self.auto_rule, confidence=self.confidence)
         if self.method in ("pld", "cascade", "lookahead"):
             out["ngram"] = self.ngram
@@ -70,28 +134,63 @@ MAX_TREE_NODES = 64
 TREE_METHODS = ("tree", "lookahead")
 
 
-def validate_lookahead(cfg: RunConfig, window, pool) -> dict:
-    if cfg.method != "lookahead":
-        return {}
-    if not cfg.warp.greedy:
+# ---------------------------------------------------------------------------------------------
+# input checks, in the order a user reads the options
+
+def _check(cfg: RunConfig) -> None:
+    method, k = cfg.method, cfg.k
+    if method not in METHODS:
+        raise InputError(f"Unknown method {method!r}: choose one of {', '.join(METHODS)}.")
+    if k == "auto" and method not in AUTO_METHODS:
+        raise InputError(f"k='auto' works with {', '.join(AUTO_METHODS)}; give {method} a number.")
+    if k != "auto" and (not _is_int(k) or not 1 <= k <= MAX_K):
+        raise InputError(f"k (draft length) must be a whole number from 1 to {MAX_K} or 'auto', got {k!r}.")
+    if cfg.acceptance not in ACCEPTANCE:
+        raise InputError(f"acceptance must be one of {', '.join(ACCEPTANCE)}, got {cfg.acceptance!r}.")
+    if cfg.auto_rule not in RULES:
+        raise InputError(f"auto_rule must be one of {', '.join(RULES)}, got {cfg.auto_rule!r}.")
+    if not _is_number(cfg.confidence) or not 0.0 < cfg.confidence < 1.0:
+        raise InputError(f"confidence must be between 0 and 1, got {cfg.confidence!r}.")
+    if not _is_int(cfg.ngram) or not 1 <= cfg.ngram <= 8:
+        raise InputError(f"ngram must be a whole number from 1 to 8, got {cfg.ngram!r}.")
+    t = cfg.temperature
+    if not _is_number(t) or not math.isfinite(t) or t < 0:
+        raise InputError(f"temperature must be 0 (greedy) or a positive number, got {t!r}.")
+    if not _is_int(cfg.top_k) or cfg.top_k < 0:
+        raise InputError(f"top_k must be 0 (off) or a positive whole number, got {cfg.top_k!r}.")
+    if not _is_number(cfg.top_p) or not 0.0 < cfg.top_p <= 1.0:
+        raise InputError(f"top_p must be in (0, 1], got {cfg.top_p!r}.")
+    if not _is_int(cfg.max_new_tokens) or not 1 <= cfg.max_new_tokens <= MAX_NEW_TOKENS:
+        raise InputError(f"max_new_tokens must be from 1 to {MAX_NEW_TOKENS}, got {cfg.max_new_tokens!r}.")
+    if not _is_int(cfg.seed) or cfg.seed < 0:
+        raise InputError(f"seed must be a non-negative whole number, got {cfg.seed!r}.")
+    if not _is_int(cfg.record_topk) or not 0 <= cfg.record_topk <= MAX_TOPK:
+        raise InputError(f"record_topk must be from 0 to {MAX_TOPK}, got {cfg.record_topk!r}.")
+    if method == "tree":
+        _check_tree(cfg)
+    if method == "lookahead":
+        _check_lookahead(cfg)
+
+
+def _check_lookahead(cfg: RunConfig) -> None:
+    if not cfg.temperature == 0:
         raise InputError("lookahead decoding is greedy-only here: set temperature to 0.")
     if cfg.acceptance != "exact":
         raise InputError("lookahead verifies exactly; typical acceptance is for chains.")
     if not 2 <= cfg.ngram <= 8:
         raise InputError(f"lookahead needs an n-gram size from 2 to 8, got {cfg.ngram}.")
+    window, pool = cfg.lookahead_window, cfg.lookahead_pool
     for name, value, top in (("lookahead_window", window, 16), ("lookahead_pool", pool, 16)):
         if not _is_int(value) or not 1 <= value <= top:
             raise InputError(f"{name} must be a whole number from 1 to {top}, got {value!r}.")
     if window + pool * (cfg.ngram - 1) > MAX_TREE_NODES:
         raise InputError(f"lookahead's window plus pool candidates exceed {MAX_TREE_NODES} tokens per pass.")
-    return dict(lookahead_window=window, lookahead_pool=pool)
 
 
-def validate_tree(cfg: RunConfig, tree, budget, depth, width) -> dict:
-    if cfg.method != "tree":
-        return {}
+def _check_tree(cfg: RunConfig) -> None:
     if cfg.acceptance != "exact":
         raise InputError("The tree method verifies exactly; typical acceptance is for chains.")
+    tree = cfg.tree
     if tree != "dynamic":
         try:
             shape = parse_shape(tree)
@@ -104,49 +203,14 @@ def validate_tree(cfg: RunConfig, tree, budget, depth, width) -> dict:
         if not shape or min(shape) < 1 or nodes > MAX_TREE_NODES:
             raise InputError(f"tree must be 'dynamic' or children per depth like '3,2,1' with at most "
                              f"{MAX_TREE_NODES} nodes in all, got {tree!r}.")
-        tree = ",".join(map(str, shape))
-    for name, value, top in (("tree_budget", budget, MAX_TREE_NODES), ("tree_depth", depth, MAX_K),
-                             ("tree_width", width, 16)):
+    for name, value, top in (("tree_budget", cfg.tree_budget, MAX_TREE_NODES),
+                             ("tree_depth", cfg.tree_depth, MAX_K), ("tree_width", cfg.tree_width, 16)):
         if not _is_int(value) or not 1 <= value <= top:
             raise InputError(f"{name} must be a whole number from 1 to {top}, got {value!r}.")
-    return dict(tree=tree, tree_budget=budget, tree_depth=depth, tree_width=width)
 
 
-# ---------------------------------------------------------------------------------------------
-# input checks
-
-def validate(method, k, temperature, top_k, top_p, max_new_tokens, seed, record_topk, chat,
-             acceptance="exact", auto_rule="cost", confidence=0.4, ngram=3) -> RunConfig:
-    if method not in METHODS:
-        raise InputError(f"Unknown method {method!r}: choose one of {', '.join(METHODS)}.")
-    if k == "auto" and method not in AUTO_METHODS:
-        raise InputError(f"k='auto' works with {', '.join(AUTO_METHODS)}; give {method} a number.")
-    if k != "auto" and (not _is_int(k) or not 1 <= k <= MAX_K):
-        raise InputError(f"k (draft length) must be a whole number from 1 to {MAX_K} or 'auto', got {k!r}.")
-    if acceptance not in ACCEPTANCE:
-        raise InputError(f"acceptance must be one of {', '.join(ACCEPTANCE)}, got {acceptance!r}.")
-    if auto_rule not in RULES:
-        raise InputError(f"auto_rule must be one of {', '.join(RULES)}, got {auto_rule!r}.")
-    if not isinstance(confidence, (int, float)) or not 0.0 < confidence < 1.0:
-        raise InputError(f"confidence must be between 0 and 1, got {confidence!r}.")
-    if not _is_int(ngram) or not 1 <= ngram <= 8:
-        raise InputError(f"ngram must be a whole number from 1 to 8, got {ngram!r}.")
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature < 0:
-        raise InputError(f"temperature must be 0 (greedy) or a positive number, got {temperature!r}.")
-    if not _is_int(top_k) or top_k < 0:
-        raise InputError(f"top_k must be 0 (off) or a positive whole number, got {top_k!r}.")
-    if not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
-        raise InputError(f"top_p must be in (0, 1], got {top_p!r}.")
-    if not _is_int(max_new_tokens) or not 1 <= max_new_tokens <= MAX_NEW_TOKENS:
-        raise InputError(f"max_new_tokens must be from 1 to {MAX_NEW_TOKENS}, got {max_new_tokens!r}.")
-    if not _is_int(seed) or seed < 0:
-        raise InputError(f"seed must be a non-negative whole number, got {seed!r}.")
-    if not _is_int(record_topk) or not 0 <= record_topk <= MAX_TOPK:
-        raise InputError(f"record_topk must be from 0 to {MAX_TOPK}, got {record_topk!r}.")
-    k = 0 if method == "ar" else (None if method in TREE_METHODS else k)  # trees have no single k
-    return RunConfig(method, k, Warp(float(temperature), int(top_k), float(top_p)),
-                     int(max_new_tokens), int(seed), bool(chat), int(record_topk), acceptance,
-                     auto_rule, float(confidence), int(ngram))
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _is_int(value) -> bool:
@@ -178,9 +242,13 @@ def vocab_size(pair) -> int:
 
 
 def check_context(pair, n_prompt: int, cfg: RunConfig) -> None:
-    lookahead = MAX_TREE_NODES if cfg.method in TREE_METHODS else (MAX_K if cfg.k == "auto" else cfg.k)
+    k = cfg.draft_k
+    lookahead = MAX_TREE_NODES if k is None else (MAX_K if k == "auto" else k)
     need = n_prompt + cfg.max_new_tokens + lookahead + 1
     if need > pair.context_length:
         raise InputError(f"The prompt ({n_prompt} tokens) plus max_new_tokens ({cfg.max_new_tokens}) "
                          f"does not fit the {pair.context_length}-token context of {pair.name}: "
                          "shorten the prompt or ask for fewer tokens.")
+
+
+FIELDS = frozenset(f.name for f in fields(RunConfig) if f.init)

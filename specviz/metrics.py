@@ -150,8 +150,9 @@ def _fold_step(stats: RunStats, step, pos_eval: list, pos_acc: list) -> float:
     if stats.ttft is None and _get(step, "emitted_ids"):
         stats.ttft = _get(step, "elapsed")
     info = _get(step, "info") or {}
-    # chains: draft index i was judged if i < evaluated; trees: depth i was reached if i <= path
-    reached = min(accepted + 1, info["depth"]) if "path" in info else evaluated
+    # depth i (draft index i - 1) was reached when every depth before it accepted; a chain's depth
+    # is its length (for a chain this is its evaluated count)
+    reached = min(accepted + 1, info.get("depth", _get(step, "drafted")))
     while len(pos_eval) < reached:
         pos_eval.append(0)
         pos_acc.append(0)

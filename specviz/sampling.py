@@ -15,23 +15,11 @@ All randomness comes from an explicit `torch.Generator`; nothing here re-seeds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-
-@dataclass(frozen=True)
-class Warp:
-    """How logits become a distribution. temperature 0 means greedy (argmax) decisions."""
-
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature == 0.0
+from specviz.config import Warp  # noqa: F401  (part of this module's API: Warp(temperature, top_k, top_p))
 
 
 def warp(logits: torch.Tensor, spec: Warp) -> torch.Tensor:

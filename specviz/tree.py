@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from specviz.config import parse_shape  # noqa: F401  (part of this module's API)
+
 ROOT = -1
 
 
@@ -39,6 +41,10 @@ class DraftTree:
         for i, token in enumerate(tokens):
             tree.add(token, i - 1, q[i] if q else 1.0)
         return tree
+
+    def is_chain(self) -> bool:
+        """Every node the only child of the one before: a plain draft of len(self) tokens."""
+        return all(parent == i - 1 for i, parent in enumerate(self.parents))
 
     def depth(self, node: int) -> int:
         """1 for a child of the root."""
@@ -99,10 +105,3 @@ def attention(tree: DraftTree, linear_before: int, pending: int, slots: dict, no
         out[pending + r, :linear] = True
         out[pending + r, [every[a] for a in tree.ancestors(node)]] = True
     return out, new_slots
-
-
-def parse_shape(shape) -> list:
-    """'3,2,1' or [3, 2, 1] -> [3, 2, 1]: the number of children per node at each depth."""
-    if isinstance(shape, str):
-        shape = [part for part in shape.replace(" ", "").split(",") if part]
-    return [int(b) for b in shape]

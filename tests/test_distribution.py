@@ -10,7 +10,6 @@ from specviz import generate, metrics, sampling
 from specviz.sampling import Warp
 from specviz.toy import TableLM, exact_joint, random_table, toy_pair
 from specviz.verifiers import RejectionVerifier
-from specviz.verifiers.chain import Verdict
 
 V, N_TOKENS, RUNS = 4, 3, 12_000
 
@@ -18,29 +17,18 @@ V, N_TOKENS, RUNS = 4, 3, 12_000
 class ResampleFromTarget(RejectionVerifier):
     """Broken: after a rejection, draws from p instead of the residual norm(max(p - q, 0))."""
 
-    def _resample(self, decisions, p, q, generator, beta):
-        token = sampling.sample(p, Warp(1.0), generator)
-        return Verdict(decisions, token, "residual", p, 0.0, beta, float(p[token]), float(q[token]))
+    def residual(self, p, q):
+        return p, 0.0
 
 
 class AcceptIfArgmax(RejectionVerifier):
     """Broken: accepts a sampled draft iff it is the target's argmax, else resamples from p."""
 
-    def verify(self, draft_tokens, draft_probs, target_probs, generator, allow_bonus=True):
-        verdict = super().verify(draft_tokens, draft_probs, target_probs, generator, allow_bonus)
-        decisions = []
-        for d in verdict.decisions:
-            ok = d.token == int(torch.argmax(target_probs[d.index]))
-            decisions.append(type(d)(d.index, d.token, d.p, d.q, float(ok), d.u, ok))
-            if not ok:
-                return self._resample_p(decisions, target_probs[d.index], generator, verdict.beta)
-        n = len(decisions)
-        token = sampling.sample(target_probs[n], Warp(1.0), generator)
-        return Verdict(decisions, token, "bonus", target_probs[n], 0.0, verdict.beta, 0.0)
+    def accept_probability(self, p, q, x):
+        return float(x == int(torch.argmax(p)))
 
-    def _resample_p(self, decisions, p, generator, beta):
-        token = sampling.sample(p, Warp(1.0), generator)
-        return Verdict(decisions, token, "residual", p, 0.0, beta, float(p[token]), 0.0)
+    def residual(self, p, q):
+        return p, 0.0
 
 
 @pytest.fixture(scope="module")

@@ -51,7 +51,7 @@ def _forced_case():
 def test_rejection_rule_forced_accept_accept_reject():
     tokens, q, p = _forced_case()
     gen = torch.Generator().manual_seed(7)
-    verdict = RejectionVerifier().verify(tokens, q, p, gen)
+    verdict = RejectionVerifier().verify_chain(tokens, q, p, gen)
     assert [d.accepted for d in verdict.decisions] == [True, True, False]
     assert [d.accept_prob for d in verdict.decisions] == [1.0, 1.0, 0.0]
     assert [round(d.ratio, 6) for d in verdict.decisions] == [1.2, round(0.8 / 0.7, 6), 0.0]
@@ -69,9 +69,9 @@ def test_rejection_rule_bonus_when_all_accepted():
     p = p.clone()
     p[2] = torch.tensor([0.7, 0.1, 0.2, 0.0])  # now x3 = 0 has p >= q: accepted
     p[3] = torch.tensor([0.0, 0.0, 1.0, 0.0])  # the bonus must be token 2
-    verdict = RejectionVerifier().verify(tokens, q, p, torch.Generator().manual_seed(0))
+    verdict = RejectionVerifier().verify_chain(tokens, q, p, torch.Generator().manual_seed(0))
     assert verdict.accepted == 3 and (verdict.next_kind, verdict.next_token) == ("bonus", 2)
-    no_bonus = RejectionVerifier().verify(tokens, q, p, torch.Generator().manual_seed(0), allow_bonus=False)
+    no_bonus = RejectionVerifier().verify_chain(tokens, q, p, torch.Generator().manual_seed(0), allow_bonus=False)
     assert no_bonus.accepted == 3 and no_bonus.next_token is None
 
 
@@ -81,7 +81,7 @@ def test_rejection_rule_partial_ratio_uses_u():
     p = torch.tensor([[0.5, 0.5], [1.0, 0.0]])
     for seed in range(20):
         u = float(torch.rand((), generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
-        verdict = RejectionVerifier().verify([1], q, p, torch.Generator().manual_seed(seed))
+        verdict = RejectionVerifier().verify_chain([1], q, p, torch.Generator().manual_seed(seed))
         assert verdict.decisions[0].accepted == (u < 0.5)
         # rejection resamples from max(p - q, 0) = token 0; acceptance earns bonus token 0
         assert verdict.next_token == 0
@@ -89,7 +89,7 @@ def test_rejection_rule_partial_ratio_uses_u():
 
 def test_greedy_rule_exact():
     tokens, q, p = _forced_case()
-    verdict = GreedyVerifier().verify(tokens, q, p, torch.Generator())
+    verdict = GreedyVerifier().verify_chain(tokens, q, p, torch.Generator())
     # argmax p = [1, 2, 3]: accept, accept, reject x3 = 0 and emit 3
     assert [d.accepted for d in verdict.decisions] == [True, True, False]
     assert [d.u for d in verdict.decisions] == [None, None, None]

@@ -6,7 +6,7 @@ import torch
 from specviz import generate, metrics, sampling, trace
 from specviz.sampling import Warp
 from specviz.tree import ROOT, DraftTree, attention
-from specviz.verifiers.tree import TreeVerifier
+from specviz.verifiers import RejectionVerifier
 
 from test_distribution import RUNS, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
 
@@ -106,22 +106,11 @@ def test_tree_events_round_trip_and_fold(tiny, tmp_path):
     assert metrics.fold(events[:-1]).to_dict() == events[-1].metrics
 
 
-class ResampleFromTargetAfterSibling(TreeVerifier):
+class ResampleFromTargetAfterSibling(RejectionVerifier):
     """Broken: after a sibling is rejected, keeps judging against p instead of the residual."""
 
-    def _sampling_stage(self, tree, node, children, p, q, generator, out):
-        from specviz.verifiers.tree import NodeDecision
-
-        for child in children:
-            x = tree.tokens[child]
-            a = sampling.accept_probability(float(p[x]), float(q[x]))
-            u = sampling.uniform(generator)
-            out.decisions.append(NodeDecision(child, node, x, float(p[x]), float(q[x]), a, u, u < a, 0.0))
-            if u < a:
-                return child
-        token = sampling.sample(p, Warp(1.0), generator)
-        self._finish(out, node, token, "residual" if children else "bonus", p, 0.0, float(p[token]), 0.0)
-        return None
+    def residual(self, p, q):
+        return p, 0.0
 
 
 @pytest.mark.parametrize("shape", ["3,2", "2,2,1", "dynamic"])
@@ -136,7 +125,7 @@ def test_tree_sampling_distribution_exact(toy, shape):  # noqa: F811
 def test_broken_multi_draft_rule_fails(toy):  # noqa: F811
     warp = Warp(1.0)
     counts, _ = _first_tokens(toy, warp, runs=RUNS // 2, method="tree", tree="3,2",
-                              verifier=ResampleFromTargetAfterSibling(greedy=False))
+                              verifier=ResampleFromTargetAfterSibling())
     assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) < 1e-4
 
 

@@ -24,12 +24,12 @@ import time
 
 import torch
 
-from specviz.drafters.base import Proposal
+from specviz.drafters.base import Drafter, Proposal
 from specviz.drafters.lookup import one_hot_rows
 from specviz.lm import runner_for, synchronize
 
 
-class ControlledDrafter:
+class ControlledDrafter(Drafter):
     name = "controlled acceptance"
 
     def __init__(self, model, script: list, a_set: float, vocab_size: int, eos_token_ids=(), seed: int = 0):
@@ -49,7 +49,7 @@ class ControlledDrafter:
     def propose(self, committed, k, warp, generator) -> Proposal:
         self.counters = {"off_script": 0, "corrupted": 0}
         if k <= 0:
-            return Proposal([], None)
+            return Proposal()
         start = time.perf_counter()
         logits = self.runner.forward(committed[self.runner.length:], last_only=True)[-1]
         tokens, forwards = [], 1
@@ -64,7 +64,7 @@ class ControlledDrafter:
             forwards += 1
         synchronize(self.runner.device)
         probs = one_hot_rows(tokens, self.vocab_size, logits.device)  # (n, V)
-        return Proposal(tokens, probs, forwards, time.perf_counter() - start)
+        return Proposal.chain(tokens, probs, forwards, time.perf_counter() - start)
 
     def _choose(self, truth, logits) -> int:
         if truth is None:
@@ -82,7 +82,7 @@ class ControlledDrafter:
             if token != truth and token not in self.eos:
                 return token
 
-    def observe(self, committed, accepted) -> None:
+    def observe(self, committed, proposal, path, target_probs) -> None:
         self.runner.crop(min(self.runner.length, len(committed) - 1))
 
     def step_info(self) -> dict:

@@ -21,11 +21,11 @@ import time
 
 import torch
 
-from specviz.drafters.tree import TreeProposal
+from specviz.drafters.base import Drafter, Proposal
 from specviz.tree import ROOT, DraftTree
 
 
-class LookaheadDrafter:
+class LookaheadDrafter(Drafter):
     name = "lookahead (Jacobi window + n-gram pool)"
 
     def __init__(self, window: int = 5, ngram: int = 3, pool_candidates: int = 5, pool_per_key: int = 8):
@@ -42,20 +42,22 @@ class LookaheadDrafter:
         self.pool = {}  # first token -> list of continuations (N - 1 tokens), newest first
         self.info = {}
 
-    def propose_tree(self, committed: list, max_depth: int, warp, generator) -> TreeProposal:
+    def propose(self, committed: list, k: int, warp, generator) -> Proposal:
+        """The window's guesses and the pool's n-grams as one trie at most k deep; no q (the
+        candidates are not drawn from a distribution: greedy verification only)."""
         assert warp.greedy, "lookahead decoding is greedy-only"
         start = time.perf_counter()
         base = len(committed)
-        guesses = [self.window.get(base + i, committed[-1]) for i in range(min(self.W, max_depth))]
+        guesses = [self.window.get(base + i, committed[-1]) for i in range(min(self.W, k))]
         tree, sources = DraftTree(), []
-        self.window_nodes = self._insert(tree, sources, guesses, "window")
+        window_nodes = self._insert(tree, sources, guesses, "window")
         offered = self.pool.get(committed[-1], [])[:self.G]
         for gram in offered:
-            self._insert(tree, sources, gram[:max_depth], "pool")
-        self.base, self.guesses = base, guesses
+            self._insert(tree, sources, gram[:k], "pool")
         self.info = {"window": guesses, "pool_offered": [list(g) for g in offered],
                      "pool_keys": len(self.pool)}
-        return TreeProposal(tree, {}, 0, time.perf_counter() - start, self.kind, sources)
+        return Proposal(tree, {}, 0, time.perf_counter() - start, sources, self.kind,
+                        notes={"base": base, "window_nodes": window_nodes})
 
     @staticmethod
     def _insert(tree: DraftTree, sources: list, tokens: list, source: str) -> list:
@@ -70,16 +72,17 @@ class LookaheadDrafter:
             ids.append(node)
         return ids
 
-    def observe_tree(self, path: list, target_probs=None, tree=None, sources=None) -> None:
+    def observe(self, committed, proposal, path, target_probs) -> None:
         """Jacobi update from the target's argmax at the root and after each window guess, and
         n-gram collection from the trajectory."""
-        rows = [0] + [1 + n for n in self.window_nodes]
+        base, sources = proposal.notes["base"], proposal.sources
+        rows = [0] + [1 + n for n in proposal.notes["window_nodes"]]
         outputs = torch.argmax(target_probs[rows], dim=-1).tolist()  # predictions for base + i
-        new = {self.base + i: t for i, t in enumerate(outputs)}
+        new = {base + i: t for i, t in enumerate(outputs)}
         self._collect(new)
         self.levels = (self.levels + [dict(self.window)])[-(self.N - 2):] if self.N > 2 else []
         self.window = new
-        committed_end = self.base + len(path) + 1
+        committed_end = base + len(path) + 1
         hit = "none"
         if path:
             hit = sources[path[-1]] if sources else "window"  # the branch that reached furthest

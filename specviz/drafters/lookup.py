@@ -21,8 +21,9 @@ from typing import Optional
 import torch
 
 from specviz import sampling
-from specviz.drafters.base import Proposal
+from specviz.drafters.base import Drafter, Proposal
 from specviz.lm import runner_for, synchronize
+from specviz.verifiers import default_verifier
 
 
 def lookup(tokens: list, k: int, max_ngram: int = 3, min_ngram: int = 1,
@@ -55,7 +56,7 @@ def one_hot_rows(tokens: list, vocab_size: int, device) -> torch.Tensor:
     return probs
 
 
-class PromptLookupDrafter:
+class PromptLookupDrafter(Drafter):
     """Copies the continuation of an earlier n-gram of the prompt or output."""
 
     name = "prompt lookup"
@@ -64,29 +65,24 @@ class PromptLookupDrafter:
         self.vocab_size, self.device = vocab_size, device
         self.max_ngram, self.min_ngram = max_ngram, min_ngram
 
-    def start(self, prompt_ids: list) -> None:
-        pass
-
     def propose(self, committed, k, warp, generator) -> Proposal:
         start = time.perf_counter()
         found = lookup(committed, k, self.max_ngram, self.min_ngram)
         if found is None:
-            return Proposal([], None, seconds=time.perf_counter() - start)
+            return Proposal(seconds=time.perf_counter() - start)
         tokens = found["tokens"]
         source = {"kind": "ngram", "ngram": found["ngram"], "match": found["match"]}
         sources = [{**source, "copied_from": found["copied"][0] + i} for i in range(len(tokens))]
-        return Proposal(tokens, one_hot_rows(tokens, self.vocab_size, self.device), 0,
-                        time.perf_counter() - start, sources)
-
-    def observe(self, committed, accepted) -> None:
-        pass
+        return Proposal.chain(tokens, one_hot_rows(tokens, self.vocab_size, self.device), 0,
+                              time.perf_counter() - start, sources)
 
 
-class CascadeDrafter:
+class CascadeDrafter(Drafter):
     """n-gram -> draft model -> target: the draft model drafts k tokens for the target, and its
-    own decoding is sped up by prompt lookup, verified by the draft model exactly as the target
-    verifies the draft (greedy match, or the rejection rule against q). Each drafted token is
-    therefore distributed exactly as q, the q it reports, and the outer rule stays lossless."""
+    own decoding is sped up by prompt lookup, whose guesses the draft model verifies with the
+    very rule the target uses on the draft (`specviz.verifiers`: greedy match, or the rejection
+    rule against q with the guess's one-hot as its proposal). Each drafted token is therefore
+    distributed exactly as the q it reports, and the outer rule stays lossless."""
 
     name = "cascade (n-gram -> draft model)"
 
@@ -102,16 +98,17 @@ class CascadeDrafter:
     def propose(self, committed, k, warp, generator) -> Proposal:
         self.counters = {"draft_forwards": 0, "ngram_proposed": 0, "ngram_accepted": 0}
         if k <= 0:
-            return Proposal([], None)
+            return Proposal()
         start = time.perf_counter()
+        rule = default_verifier(warp)
         tokens, probs, sources = [], [], []
         while len(tokens) < k and not (tokens and tokens[-1] in self.eos):
-            self._one_round(committed, tokens, probs, sources, k, warp, generator)
+            self._one_round(committed, tokens, probs, sources, k, warp, rule, generator)
         synchronize(self.runner.device)
-        return Proposal(tokens, torch.stack(probs), self.counters["draft_forwards"],
-                        time.perf_counter() - start, sources)
+        return Proposal.chain(tokens, probs, self.counters["draft_forwards"], time.perf_counter() - start,
+                              sources)
 
-    def _one_round(self, committed, tokens, probs, sources, k, warp, generator) -> None:
+    def _one_round(self, committed, tokens, probs, sources, k, warp, rule, generator) -> None:
         """One draft forward over the pending tokens plus an n-gram guess; keep what q allows."""
         context = committed + tokens
         found = lookup(context, k - len(tokens) - 1, self.max_ngram, self.min_ngram)
@@ -119,36 +116,19 @@ class CascadeDrafter:
         pending = context[self.runner.length:]
         rows = len(guess) + 1
         logits = self.runner.forward(pending + guess, keep=rows)[-rows:]  # (len(guess) + 1, V)
+        q = sampling.warp(logits, warp)
+        draft = Proposal.chain(guess, one_hot_rows(guess, q.shape[-1], q.device))
+        verdict = rule.verify(draft.tree, draft.dists, q, generator, self.eos)
         self.counters["draft_forwards"] += 1
         self.counters["ngram_proposed"] += len(guess)
-        for i in range(len(guess) + 1):
-            q = sampling.warp(logits[i], warp)
-            if i < len(guess) and self._keeps(q, guess[i], warp, generator):
-                token, how = guess[i], "ngram"
-                self.counters["ngram_accepted"] += 1
-            else:
-                token, how = self._replacement(q, guess[i] if i < len(guess) else None, warp, generator), "draft"
-            tokens.append(token)
-            probs.append(q)
-            sources.append({"kind": how})
-            if how == "draft" or len(tokens) == k or token in self.eos:
-                break
+        self.counters["ngram_accepted"] += verdict.accepted
+        kept = guess[:verdict.accepted] + ([verdict.next_token] if verdict.next_token is not None else [])
+        tokens += kept
+        probs += [q[i] for i in range(len(kept))]
+        sources += [{"kind": "ngram"}] * verdict.accepted + [{"kind": "draft"}] * (len(kept) - verdict.accepted)
         self.runner.crop(len(committed) + len(tokens) - 1)
 
-    @staticmethod
-    def _keeps(q, guess: int, warp, generator) -> bool:
-        if warp.greedy:
-            return int(torch.argmax(q)) == guess
-        return sampling.uniform(generator) < float(q[guess])  # min(1, q(x)/1) for a one-hot guess
-
-    @staticmethod
-    def _replacement(q, rejected: Optional[int], warp, generator) -> int:
-        if rejected is None or warp.greedy:
-            return sampling.sample(q, warp, generator)
-        residual, _ = sampling.residual(q, sampling.one_hot(rejected, q))
-        return sampling.sample(residual, sampling.Warp(1.0), generator)
-
-    def observe(self, committed, accepted) -> None:
+    def observe(self, committed, proposal, path, target_probs) -> None:
         self.runner.crop(min(self.runner.length, len(committed) - 1))
 
     def step_info(self) -> dict:

@@ -13,11 +13,11 @@ import time
 import torch
 
 from specviz import sampling
-from specviz.drafters.base import Proposal
+from specviz.drafters.base import Drafter, Proposal
 from specviz.lm import runner_for, synchronize
 
 
-class ModelDrafter:
+class ModelDrafter(Drafter):
     name = "draft model"
 
     def __init__(self, model, eos_token_ids=(), stop_below=None):
@@ -30,7 +30,7 @@ class ModelDrafter:
 
     def propose(self, committed: list, k: int, warp: sampling.Warp, generator: torch.Generator) -> Proposal:
         if k <= 0:
-            return Proposal([], None)
+            return Proposal()
         start = time.perf_counter()
         logits = self.runner.forward(committed[self.runner.length:], last_only=True)[-1]
         tokens, probs, forwards = [], [], 1
@@ -44,10 +44,10 @@ class ModelDrafter:
             logits = self.runner.forward([token], last_only=True)[-1]
             forwards += 1
         synchronize(self.runner.device)
-        return Proposal(tokens, torch.stack(probs), forwards, time.perf_counter() - start)
+        return Proposal.chain(tokens, probs, forwards, time.perf_counter() - start)
 
     def _unsure(self, q, token: int) -> bool:
         return self.stop_below is not None and float(q[token]) < self.stop_below
 
-    def observe(self, committed: list, accepted: int) -> None:
+    def observe(self, committed: list, proposal, path, target_probs) -> None:
         self.runner.crop(min(self.runner.length, len(committed) - 1))

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from specviz.drafters.base import Proposal
+from specviz.drafters.base import Drafter, Proposal
 
 
-class ScriptedDrafter:
+class ScriptedDrafter(Drafter):
     name = "scripted"
 
     def __init__(self, script: list, correct: int, vocab_size: int, eos_token_ids=()):
@@ -36,7 +36,4 @@ class ScriptedDrafter:
         probs = torch.zeros(len(tokens), self.vocab_size)
         if tokens:
             probs[torch.arange(len(tokens)), torch.tensor(tokens)] = 1.0
-        return Proposal(tokens, probs)
-
-    def observe(self, committed, accepted) -> None:
-        pass
+        return Proposal.chain(tokens, probs)

@@ -19,26 +19,16 @@ Each depth costs one draft forward over the nodes it expands, with tree attentio
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import torch
 
 from specviz import sampling
+from specviz.drafters.base import Drafter, Proposal
 from specviz.lm import runner_for, synchronize
 from specviz.tree import ROOT, DraftTree, attention
 
 
-@dataclass
-class TreeProposal:
-    tree: DraftTree
-    dists: dict  # node (ROOT for the root) -> q at that node, the distribution its children come from
-    forwards: int
-    seconds: float
-    kind: str
-    sources: list = None  # per node, where it came from (lookahead: "window" | "pool")
-
-
-class TreeDrafter:
+class TreeDrafter(Drafter):
     name = "draft tree"
     # Re-rank and cut the finished tree under sampling too. LOSSY (see the module docstring);
     # only tests/test_tree.py sets it, to show that the distribution test catches the bias.
@@ -50,7 +40,6 @@ class TreeDrafter:
         self.eos = set(eos_token_ids)
         self.shape, self.dynamic = list(shape), dynamic
         self.budget, self.depth, self.width = budget, depth, width
-        self.slots = {}
 
     @property
     def kind(self) -> str:
@@ -61,15 +50,16 @@ class TreeDrafter:
     def start(self, prompt_ids: list) -> None:
         self.runner.reset()  # the prompt is fed by the first proposal, in the same forward as its first draft
 
-    def propose_tree(self, committed: list, max_depth: int, warp, generator) -> TreeProposal:
+    def propose(self, committed: list, k: int, warp, generator) -> Proposal:
+        """A tree at most k deep. Its notes say where its nodes sit in the draft cache
+        (`linear` committed tokens, then node -> column), for observe() to keep the accepted path."""
         start = time.perf_counter()
-        tree, self.slots = DraftTree(), {}
-        if max_depth <= 0:
-            return TreeProposal(tree, {}, 0, 0.0, self.kind)
-        self.linear = len(committed)
+        tree, slots, linear = DraftTree(), {}, len(committed)
+        if k <= 0:  # nothing drafted, nothing fed: the draft cache stays as it is
+            return Proposal(tree, shape=self.kind, notes={"linear": self.runner.length, "slots": slots})
         root = self.runner.forward(committed[self.runner.length:], last_only=True)[-1]
         dists, forwards = {ROOT: sampling.warp(root, warp)}, 1
-        levels = min(self.depth if self.dynamic else len(self.shape), max_depth)
+        levels = min(self.depth if self.dynamic else len(self.shape), k)
         frontier = [ROOT]
         for depth in range(1, levels + 1):
             width = self.width if self.dynamic else self.shape[depth - 1]
@@ -81,12 +71,13 @@ class TreeDrafter:
             frontier = [n for n in ranked if tree.tokens[n] not in self.eos]
             if depth == levels or not frontier or not self._room(tree, warp, 1):
                 break
-            dists.update(self._expand(tree, frontier, warp))
+            dists.update(self._expand(tree, frontier, warp, linear, slots))
             forwards += 1
         if self.dynamic and (warp.greedy or self.rerank_sampled):
-            tree, dists = self._prune(tree, dists)
+            tree, dists, slots = self._prune(tree, dists, slots)
         synchronize(self.runner.device)
-        return TreeProposal(tree, dists, forwards, time.perf_counter() - start, self.kind)
+        return Proposal(tree, dists, forwards, time.perf_counter() - start, shape=self.kind,
+                        notes={"linear": linear, "slots": slots})
 
     def _room(self, tree: DraftTree, warp, width: int) -> int:
         """Children the next node may get: under sampling the budget is spent as the tree grows."""
@@ -110,11 +101,11 @@ class TreeDrafter:
             left[token] = 0.0
         return out
 
-    def _expand(self, tree: DraftTree, nodes: list, warp) -> dict:
-        """One draft forward over `nodes` with tree attention: q at each of them."""
-        attend, new_slots = attention(tree, self.linear, 0, self.slots, nodes)
-        self.slots.update(new_slots)
-        positions = [self.linear - 1 + tree.depth(n) for n in nodes]
+    def _expand(self, tree: DraftTree, nodes: list, warp, linear: int, slots: dict) -> dict:
+        """One draft forward over `nodes` with tree attention: q at each of them (`slots` grows)."""
+        attend, new_slots = attention(tree, linear, 0, slots, nodes)
+        slots.update(new_slots)
+        positions = [linear - 1 + tree.depth(n) for n in nodes]
         logits = self.runner.forward([tree.tokens[n] for n in nodes], attend=attend, positions=positions)
         return {n: sampling.warp(logits[i], warp) for i, n in enumerate(nodes)}
 
@@ -123,16 +114,16 @@ class TreeDrafter:
         """Best cumulative draft probability first; a parent always ranks before its children."""
         return sorted(nodes, key=lambda n: (-tree.cum_q[n], n))
 
-    def _prune(self, tree: DraftTree, dists: dict):
+    def _prune(self, tree: DraftTree, dists: dict, slots: dict):
         keep = sorted(self._rank(tree, list(range(len(tree))))[:self.budget])
         new_id = {ROOT: ROOT}
         pruned = DraftTree()
         for old in keep:
             new_id[old] = pruned.add(tree.tokens[old], new_id[tree.parents[old]], tree.q[old])
-        self.slots = {new_id[n]: s for n, s in self.slots.items() if n in new_id}
-        return pruned, {new_id[n]: d for n, d in dists.items() if n in new_id}
+        return (pruned, {new_id[n]: d for n, d in dists.items() if n in new_id},
+                {new_id[n]: s for n, s in slots.items() if n in new_id})
 
-    def observe_tree(self, path: list, target_probs=None, tree=None, sources=None) -> None:
+    def observe(self, committed, proposal, path, target_probs) -> None:
         """Keep the committed tokens and the accepted path's cached nodes in the draft cache."""
-        fed = [self.slots[n] for n in path if n in self.slots]
-        self.runner.keep(self.linear, fed)
+        slots = proposal.notes["slots"]
+        self.runner.keep(proposal.notes["linear"], [slots[n] for n in path if n in slots])

@@ -1,13 +1,14 @@
 """Verifiers decide which drafted tokens the target keeps, and what it emits next.
 
-A verifier is a small object with `name`, `lossless` and
-`verify(draft_tokens, draft_probs, target_probs, generator, allow_bonus) -> Verdict`.
-The chain verifiers here implement the two lossless rules of speculative decoding; a lossy
-verifier must set `lossless = False`, which the engine copies into every run it makes.
+One walk over the drafted tree (`Verifier.verify(tree, dists, target_probs, generator, eos)`
+-> `Verdict`) serves chains and trees; a rule says how one node's children are judged. The
+lossless rules are greedy and rejection sampling (multi-draft in a tree); typical acceptance is
+lossy and says so (`lossless = False`, which the engine copies into every run it makes).
 """
 
-from specviz.verifiers.chain import Decision, GreedyVerifier, RejectionVerifier, Verdict, default_verifier
+from specviz.verifiers.base import Decision, Verdict, Verifier
+from specviz.verifiers.exact import GreedyVerifier, RejectionVerifier, default_verifier
 from specviz.verifiers.typical import TypicalVerifier
 
-__all__ = ["Decision", "GreedyVerifier", "RejectionVerifier", "TypicalVerifier", "Verdict",
+__all__ = ["Decision", "GreedyVerifier", "RejectionVerifier", "TypicalVerifier", "Verdict", "Verifier",
            "default_verifier"]

@@ -11,42 +11,40 @@ view says so.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 
 from specviz import sampling
 from specviz.sampling import Warp
-from specviz.verifiers.chain import Decision, Verdict
+from specviz.verifiers.base import Decision, Verdict, Verifier
 
 
-class TypicalVerifier:
+class TypicalVerifier(Verifier):
     name = "typical (lossy)"
     lossless = False
 
-    def __init__(self, epsilon: float = 0.3, delta: float = 0.09):
+    def __init__(self, epsilon: float = 0.3, delta: float = 0.09, name: Optional[str] = None):
+        super().__init__(name)
         self.epsilon, self.delta = epsilon, delta
 
     def threshold(self, p: torch.Tensor) -> float:
         entropy = float(-(p * torch.log(p.clamp_min(1e-30))).sum())
         return min(self.epsilon, self.delta * math.exp(-entropy))
 
-    def verify(self, draft_tokens, draft_probs, target_probs, generator, allow_bonus=True) -> Verdict:
-        n = len(draft_tokens)
-        beta = sampling.overlap(target_probs[:n], draft_probs).tolist() if n else []
-        decisions = []
-        for i, token in enumerate(draft_tokens):
-            p_x, q_x = float(target_probs[i, token]), float(draft_probs[i, token])
-            threshold = self.threshold(target_probs[i])
-            ok = p_x > threshold
-            decisions.append(Decision(i, token, p_x, q_x, float(ok), None, ok, threshold))
-            if not ok:
-                return self._draw(decisions, target_probs[i], "residual", generator, beta, q_x_of=draft_probs[i])
-        if not allow_bonus:
-            return Verdict(decisions, None, None, None, 0.0, beta)
-        return self._draw(decisions, target_probs[n], "bonus", generator, beta)
-
-    @staticmethod
-    def _draw(decisions, p, kind, generator, beta, q_x_of=None) -> Verdict:
+    def judge(self, tree, node, children, p, q, generator, out: Verdict) -> Optional[int]:
+        for child in children:
+            x = tree.tokens[child]
+            threshold = self.threshold(p)
+            ok = float(p[x]) > threshold
+            out.decisions.append(Decision(
+                child, node, tree.depth(child) - 1, x, float(p[x]),
+                float(q[x]) if q is not None else 1.0, float(ok), None, ok,
+                self._beta(out, child, tree, lambda: sampling.overlap(p, q)), threshold))
+            if ok:
+                return child
         token = sampling.sample(p, Warp(1.0), generator)
-        q = float(q_x_of[token]) if q_x_of is not None else 0.0
-        return Verdict(decisions, token, kind, p, 0.0, beta, float(p[token]), q, drawn_from="target")
+        q_t = float(q[token]) if children and q is not None else 0.0
+        out.emit(node, token, "residual" if children else "bonus", p, 0.0, float(p[token]), q_t,
+                 drawn_from="target")
+        return None
