@@ -37,6 +37,7 @@ from gradio.components.plot import PlotData
 import specviz
 from specviz import engine, events as ev, presets as recorded
 from specviz.adaptive import RULES as AUTO_RULES
+from specviz.config import RunConfig
 from specviz.errors import SpecvizError
 from specviz.models import default_pair_name, list_pairs
 from specviz.quant import MODES, quantize_draft
@@ -131,19 +132,19 @@ def _gpu(fn):
 
 
 @_gpu
-def stream_run(pair_name: str, prompt: str, options: dict, draft_quant: str = "none"):
+def stream_run(pair_name: str, prompt: str, cfg: RunConfig, draft_quant: str = "none"):
     """One run's events as plain dicts, one step per item, with the run's own compute clock."""
-    lane = Lane("run", specviz.generate(get_pair(pair_name, draft_quant=draft_quant), prompt, **options))
+    lane = Lane("run", specviz.generate(get_pair(pair_name, draft_quant=draft_quant), prompt, cfg))
     while not lane.done:
         yield {"events": lane.advance(), "busy": lane.busy}
 
 
 @_gpu
-def stream_race(pair_name: str, prompt: str, options: dict, draft_quant: str = "none"):
+def stream_race(pair_name: str, prompt: str, cfg: RunConfig, draft_quant: str = "none"):
     """Both lanes' events, one step of one lane per item: whichever lane's own clock is behind.
     Both lanes run the same target; an int8 draft only changes the speculative lane's drafter."""
-    ar = Lane("ar", specviz.generate(get_pair(pair_name), prompt, **ar_options(options)))
-    spec = Lane("spec", specviz.generate(get_pair(pair_name, draft_quant=draft_quant), prompt, **options))
+    ar = Lane("ar", specviz.generate(get_pair(pair_name), prompt, ar_options(cfg)))
+    spec = Lane("spec", specviz.generate(get_pair(pair_name, draft_quant=draft_quant), prompt, cfg))
     for lane, new in race(ar, spec):
         yield {"lane": lane.name, "events": new, "busy": lane.busy, "done": lane.done}
 
@@ -168,17 +169,20 @@ def check_request(pair_name, prompt, max_new_tokens, progress=None, draft_quant=
 
 def _options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=False, auto_rule="cost",
              confidence=0.4, acceptance="exact", ngram=3, tree_shape="3,2,1", tree_dynamic=False,
-             tree_budget=16) -> dict:
-    """Engine arguments as the widgets give them (whole numbers arrive as floats); the engine
-    checks them and says what is wrong. Controls hidden for the chosen method are not applied:
-    "auto k" only where the engine offers it, the acceptance rule only for drafting chains
-    (ar drafts nothing, trees verify exactly)."""
-    auto = bool(auto_k) and method in getattr(engine, "AUTO_METHODS", ())
-    return dict(method=method, k="auto" if auto else _int(k), temperature=temperature, top_p=top_p,
-                max_new_tokens=_int(max_new_tokens), seed=_int(seed), chat=bool(chat), record_topk=RECORD_TOPK,
-                acceptance="exact" if method in ("ar", "tree") else acceptance, auto_rule=auto_rule,
-                confidence=confidence, ngram=_int(ngram), tree="dynamic" if tree_dynamic else tree_shape,
-                tree_budget=_int(tree_budget))
+             tree_budget=16) -> RunConfig:
+    """The run the widgets ask for (whole numbers arrive as floats); a bad value is a gr.Error
+    that says what is wrong. Controls hidden for the chosen method are not applied: "auto k"
+    only where the engine offers it, the acceptance rule only for drafting chains (ar drafts
+    nothing, trees verify exactly)."""
+    auto = bool(auto_k) and method in engine.AUTO_METHODS
+    try:
+        return RunConfig.of(method=method, k="auto" if auto else _int(k), temperature=temperature, top_p=top_p,
+                            max_new_tokens=_int(max_new_tokens), seed=_int(seed), chat=bool(chat),
+                            record_topk=RECORD_TOPK, acceptance="exact" if method in ("ar", "tree") else acceptance,
+                            auto_rule=auto_rule, confidence=confidence, ngram=_int(ngram),
+                            tree="dynamic" if tree_dynamic else tree_shape, tree_budget=_int(tree_budget))
+    except SpecvizError as exc:
+        raise gr.Error(str(exc)) from exc
 
 
 def _int(value):
@@ -405,7 +409,7 @@ def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, s
             yield race_view(lanes)
     except SpecvizError as exc:
         raise gr.Error(str(exc)) from exc
-    ar, spec = race_summaries(lanes, options["method"])
+    ar, spec = race_summaries(lanes, options.method)
     history = history + [ar, spec]
     yield {**race_view(lanes, ar, spec), **chart_view(lanes["spec"]["events"], history), history_state: history}
 
@@ -443,7 +447,7 @@ def method_setting(started: dict) -> str:
         parts.append(f"{started.get('rule', 'typical')} acceptance")
     if started.get("draft_quant", "none") != "none":
         parts.append(f"{started['draft_quant']} draft")
-    help_text = getattr(engine, "METHOD_HELP", {}).get(method, "draft, then verify in one target pass")
+    help_text = engine.METHOD_HELP.get(method, "draft, then verify in one target pass")
     return f"{method}" + (f" ({', '.join(parts)})" if parts else "") + f": {help_text}"
 
 
@@ -525,7 +529,7 @@ def _preset_api(rec, shown: dict) -> dict:
         return shown[component].to_json()
 
     tree_shown = shown[tree_view]
-    return {"label": rec.preset.label, "recorded": rec.note, "where": rec.where, "settings": rec.preset.options(),
+    return {"label": rec.preset.label, "recorded": rec.note, "where": rec.where, "settings": rec.preset.options().to_dict(),
             "lossless": steps.build(rec.run[:1]).lossless, "text": rec.run[-1]["text"],
             "step_view": {"text": shown[text_html], "panel": shown[panel_html], "stats": shown[stats_html],
                           "tree": tree_shown.value if tree_shown.visible else None,
@@ -633,12 +637,12 @@ def clear_history():
 
 
 def method_help(method: str) -> str:
-    return getattr(engine, "METHOD_HELP", {}).get(method, "")
+    return engine.METHOD_HELP.get(method, "")
 
 
 def on_method(method, auto_k, auto_rule):
     """Show the controls the chosen method uses, and what the method does."""
-    auto_ok = method in getattr(engine, "AUTO_METHODS", ())
+    auto_ok = method in engine.AUTO_METHODS
     auto = bool(auto_k) and auto_ok
     return {method_dd: gr.Dropdown(info=method_help(method)),
             k: gr.Slider(visible=method not in ("ar", "tree"), interactive=not auto),

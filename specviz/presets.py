@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from specviz import __version__
+from specviz.config import RunConfig
 from specviz.events import from_dict
 from specviz.trace import dumps
 
@@ -55,21 +56,21 @@ class Preset:
         """The sidebar values gr.Examples fills: prompt, method, k, temperature, chat, acceptance."""
         return [self.prompt, self.method, self.k, self.temperature, self.chat, self.acceptance]
 
-    def options(self) -> dict:
-        """Engine arguments, exactly as the app builds them from these sidebar values."""
-        return dict(method=self.method, k=self.k, temperature=self.temperature, top_p=self.top_p,
-                    max_new_tokens=self.max_new_tokens, seed=self.seed, chat=self.chat, record_topk=RECORD_TOPK,
-                    acceptance="exact" if self.method in ("ar", "tree") else self.acceptance, auto_rule="cost",
-                    confidence=0.4, ngram=self.ngram, tree=self.tree, tree_budget=16)
+    def options(self) -> RunConfig:
+        """The run, exactly as the app builds it from these sidebar values."""
+        return RunConfig(method=self.method, k=self.k, temperature=self.temperature, top_p=self.top_p,
+                         max_new_tokens=self.max_new_tokens, seed=self.seed, chat=self.chat, record_topk=RECORD_TOPK,
+                         acceptance="exact" if self.method in ("ar", "tree") else self.acceptance, auto_rule="cost",
+                         confidence=0.4, ngram=self.ngram, tree=self.tree, tree_budget=16)
 
-    def ar_options(self) -> dict:
+    def ar_options(self) -> RunConfig:
         return ar_options(self.options())
 
 
-def ar_options(options: dict) -> dict:
+def ar_options(cfg: RunConfig) -> RunConfig:
     """The race's baseline: plain autoregressive decoding with the same prompt and sampling (the
     app's live race and the recorded presets both take it from here)."""
-    return {**options, "method": "ar", "k": 1, "acceptance": "exact"}
+    return cfg.replace(method="ar", k=1, acceptance="exact")
 
 
 CODE = 'def quicksort(arr):\n    """Sort a list with quicksort."""\n'
@@ -194,8 +195,8 @@ def _record_preset(pair, number: int, preset: Preset, folder: Path, say) -> dict
     from specviz.metrics import timing_note
     from specviz.render.race import Lane, race
 
-    lanes = {"run": Lane("run", specviz.generate(pair, preset.prompt, **preset.options())),
-             "ar": Lane("ar", specviz.generate(pair, preset.prompt, **preset.ar_options()))}
+    lanes = {"run": Lane("run", specviz.generate(pair, preset.prompt, preset.options())),
+             "ar": Lane("ar", specviz.generate(pair, preset.prompt, preset.ar_options()))}
     for _ in race(lanes["ar"], lanes["run"]):
         _progress(number, lanes)
     entry = {"label": preset.label, "settings": asdict(preset)}

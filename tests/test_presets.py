@@ -23,7 +23,7 @@ def test_a_recording_reads_back_as_the_runs_it_recorded(folder, tiny):
 
     for preset in presets.PRESETS[:2]:
         rec = presets.recording(preset.label, folder)
-        fresh = [e.to_dict() for e in specviz.generate(tiny, preset.prompt, **preset.options())]
+        fresh = [e.to_dict() for e in specviz.generate(tiny, preset.prompt, preset.options())]
         assert rec.run[-1]["token_ids"] == fresh[-1]["token_ids"]  # greedy, or sampled with the preset's seed
         assert rec.run[0]["method"] == preset.method and rec.ar[0]["method"] == "ar"
         assert rec.ar[0]["temperature"] == preset.temperature and rec.ar[0]["prompt"] == preset.prompt
