@@ -290,6 +290,7 @@ class StepInspector(ipw.VBox):
 
     step = t.Int(0)
     index = t.Int(-1)  # -1: the default position (the rejection, else the last)
+    _ready = False  # trait changes made while __init__ builds the children draw nothing yet
 
     def __init__(self, events: Iterable = (), step: Optional[int] = None, index: int = -1, **kwargs):
         self.events = _dicts(events)
@@ -305,6 +306,7 @@ class StepInspector(ipw.VBox):
         self._position.observe(self._on_position, names="value")
         self.step = self._first_interesting() if step is None else step
         self.index = index
+        self._ready = True
         self._refresh()
 
     def _first_interesting(self) -> int:
@@ -345,7 +347,7 @@ class StepInspector(ipw.VBox):
                 for i in step.indices()]
 
     def _refresh(self) -> None:
-        if not hasattr(self, "_figure"):
+        if not self._ready:
             return
         self._position.unobserve(self._on_position, names="value")
         self._position.options = self._choices()
@@ -376,6 +378,7 @@ class TreeView(ipw.VBox):
     mask of the target pass. Opens at the first step with a rejected node."""
 
     step = t.Int(0)
+    _ready = False  # trait changes made while __init__ builds the children draw nothing yet
 
     def __init__(self, events: Iterable = (), step: Optional[int] = None, **kwargs):
         self.events = _dicts(events)
@@ -386,6 +389,7 @@ class TreeView(ipw.VBox):
         super().__init__([self._slider, self._html, self._mask], **kwargs)
         _link_step(self._slider, self)
         self.step = self._first_interesting() if step is None else step
+        self._ready = True
         self._refresh()
 
     def _first_interesting(self) -> int:
@@ -418,7 +422,7 @@ class TreeView(ipw.VBox):
         return self.html() + image
 
     def _refresh(self) -> None:
-        if hasattr(self, "_mask"):
+        if self._ready:
             self._html.value = self.html()
             if self.nodes():
                 _show(self._mask, self.mask_figure())

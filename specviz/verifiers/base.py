@@ -120,8 +120,9 @@ class Verifier:
         return self.overlap(target_probs[:n], torch.stack([dists[i - 1] for i in range(n)])).tolist()
 
     @staticmethod
-    def _beta(out: Verdict, child: int, tree, compute) -> float:
-        """A decision's beta: the chain's, computed with the others in one call, or its own."""
+    def _beta(out: Verdict, child: int, compute) -> float:
+        """A decision's beta: in a chain, computed for every position in one call (node id =
+        position); in a tree, its own (`compute()`: conditional on the siblings before it)."""
         if out.beta is not None:
             return out.beta[child]
         return float(compute())

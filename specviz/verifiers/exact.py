@@ -44,9 +44,9 @@ class GreedyVerifier(Verifier):
             x = tree.tokens[child]
             ok = x == target
             out.decisions.append(Decision(
-                child, node, tree.depth(child) - 1, x, float(p[x]),
-                float(q[x]) if q is not None else 1.0, float(ok), None, ok,
-                self._beta(out, child, tree, lambda: ok)))
+                node=child, parent=node, index=tree.depth(child) - 1, token=x, p=float(p[x]),
+                q=float(q[x]) if q is not None else 1.0, accept_prob=float(ok), u=None, accepted=ok,
+                beta=self._beta(out, child, lambda: ok)))
             if ok:
                 return child
         q_t = float(q[target]) if children and q is not None else 0.0
@@ -71,8 +71,8 @@ class RejectionVerifier(Verifier):
             u = sampling.uniform(generator)
             ok = u < a
             out.decisions.append(Decision(
-                child, node, tree.depth(child) - 1, x, float(p_i[x]),
-                float(q_i[x]), a, u, ok, self._beta(out, child, tree, lambda: sampling.overlap(p_i, q_i))))
+                node=child, parent=node, index=tree.depth(child) - 1, token=x, p=float(p_i[x]), q=float(q_i[x]),
+                accept_prob=a, u=u, accepted=ok, beta=self._beta(out, child, lambda: sampling.overlap(p_i, q_i))))
             if ok:
                 return child
             p_i, mass = self.residual(p_i, q_i)

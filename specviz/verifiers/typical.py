@@ -38,9 +38,9 @@ class TypicalVerifier(Verifier):
             threshold = self.threshold(p)
             ok = float(p[x]) > threshold
             out.decisions.append(Decision(
-                child, node, tree.depth(child) - 1, x, float(p[x]),
-                float(q[x]) if q is not None else 1.0, float(ok), None, ok,
-                self._beta(out, child, tree, lambda: sampling.overlap(p, q)), threshold))
+                node=child, parent=node, index=tree.depth(child) - 1, token=x, p=float(p[x]),
+                q=float(q[x]) if q is not None else 1.0, accept_prob=float(ok), u=None, accepted=ok,
+                beta=self._beta(out, child, lambda: sampling.overlap(p, q)), threshold=threshold))
             if ok:
                 return child
         token = sampling.sample(p, Warp(1.0), generator)
