@@ -140,12 +140,13 @@ class _Run:
         self.clock.start()
         self.target.reset()  # no separate prefill: step 0's target pass feeds the prompt with its drafts
         self.drafter.start(self.prompt_ids)
-        finished = []
+        finished = []  # each step's step_finished, for the run's metrics
         while self.finish is None:
-            for event in self.writer.step_events(self._step(len(finished))):
+            step_events = self.writer.step_events(self._step(len(finished)))
+            finished.append(step_events[-1])
+            for event in step_events:
                 with self.clock.paused():
                     yield event
-            finished.append(event)
         generated = self.committed[len(self.prompt_ids):]
         yield ev.RunFinished(text=self.pair.decode(generated), token_ids=generated, finish_reason=self.finish,
                              metrics=metrics.fold([started, *finished]).to_dict())
@@ -166,8 +167,10 @@ class _Run:
         self.finish = ("eos" if any(t in self.eos for t in emitted)
                        else "length" if len(self.committed) - len(self.prompt_ids) >= self.cfg.max_new_tokens
                        else None)
-        record = StepRecord(step, base, k, proposal, cached, fed, target_probs, verify_time, verdict, emitted,
-                            self.finish, self.clock.elapsed(), self.clock.cpu(), why, self.drafter.step_info())
+        record = StepRecord(step=step, base=base, k=k, proposal=proposal, cached=cached, fed=fed,
+                            target_probs=target_probs, verify_time=verify_time, verdict=verdict, emitted=emitted,
+                            finish=self.finish, elapsed=self.clock.elapsed(), cpu_elapsed=self.clock.cpu(),
+                            why=why, drafter_info=self.drafter.step_info())
         if self.policy is not None:
             self.policy.update(len(proposal), verdict.accepted, len(verdict.decisions), proposal.seconds,
                                proposal.forwards, None if record.prefill else verify_time)
