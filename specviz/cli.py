@@ -9,20 +9,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specviz.argparsing import Parser
 from specviz.errors import SpecvizError
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage mistakes are one line on stderr too, like every other error."""
-
-    def error(self, message):
-        print(f"error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m specviz",
-                                     description="Speculative decoding you can watch.")
+    parser = Parser(prog="python -m specviz", description="Speculative decoding you can watch.")
     sub = parser.add_subparsers(dest="command", required=True)
     app = sub.add_parser("app", help="start the web app on http://127.0.0.1:7860 (the default pair loads behind it)")
     app.add_argument("--pair", default=None, help="the pair the app starts with (default: $SPECVIZ_PAIR or qwen-coder)")
@@ -102,17 +94,18 @@ def cmd_pairs(args) -> int:
 
 def cmd_generate(args) -> int:
     from specviz import engine, trace
+    from specviz.config import RunConfig, check_prompt_text
     from specviz.metrics import RunStats
     from specviz.models import load_pair
 
-    options = dict(method=args.method, k=args.k, temperature=args.temperature, top_k=args.top_k,
-                   top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
-                   record_topk=args.record_topk if args.jsonl else 0, auto_rule=args.auto_rule,
-                   acceptance=args.acceptance, ngram=args.ngram, tree=args.tree)
-    engine.check_options(args.prompt, **options)  # bad options fail before gigabytes of weights load
+    check_prompt_text(args.prompt)  # bad input fails here, before gigabytes of weights load
+    cfg = RunConfig.of(method=args.method, k=args.k, temperature=args.temperature, top_k=args.top_k,
+                       top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
+                       record_topk=args.record_topk if args.jsonl else 0, auto_rule=args.auto_rule,
+                       acceptance=args.acceptance, ngram=args.ngram, tree=args.tree)
     pair = load_pair(args.pair, device=args.device, dtype=args.dtype, draft_quant=args.draft_quant,
                      cpu_linear=args.cpu_linear, memory=args.memory)
-    stream = engine.generate(pair, args.prompt, **options)
+    stream = engine.generate(pair, args.prompt, cfg)
     ids, shown = [], ""
     for event in stream:
         if args.jsonl:

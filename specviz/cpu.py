@@ -1,20 +1,15 @@
-"""Which dtype and linear kernel give this CPU a memory wall: measured once, in about half a second.
+"""Which dtype and linear kernel give this CPU a memory wall: measured on one layer as the pair loads.
 
 Speculative decoding pays because, at batch 1, a forward over k + 1 tokens costs about as much
 as over one: reading the weights dominates, and the few extra rows of arithmetic ride along.
 That holds in bf16 only on CPUs that multiply bf16 natively (AVX-512 BF16, AMX: recent server
 parts, Zen 4 and later). Elsewhere (AVX2 laptops and servers: most Intel consumer parts and
 AMD Zen 2/3) PyTorch converts bf16 element by element for products over more than one row, so
-a few-row product is bound by arithmetic and its cost grows with the rows. Measured on a 2-core
-AMD EPYC (Zen 3, AVX2), Qwen2.5-Coder-1.5B target, ms per forward after a 64-token context:
-
-    new tokens              1      2      4      5      8      16
-    bf16, nn.Linear         224    368    689    843    1312   2604    (5 tokens: 3.8x one)
-    fp32, W @ x.T           362    443    378    547    649    860     (5 tokens: 1.5x one)
-
-and end to end (32 tokens, code prompt, tokens/s): bf16 AR 3.35, bf16 spec k=4 2.66 (0.79x AR,
-at alpha 0.96); fp32 AR 1.94, fp32 spec k=4 3.21 (1.65x AR). In bf16 on such a CPU speculation
-cannot pay off, whatever the drafter; in fp32 it does.
+a few-row product is bound by arithmetic and its cost grows with the rows: a k = 4 verify pass
+costs several one-token forwards, so in bf16 on such a CPU speculation cannot pay off, whatever
+the drafter, while in fp32 (twice the bytes, but native products) the wall is back and it does.
+The per-forward costs and end-to-end runs on an AVX2 AMD EPYC are in docs/models.md ("float32
+or bfloat16 on CPU") and docs/benchmarks/suite.md.
 
 So when a real pair is loaded on a CPU with no dtype given, `choose` picks: bf16 with
 nn.Linear (half the bytes of fp32) where a 5-row bf16 product costs at most `WALL` one-row

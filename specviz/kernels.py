@@ -4,24 +4,21 @@ Decoding and verification multiply a handful of rows (1 for a decode step, k+1 f
 by every weight matrix, so on a CPU they are bound by reading the weights. With bf16 weights,
 PyTorch's `F.linear` (x @ W.T through the addmm/mm path) reads them well below this machine's
 memory bandwidth; the same product written the other way round, `W @ x.T` (`torch.mm`, or
-`torch.mv` for one row), reaches much closer to it. Measured on 2 CPU cores (Sapphire Rapids,
-Qwen2.5-Coder-1.5B shapes, 28 layers of weights streamed per pass), in ms per pass:
-
-    rows          1      2      5      16     64     128
-    F.linear      167    146    147    155    242    298
-    W @ x.T       117*   113    112    115    164    255      (* torch.mv)
+`torch.mv` for one row), reaches much closer to it; it beat `F.linear` at every row count up
+to ROWS_GEMV on the CPU where it was measured (per-forward costs of the real pair:
+docs/models.md, "Faster CPU kernels").
 
 Loaded weights also need to start on a 64-byte boundary for the vector loads to run at full
 speed: weights read from a safetensors file sit at arbitrary offsets inside it, so `use_gemv`
-copies those into freshly allocated (aligned) memory once. Together: one-token forwards of the
-real pair 1.35x (draft) and 1.33x (target) faster, five-token verify passes 1.2x.
+copies those into freshly allocated (aligned) memory once. Together they make both the one-token
+forwards and the few-token verify passes of the real pair faster there.
 
 Opt-in for bf16 (`load_pair(..., cpu_linear="gemv")`), not the default: it was measured on one
 CPU (an AMX / AVX-512 bf16 server part); on other CPUs (laptops, ARM) PyTorch routes mv and mm to
 other kernels and the gain may differ or reverse. `python -m specviz.bench.forward --kernels gemv
 aten` measures it on yours. On a CPU without native bf16, where the real pair loads in float32,
-`specviz.cpu` measures both kernels when the pair loads and takes the cheaper (there W @ x.T: a
-5-row float32 product 5.1 ms against nn.Linear's 11.2 on an AMD EPYC, Zen 3).
+`specviz.cpu` measures both kernels when the pair loads and takes the cheaper (W @ x.T on the
+AVX2 AMD EPYC of docs/models.md).
 
 This changes no number the method depends on beyond rounding: both kernels take bf16 inputs and
 accumulate in fp32, only the order of the additions differs, so logits move by bf16 steps (about
@@ -42,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 MODES = ("aten", "gemv")
-ROWS_GEMV = 128  # up to this many rows, W @ x.T beats F.linear for bf16 (measured above)
+ROWS_GEMV = 128  # W @ x.T beat F.linear for bf16 at every row count measured up to this one
 ALIGN = 64  # bytes
 
 

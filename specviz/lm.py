@@ -84,9 +84,9 @@ class GraphLM:
     """CachedLM's interface over a static KV cache whose few-token forwards replay CUDA graphs.
 
     At batch 1 a GPU forward of a 0.5B-7B model is bound by launching its few hundred kernels
-    from Python, not by the GPU (measured on an H100: 16-19 ms per forward for the 0.5B, 1.5B
-    and 7B alike), so the draft costs as much as the target and speculation cannot pay. A CUDA
-    graph replays the recorded kernels in one launch. The cache is transformers' StaticCache,
+    from Python, not by the GPU: the 0.5B draft then costs nearly what a 1.5B or 7B target does
+    (docs/benchmarks/suite.md, GPU mode), and speculation cannot pay. A CUDA graph replays the
+    recorded kernels in one launch. The cache is transformers' StaticCache,
     whose fill level is a device tensor (`cumulative_length`) that the graphs read and advance,
     so crop() is one `fill_` per layer and nothing leaves the GPU.
 

@@ -138,8 +138,8 @@ def load_pair(name_or_spec: Any = None, device=None, dtype=None,
 
     draft_quant="int8" keeps the draft's linear weights in int8 (CPU; see specviz.quant): a
     cheaper drafter, the same lossless output.
-    cpu_linear="gemv" runs the linear layers on a CPU as W @ x.T, measured 1.2-1.35x faster per
-    bf16 forward on one CPU (specviz.kernels; opt-in); "aten" keeps nn.Linear.
+    cpu_linear="gemv" runs the linear layers on a CPU as W @ x.T, faster per bf16 forward on the
+    CPU it was measured on (specviz.kernels, docs/models.md; opt-in); "aten" keeps nn.Linear.
     With neither dtype nor cpu_linear given, the real pair on a CPU takes what `specviz.cpu`
     measures there: bf16 + nn.Linear where the CPU multiplies bf16 natively, else float32 with
     the cheaper kernel (in bf16 such a CPU has no memory wall, so speculation could not pay off);
@@ -284,7 +284,7 @@ def resolve_dtype(dtype, device: torch.device, cpu_default_bytes: int) -> torch.
 
 MEMORY_MODES = ("auto", "full", "low")
 # beyond the weights, a loaded pair holds Python, torch and the tokenizer, activations and KV
-# caches: measured peak RSS minus weights was 0.4-1.0 GiB for each mode (docs/models.md)
+# caches: RUNTIME_BYTES covers the measured peak RSS minus weights of every mode (docs/models.md)
 RUNTIME_BYTES = 2**30
 INT8_BYTES = 1 + 2 / 896  # an int8 weight, plus its row's bf16 scale (rows of 896 to 8960 weights)
 # the float parts of an int8 pair (norms, biases, attention, the residual stream): float32, as a
@@ -541,7 +541,7 @@ class SafetensorsRows:
     """`rows(name, start, stop)`: rows start:stop of a tensor in a folder's *.safetensors files
     (None, None: all of it), read with ordinary file reads into one reused buffer: the tensor
     returned is overwritten by the next call (copy what you keep), and block after block of
-    fresh buffers would leave the heap fragmented (~300 MB more RSS measured for the 1.5B).
+    fresh buffers would leave the heap fragmented, and the process's RSS higher.
     The format: an 8-byte little-endian header size, a JSON header {name: {dtype, shape,
     data_offsets}}, the data."""
 

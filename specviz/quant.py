@@ -10,8 +10,8 @@ gets about that much cheaper. Two uses:
 draft distribution q: verification compares q with the target's p and resamples from the
 residual, so the drafter is the place to spend approximations. The draft's float weights are
 kept (shared with the float draft, not copied) for products over more than `ROWS_INT8` rows,
-where the kernel is slower than a float matrix product; the target is untouched. Measured on 2
-CPU cores (0.5B draft, bf16): one-token draft forward 89 ms -> 48 ms.
+where the kernel is slower than a float matrix product; the target is untouched (the draft's
+per-forward cost either way: docs/models.md, "An int8 draft").
 
 `memory="low"` (`int8_model`, used by specviz.models): both models, with no float weights at
 all, so the pair fits in an 8 GB laptop (docs/models.md: measured peak RSS). Then the *int8
@@ -23,19 +23,19 @@ one order of additions whatever the other rows, and attention runs one query row
 through transformers' one-token path (`rowwise_attention`), since its many-row path rounds
 differently (both checked bit for bit in tests/test_quant.py). Without the second, greedy
 `pld` on "def fibonacci(n):" left AR at token 42, where two logits tied at bf16's resolution.
-Dynamic activation quantisation (torch.ao `quantize_dynamic`) was measured and rejected: its
+Dynamic activation quantisation (torch.ao `quantize_dynamic`) was tried and rejected: its
 scale is taken over the whole pass, so a token's output depends on the tokens verified beside
-it (2% of a layer's output, 34% next to an outlier token). The input embedding is int8 by rows
-too (a lookup de-quantises the rows it gathers), the output head an `Int8Linear`: the largest
-matrices, a quarter of float32's bytes and the cheapest products; norms and biases keep the
-pair's float dtype.
+it (most next to an outlier token), and a verify pass no longer computes what the AR step does.
+The input embedding is int8 by rows too (a lookup de-quantises the rows it gathers), the output
+head an `Int8Linear`: the largest matrices, a quarter of float32's bytes and the cheapest
+products; norms and biases keep the pair's float dtype.
 
-The kernel takes bf16 activations: its float32 path is scalar code (7x slower at one row,
-measured), while its bf16 path shifts bf16 into float32 and multiplies in float32, so it needs
+The kernel takes bf16 activations: its float32 path is scalar code (several times slower),
+while its bf16 path shifts bf16 into float32 and multiplies in float32, so it needs
 no native bf16 (an AVX2 and an AVX-512 version ship). Its cost: it multiplies at most
 `ROWS_INT8` rows per pass over the weights and hands blocks of rows to threads first, so a
-5-row product costs ~2x a 1-row one and a 4-row one ~1.3x: verifying k = 4 is not nearly free
-on this kernel, k = 3 nearly is (docs/models.md has the per-forward costs).
+5-row product reads the weights twice: verifying k = 4 is not nearly free on this kernel,
+k = 3 nearly is (docs/models.md has the per-forward costs).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import torch
 from specviz import kernels
 
 MODES = ("none", "int8")
-ROWS_INT8 = 4  # the kernel's block of rows; up to this many it beats the bf16 matmul (measured, 2 cores)
+ROWS_INT8 = 4  # the kernel's block of rows: up to this many it reads the weights once and beats the bf16 matmul
 BLOCK_ELEMENTS = 1 << 22  # quantise this many weights at a time: float32 temporaries stay ~16 MB
 
 
@@ -79,7 +79,7 @@ class Int8Linear(torch.nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         # the kernel's activations: bf16 for float32 models too (its float32 path is scalar code,
-        # 6-8x slower; the bf16 one needs no native bf16: it converts with a shift)
+        # several times slower; the bf16 one needs no native bf16: it converts with a shift)
         self.compute = torch.float16 if linear.weight.dtype == torch.float16 else torch.bfloat16
         self.register_buffer("qweight", torch.empty(self.out_features, self.in_features, dtype=torch.int8))
         self.register_buffer("scale", torch.empty(self.out_features, dtype=self.compute))

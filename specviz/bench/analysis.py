@@ -95,17 +95,11 @@ ENGINE_PAIRS = (("ar", "hf"), ("spec", "hf-assisted"), ("spec", "hf-assisted-gem
 
 
 def engine_vs_transformers(results: dict) -> dict:
-    """{"ours/theirs": {group: tokens/s ratio}} for each algorithm both engines run."""
-    return {f"{ours}/{theirs}": engine_efficiency(results, ours, theirs) for ours, theirs in ENGINE_PAIRS}
-
-
-def engine_efficiency(results: dict, ours: str = "spec", theirs: str = "hf-assisted") -> dict:
-    """{group: ours tokens/s / theirs tokens/s} for groups that ran both."""
-    out = {}
-    for group, rows in results.items():
-        if ours in rows and theirs in rows:
-            out[group] = _ratio(rows[ours]["tokens_per_s"], rows[theirs]["tokens_per_s"])
-    return out
+    """{"ours/theirs": {group: ours tokens/s / theirs tokens/s}} for each algorithm both engines
+    run, over the groups that ran both ("spec/hf-assisted" is the report's engine efficiency)."""
+    return {f"{ours}/{theirs}": {group: _ratio(rows[ours]["tokens_per_s"], rows[theirs]["tokens_per_s"])
+                                 for group, rows in results.items() if ours in rows and theirs in rows}
+            for ours, theirs in ENGINE_PAIRS}
 
 
 def geomean(values) -> Optional[float]:
@@ -167,8 +161,8 @@ def batch_proxy(target_cost: dict, draft_cost: dict, alpha: float, k: int) -> li
 
 
 def targets(report: dict) -> list:
-    """Issue 7's targets, judged on this report. They are set for the real pair on CPU
-    (`applies`); on other pairs and devices they are shown but not a verdict."""
+    """The suite's targets (docs/benchmarks/suite.md), judged on this report. They are set for
+    the real pair on CPU (`applies`); on other pairs and devices they are shown but not a verdict."""
     res, ratios, env = report["results"], report["ratios"], report["environment"]
     applies = env["pair"] == "qwen-coder" and env["device"] == "cpu"
     same_kernels = env.get("cpu_linear", "aten") == "aten"

@@ -1,178 +1,94 @@
-"""specviz's engine against transformers' own generate on the same pair, prompts and k.
+"""specviz's loop against transformers' assisted generation at the same k, and nothing else: a
+short rerun of the suite's same-k lanes (specviz.bench.suite) with more repeats, on the suite's
+code and chat prompts, greedy, interleaved, best of the repeats. On a CPU the pair runs
+specviz's gemv kernels (specviz.kernels) and transformers its users' stock nn.Linear; the lanes
+separate what that ratio mixes:
 
-Measures, interleaved and repeated (best of the repeats, medians kept), greedy, fixed number of
-new tokens:
-  ar            specviz autoregressive (events on)
-  spec          specviz chain speculative decoding, k drafts, events with top-10 slices
-  spec-bare     the same with record_topk=0 (the cheapest event stream)
-  hf            transformers generate(), plain greedy
-  hf-assisted   generate(assistant_model=draft, num_assistant_tokens=k) with a constant schedule
-                and no confidence early-stop: the same algorithm at the same k
-  hf-assisted-default   the same with transformers' default adaptive schedule
-transformers runs PyTorch's stock nn.Linear layers, as its users do; specviz its own CPU kernels
-(specviz.kernels, cpu_linear="gemv", opt-in elsewhere). Two more lanes separate the loop from the kernels:
-  spec-aten          specviz spec on the stock nn.Linear layers
-  hf-assisted-gemv   transformers' assisted generation on specviz's kernels
-and the event overhead: the share of spec's wall time spent outside the draft and target
-forwards (sampling, the rule, events, cache crops), read from the events themselves.
+  ar, spec, hf, hf-assisted, hf-assisted-default   as in the suite
+  hf-assisted-gemv   transformers' assisted generation on specviz's kernels: the loops alone
+  spec-aten          spec on the stock nn.Linear layers: the loops alone, on transformers' kernels
+  spec-bare          spec with record_topk=0: what the events' top-10 slices cost
 
-Usage: python -m specviz.bench.assisted [--pair qwen-coder] [--tokens 64] [--repeats 3] [--out F]
+and `outside_forwards`, the share of spec's run clock outside the draft and target forwards
+(sampling, the rule, events, cache crops), read from its metrics.
+
+Usage: python -m specviz.bench.assisted [--pair qwen-coder] [--tokens 64] [--k 4] [--repeats 3]
+                                        [--lanes NAME ...] [--out F]
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import json
-import platform
-import statistics
-import time
+import sys
+from dataclasses import replace
+from functools import partial
 
 import torch
 
-from specviz import generate, kernels
+from specviz.argparsing import Parser
+from specviz.bench import analysis, suite
 from specviz.models import load_pair
 
-PROMPTS = {
-    "code": ("def fibonacci(n):", False),
-    "chat": ("Explain in a short paragraph why the sky is blue.", True),
+LANES = ("ar", "spec", "spec-bare", "spec-aten", "hf", "hf-assisted", "hf-assisted-gemv", "hf-assisted-default")
+RATIOS = {
+    "spec_vs_hf_assisted": ("spec", "hf-assisted"),
+    "spec_vs_hf_assisted_default": ("spec", "hf-assisted-default"),
+    # the loops alone: both engines on the same kernels
+    "spec_vs_hf_assisted_same_kernels_gemv": ("spec", "hf-assisted-gemv"),
+    "spec_vs_hf_assisted_same_kernels_aten": ("spec-aten", "hf-assisted"),
+    "spec_topk10_vs_bare": ("spec", "spec-bare"),
+    "ar_vs_hf": ("ar", "hf"),
 }
 
 
-def _linears(pair, kernel):
-    return contextlib.nullcontext() if kernel == "gemv" else kernels.aten_linears(pair.target, pair.draft)
+def lanes(k: int) -> dict:
+    table = suite.method_table(k, pld_k=8)
+    spec = table["spec"]
+    table.update({"spec-bare": replace(spec, config=spec.config.replace(record_topk=0)),
+                  "spec-aten": replace(spec, kernel="aten")})
+    return {name: table[name] for name in LANES}
 
 
-def run_specviz(pair, prompt, chat, tokens, k, method, record_topk, kernel="gemv"):
-    start = time.perf_counter()
-    with _linears(pair, kernel):
-        events = list(generate(pair, prompt, method=method, k=k, max_new_tokens=tokens, chat=chat,
-                               record_topk=record_topk))
-    seconds = time.perf_counter() - start
-    m = events[-1].metrics
-    outside = 1.0 - (m["draft_time"] + m["verify_time"]) / m["wall_time"]
-    return {"seconds": seconds, "new_tokens": m["new_tokens"], "tau": m["tau"],
-            "outside_forwards": outside, "token_ids": events[-1].token_ids}
+def bench(pair, tokens: int, k: int, repeats: int, names=None, say=lambda *_: None) -> dict:
+    """{group: {lane: summary, "ratios": {...}, "same_tokens_as_<hf lane>": bool}}."""
+    table = lanes(k)
+    plan = replace(suite.QUICK, prompts=("code", "chat"), temperatures=(), tokens=tokens, repeats=repeats, k=k,
+                   methods=tuple(name for name in table if not names or name in {"ar", *names}))
+    raw = suite.measure_methods(pair, plan, say, table=table)
+    return {group: summarise(per) for group, per in raw.items()}
 
 
-@torch.inference_mode()
-def run_hf(pair, prompt, chat, tokens, k, assisted, constant=True, kernel="aten"):
-    ids = torch.tensor([pair.encode(prompt, chat=chat)], device=pair.device)
-    kwargs = dict(max_new_tokens=tokens, do_sample=False, attention_mask=torch.ones_like(ids),
-                  pad_token_id=pair.tokenizer.pad_token_id or pair.eos_token_ids[0],
-                  eos_token_id=pair.eos_token_ids)
-    saved = None
-    if assisted:
-        kwargs.update(assistant_model=pair.draft)
-        if constant:
-            # transformers 5.23 reads the draft length, its schedule and the confidence stop from
-            # the assistant's generation_config, not from generate()'s arguments
-            config = pair.draft.generation_config
-            saved = {name: getattr(config, name, None) for name in _ASSISTANT_SETTINGS}
-            config.num_assistant_tokens, config.num_assistant_tokens_schedule = k, "constant"
-            config.assistant_confidence_threshold = 0.0
-    start = time.perf_counter()
-    try:
-        with _linears(pair, kernel):
-            out = pair.target.generate(ids, **kwargs)
-    finally:
-        for name, value in (saved or {}).items():
-            setattr(pair.draft.generation_config, name, value)
-    seconds = time.perf_counter() - start
-    new = out[0, ids.shape[1]:].tolist()
-    return {"seconds": seconds, "new_tokens": len(new), "token_ids": new}
-
-
-_ASSISTANT_SETTINGS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")
-
-
-def methods(k):
-    return {
-        "ar": lambda p, s, c, n: run_specviz(p, s, c, n, k, "ar", 10),
-        "spec": lambda p, s, c, n: run_specviz(p, s, c, n, k, "spec", 10),
-        "spec-bare": lambda p, s, c, n: run_specviz(p, s, c, n, k, "spec", 0),
-        "spec-aten": lambda p, s, c, n: run_specviz(p, s, c, n, k, "spec", 10, kernel="aten"),
-        "hf": lambda p, s, c, n: run_hf(p, s, c, n, k, assisted=False),
-        "hf-assisted": lambda p, s, c, n: run_hf(p, s, c, n, k, assisted=True),
-        "hf-assisted-gemv": lambda p, s, c, n: run_hf(p, s, c, n, k, assisted=True, kernel="gemv"),
-        "hf-assisted-default": lambda p, s, c, n: run_hf(p, s, c, n, k, assisted=True, constant=False),
-    }
-
-
-def bench(pair, tokens: int, k: int, repeats: int, lanes=None) -> dict:
-    table = methods(k)
-    if lanes:
-        table = {name: run for name, run in table.items() if name in {"ar", *lanes}}
-    results = {cat: {name: [] for name in table} for cat in PROMPTS}
-    for cat, (prompt, chat) in PROMPTS.items():  # warm-up: first calls pay one-off costs
-        run_specviz(pair, prompt, chat, 4, k, "spec", 10)
-        run_hf(pair, prompt, chat, 4, k, assisted=True)
-    for r in range(repeats):
-        for cat, (prompt, chat) in PROMPTS.items():
-            names = list(table) if r % 2 == 0 else list(reversed(table))  # alternate the order
-            for name in names:
-                results[cat][name].append(table[name](pair, prompt, chat, tokens))
-    return summarise(results)
-
-
-def summarise(results: dict) -> dict:
-    out = {}
-    for cat, per in results.items():
-        row = {}
-        for name, runs in per.items():
-            # best of the interleaved repeats: another process on a 2-core machine only ever
-            # slows a run down (OpenMP threads wait for each other), it never speeds one up
-            rates = [r["new_tokens"] / r["seconds"] for r in runs]
-            tps = max(rates)
-            row[name] = {"tokens_per_s": tps, "tokens_per_s_median": statistics.median(rates),
-                         "new_tokens": runs[0]["new_tokens"]}
-            if "tau" in runs[0]:
-                row[name]["tau"] = runs[0]["tau"]
-                row[name]["outside_forwards"] = statistics.median(r["outside_forwards"] for r in runs)
-        ar = row["ar"]["tokens_per_s"]
-        for name in row:
-            row[name]["speedup_vs_ar"] = row[name]["tokens_per_s"] / ar
-        ratios = {
-            "spec_vs_hf_assisted": ("spec", "hf-assisted"),
-            "spec_vs_hf_assisted_default": ("spec", "hf-assisted-default"),
-            # the loops alone: both engines on the same kernels
-            "spec_vs_hf_assisted_same_kernels_gemv": ("spec", "hf-assisted-gemv"),
-            "spec_vs_hf_assisted_same_kernels_aten": ("spec-aten", "hf-assisted"),
-            "spec_topk10_vs_bare": ("spec", "spec-bare"),
-            "ar_vs_hf": ("ar", "hf"),
-        }
-        row["ratios"] = {name: row[a]["tokens_per_s"] / row[b]["tokens_per_s"]
-                         for name, (a, b) in ratios.items() if a in row and b in row}  # of the lanes run
-        hf_lane = next((name for name in ("hf-assisted", "hf-assisted-gemv") if name in per), None)
-        if "spec" in per and hf_lane:
-            same = per["spec"][0]["token_ids"] == per[hf_lane][0]["token_ids"]
-            row[f"same_tokens_as_{hf_lane.replace('-', '_')}"] = same
-        out[cat] = row
-    return out
+def summarise(per: dict) -> dict:
+    row = analysis.summarise_group(per)
+    for name, runs in per.items():
+        if row[name]["engine"] == "specviz":
+            row[name]["outside_forwards"] = analysis.median(r["outside_forwards"] for r in runs)
+    row["ratios"] = {name: row[a]["tokens_per_s"] / row[b]["tokens_per_s"]
+                     for name, (a, b) in RATIOS.items() if a in row and b in row}  # of the lanes run
+    hf_lane = next((name for name in ("hf-assisted", "hf-assisted-gemv") if name in per), None)
+    if "spec" in per and hf_lane:
+        same = per["spec"][0]["token_ids"] == per[hf_lane][0]["token_ids"]
+        row[f"same_tokens_as_{hf_lane.replace('-', '_')}"] = same
+    return row
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="specviz vs transformers assisted generation")
+    parser = Parser(prog="python -m specviz.bench.assisted", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
     parser.add_argument("--dtype", default=None)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--lanes", nargs="+", default=None, metavar="LANE",
-                        help="run only these lanes (ar always runs): " + ", ".join(methods(4)))
-    parser.add_argument("--out", default=None)
+    parser.add_argument("--lanes", nargs="+", default=None, metavar="LANE", choices=LANES,
+                        help="run only these lanes (ar always runs): " + ", ".join(LANES))
+    parser.add_argument("--out", default=None, help="write the JSON report there too")
     args = parser.parse_args(argv)
-    unknown = set(args.lanes or ()) - set(methods(args.k))
-    if unknown:
-        parser.error(f"unknown lane(s) {', '.join(sorted(unknown))}")
-    pair = load_pair(args.pair, dtype=args.dtype)
+    pair = suite.load(args.pair, dtype=args.dtype)
     if torch.device(pair.device).type == "cpu":  # the lanes compare specviz's kernels with nn.Linear
         load_pair(pair, cpu_linear="gemv")
-    report = {"pair": pair.name, "device": str(pair.device), "dtype": str(pair.dtype),
-              "cpu_linear": pair.cpu_linear,
-              "threads": torch.get_num_threads(), "machine": platform.machine(),
-              "tokens": args.tokens, "k": args.k, "repeats": args.repeats,
-              "results": bench(pair, args.tokens, args.k, args.repeats, args.lanes)}
+    results = bench(pair, args.tokens, args.k, args.repeats, args.lanes, partial(print, file=sys.stderr, flush=True))
+    report = {**suite.environment(pair, static_cache=False), "tokens": args.tokens, "k": args.k,
+              "repeats": args.repeats, "results": results}
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

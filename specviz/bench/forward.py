@@ -11,12 +11,12 @@ Usage: python -m specviz.bench.forward --pair qwen-coder --dtype bfloat16 --toke
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import torch
 
+from specviz.argparsing import Parser
 from specviz.lm import runner_for, synchronize
 
 
@@ -76,7 +76,7 @@ def batch_cost(model, batches: list, n_tokens: list, prefix: int = 64, repeats: 
 def main(argv=None) -> int:
     from specviz.models import load_pair, use_kernel
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m specviz.bench.forward", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
     parser.add_argument("--dtype", nargs="+", default=["bfloat16", "float32"])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 4, 5, 8, 16, 32])

@@ -7,20 +7,21 @@ Kinds:
   assisted-default   generate(assistant_model=draft) with the assistant's defaults (in transformers
              5.23: up to 20 drafts per step, cut when the draft's confidence falls below 0.4, the
              threshold re-fitted as it goes): transformers' own adaptive draft length
+  pld        generate(prompt_lookup_num_tokens=k, max_matching_ngram_size=ngram): prompt lookup,
+             as specviz's pld (longest suffix n-gram first, down to 1)
 
 transformers 5.23 reads num_assistant_tokens, num_assistant_tokens_schedule and
 assistant_confidence_threshold from the *assistant model's* generation_config, not from the
 arguments of generate() (which it accepts and ignores): `assistant_settings` sets them on the
 draft model for the duration of one call and restores them after.
-  pld        generate(prompt_lookup_num_tokens=k, max_matching_ngram_size=ngram): prompt lookup,
-             as specviz's pld (longest suffix n-gram first, down to 1)
 
 `static_cache=True` gives plain generate() a StaticCache (transformers refuses one in assisted and
-prompt-lookup generation, which crop the cache). Sampling runs pass top_k=0 and top_p=1.0 explicitly (generate() would otherwise apply its own
-top_k=50) and seed torch's global generator, the only source transformers reads. A streamer
-records when each batch of tokens is handed out: the first put() is the prompt itself and is
-skipped; every later put() is one update (one target forward; assisted steps put several
-tokens at once), so latency is measured as for specviz's step_finished events.
+prompt-lookup generation, which crop the cache). Sampling runs pass top_k=0 and top_p=1.0
+explicitly (generate() would otherwise apply its own top_k=50) and seed torch's global generator,
+the only source transformers reads. A streamer records when each batch of tokens is handed out:
+the first put() is the prompt itself and is skipped; every later put() is one update (one target
+forward; assisted steps put several tokens at once), so latency is measured as for specviz's
+step_finished events.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ def _f(value, fmt: str = ".2f", unit: str = "") -> str:
 
 
 def _ms(value) -> str:
-    """Milliseconds, with decimals only where they matter (the tiny pair runs in ~1 ms)."""
+    """Milliseconds: whole ones from 20 ms up, two decimals below (the tiny pair's forwards)."""
     if value is None:
         return "–"
     ms = value * 1000

@@ -15,49 +15,92 @@ Definitions of every number: specviz.bench.analysis and specviz.bench.latency; d
 from __future__ import annotations
 
 import contextlib
+import json
+import os
+import platform
+import re
+import sys
 import time
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Optional
 
 import torch
 
 from specviz import kernels, theory
+from specviz.argparsing import Parser
 from specviz.bench import analysis, forward, hf, latency, roofline
+from specviz.bench import report as rep
 from specviz.bench.controlled import ControlledDrafter
 from specviz.bench.prompts import PROMPTS
+from specviz.bench.synthetic import SIZES
+from specviz.config import RunConfig, vocab_size
 from specviz.engine import generate
+from specviz.errors import InputError, SpecvizError
 from specviz.quant import quantize_draft
 
 SUITE_VERSION = 1
 RECORD_TOPK = 10
 
 
+@dataclass(frozen=True)
+class Lane:
+    """One method as the suite runs it: a specviz RunConfig, or a kind of transformers' generate()
+    (specviz.bench.hf) with its draft length; beside either, what belongs to the bench and not
+    to the run: the draft's weights and the linear kernels."""
+
+    config: Optional[RunConfig] = None  # a specviz lane
+    kind: Optional[str] = None  # a transformers lane: plain | assisted | assisted-default | pld
+    k: Optional[int] = None  # transformers' draft length (assisted, pld)
+    draft: str = "none"  # "int8": the draft model's linear weights in int8 (specviz.quant; CPU only)
+    kernel: Optional[str] = None  # "aten" | "gemv"; None: specviz on the pair's kernels, transformers on nn.Linear
+
+    @property
+    def engine(self) -> str:
+        return "transformers" if self.config is None else "specviz"
+
+    def describe(self) -> dict:
+        """The lane as the report's `methods` names it: method and what sets its drafts, or the
+        generate() kind and k; the bench's settings where they are not the default."""
+        cfg = self.config
+        if cfg is None:
+            out = {"kind": self.kind, "k": self.k}
+        else:  # k for chains (AR has none), the shape for trees
+            out = {"method": cfg.method, "k": cfg.k if cfg.draft_k else None,
+                   "tree": cfg.tree if cfg.method == "tree" else None}
+        out.update(draft=None if self.draft == "none" else self.draft, kernel=self.kernel)
+        return {"engine": self.engine, **{key: value for key, value in out.items() if value is not None}}
+
+
 def method_table(k: int, pld_k: int) -> dict:
-    """name -> (engine, arguments). specviz methods take generate() keywords."""
+    """name -> Lane."""
+    run = RunConfig(record_topk=RECORD_TOPK)
+    spec, spec_auto = run.replace(method="spec", k=k), run.replace(method="spec", k="auto")
     return {
-        "ar": ("specviz", dict(method="ar")),
-        "spec": ("specviz", dict(method="spec", k=k)),
-        "spec-auto": ("specviz", dict(method="spec", k="auto")),
-        "spec-int8": ("specviz", dict(method="spec", k=k, draft="int8")),
-        "spec-int8-auto": ("specviz", dict(method="spec", k="auto", draft="int8")),
-        "tree": ("specviz", dict(method="tree", tree="3,2,1")),
-        "tree-dynamic": ("specviz", dict(method="tree", tree="dynamic")),
-        "pld": ("specviz", dict(method="pld", k=pld_k)),
-        "lookahead": ("specviz", dict(method="lookahead")),
-        "cascade": ("specviz", dict(method="cascade", k=k)),
-        "hf": ("transformers", dict(kind="plain")),
-        "hf-assisted": ("transformers", dict(kind="assisted", k=k)),
-        "hf-assisted-default": ("transformers", dict(kind="assisted-default")),
-        "hf-assisted-int8": ("transformers", dict(kind="assisted", k=k, draft="int8")),
+        "ar": Lane(run.replace(method="ar")),
+        "spec": Lane(spec),
+        "spec-auto": Lane(spec_auto),
+        "spec-int8": Lane(spec, draft="int8"),
+        "spec-int8-auto": Lane(spec_auto, draft="int8"),
+        "tree": Lane(run.replace(method="tree", tree="3,2,1")),
+        "tree-dynamic": Lane(run.replace(method="tree", tree="dynamic")),
+        "pld": Lane(run.replace(method="pld", k=pld_k)),
+        "lookahead": Lane(run.replace(method="lookahead")),
+        "cascade": Lane(run.replace(method="cascade", k=k)),
+        "hf": Lane(kind="plain"),
+        "hf-assisted": Lane(kind="assisted", k=k),
+        "hf-assisted-default": Lane(kind="assisted-default"),
+        "hf-assisted-int8": Lane(kind="assisted", k=k, draft="int8"),
         # transformers' loop on specviz's CPU kernels: separates the loop from the kernels
-        "hf-assisted-gemv": ("transformers", dict(kind="assisted", k=k, kernel="gemv")),
-        "hf-pld": ("transformers", dict(kind="pld", k=pld_k)),
+        "hf-assisted-gemv": Lane(kind="assisted", k=k, kernel="gemv"),
+        "hf-pld": Lane(kind="pld", k=pld_k),
     }
 
 
 GREEDY_ONLY = frozenset({"lookahead"})
 # methods whose draft model runs with int8 weight-only linears (specviz.quant; CPU only): the
 # target is the same bf16 model as everywhere else, so their ratios to AR stay like for like
-INT8_METHODS = frozenset(name for name, (_, kw) in method_table(4, 8).items() if kw.get("draft") == "int8")
+INT8_METHODS = frozenset(name for name, lane in method_table(4, 8).items() if lane.draft == "int8")
 
 
 @dataclass(frozen=True)
@@ -88,7 +131,7 @@ ALL_METHODS = tuple(method_table(4, 8))
 # The rewrite's answer (the whole renamed function) is about 120 tokens: the full plan measures it
 # whole, since a copying drafter's gain is over the copied span, not over its first 48 tokens.
 # 32 new tokens (the rewrite 128) and six methods in the sampled groups keep the full plan
-# under 15 minutes on 2 cores (about 850 s); transformers' default adaptive schedule
+# within its budget on 2 cores of a native-bf16 CPU; transformers' default adaptive schedule
 # (hf-assisted-default) is left to --methods: it is not a same-k comparison. Plain `hf` runs in the
 # greedy groups only: its ratio to AR does not depend on the temperature. The quick plan leaves out
 # hf-assisted-gemv (transformers' loop on specviz's kernels), a diagnosis rather than a ranking.
@@ -114,16 +157,28 @@ def groups(plan: Plan) -> dict:
 # ---------------------------------------------------------------------------------------------
 # one timed run
 
-def run_specviz(pair, prompt_ids: list, temperature: float, tokens: int, seed: int, **kw) -> dict:
+def run_method(pair, table: dict, name: str, prompt_ids: list, temperature: float, tokens: int,
+               seed: int, static_cache: bool = False) -> dict:
+    """One timed run of the lane `table[name]`: the record analysis.summarise_method reads."""
+    lane = table[name]
+    pair = quantize_draft(pair, lane.draft)  # the pair itself for "none"
+    # transformers on the stock nn.Linear layers, as its users run it, unless the lane names a kernel
+    stock = lane.kernel == "aten" or (lane.kernel is None and lane.engine == "transformers")
+    with kernels.aten_linears(pair.target, pair.draft) if stock else contextlib.nullcontext():
+        if lane.config is None:
+            record = run_transformers(pair, lane, prompt_ids, temperature, tokens, seed, static_cache)
+        else:
+            record = run_specviz(pair, lane.config, prompt_ids, temperature, tokens, seed)
+    return {**record, "cpu_linear": "aten" if stock else getattr(pair, "cpu_linear", "aten")}
+
+
+def run_specviz(pair, cfg: RunConfig, prompt_ids: list, temperature: float, tokens: int, seed: int,
+                drafter=None) -> dict:
+    """One run's numbers: the outer wall clock for tokens/s, the run's metrics for the rest."""
     start = time.perf_counter()
-    events = list(generate(pair, prompt_ids, temperature=temperature, max_new_tokens=tokens,
-                           seed=seed, record_topk=RECORD_TOPK, **kw))
+    events = list(generate(pair, prompt_ids, cfg.replace(temperature=temperature, max_new_tokens=tokens,
+                                                         seed=seed), drafter=drafter))
     seconds = time.perf_counter() - start
-    return record_from_events(events, seconds)
-
-
-def record_from_events(events: list, seconds: float) -> dict:
-    """One run's numbers: outer wall clock for tokens/s, events for everything else."""
     m = events[-1].metrics
     new = m["new_tokens"]
     return {
@@ -135,45 +190,34 @@ def record_from_events(events: list, seconds: float) -> dict:
         "target_forwards_per_token": m["target_forwards"] / new if new else None,
         # per forward over the steps without the prompt's prefill in them (specviz.metrics)
         "draft_s_per_forward": m["draft_s_per_forward"], "target_s_per_forward": m["verify_s_per_forward"],
+        # the share of the run's own clock outside the draft and target forwards (specviz.bench.assisted)
+        "outside_forwards": 1.0 - (m["draft_time"] + m["verify_time"]) / m["wall_time"],
         "counters": m["counters"], "lossless": m["lossless"], "token_ids": events[-1].token_ids,
-        "draft_quant": events[0].draft_quant, "cpu_linear": events[0].cpu_linear,
+        "draft_quant": events[0].draft_quant,
     }
 
 
-def run_transformers(pair, prompt_ids: list, temperature: float, tokens: int, seed: int, kind: str,
-                     k: int = 4, static_cache: bool = False, kernel: str = "aten") -> dict:
-    """transformers' generate(); on the stock nn.Linear layers unless kernel="gemv" (specviz.kernels):
-    what a user of transformers runs, not specviz's kernels."""
-    linears = contextlib.nullcontext() if kernel == "gemv" else kernels.aten_linears(pair.target, pair.draft)
-    with linears:
-        out = hf.run(pair, prompt_ids, kind, k=k, temperature=temperature, max_new_tokens=tokens, seed=seed,
-                     static_cache=static_cache)
+def run_transformers(pair, lane: Lane, prompt_ids: list, temperature: float, tokens: int, seed: int,
+                     static_cache: bool) -> dict:
+    """transformers' generate(): its streamer's updates stand for specviz's step_finished events."""
+    out = hf.run(pair, prompt_ids, lane.kind, k=lane.k, temperature=temperature, max_new_tokens=tokens,
+                 seed=seed, static_cache=static_cache)
     new = len(out["token_ids"])
     updates = len(out["counts"])  # one streamer update per target forward
     return {"engine": "transformers", "seconds": out["seconds"], "new_tokens": new,
             "tokens_per_s": new / out["seconds"], **latency.stream_stats(out["times"], out["counts"]),
             "tau": new / updates if updates else None, "target_forwards": updates,
             "target_forwards_per_token": updates / new if new else None, "token_ids": out["token_ids"],
-            "draft_quant": getattr(pair, "draft_quant", "none") if kind.startswith("assisted") else None,
-            "cpu_linear": kernel if getattr(pair, "cpu_linear", "aten") == "gemv" else "aten"}
-
-
-def run_method(pair, table: dict, name: str, prompt_ids: list, temperature: float, tokens: int,
-               seed: int, static_cache: bool = False) -> dict:
-    engine, kw = table[name]
-    kw = dict(kw)
-    pair = quantize_draft(pair, kw.pop("draft", "none"))  # the pair itself for "none"
-    if engine == "specviz":
-        return run_specviz(pair, prompt_ids, temperature, tokens, seed, **kw)
-    return run_transformers(pair, prompt_ids, temperature, tokens, seed, static_cache=static_cache, **kw)
+            "draft_quant": getattr(pair, "draft_quant", "none") if lane.kind.startswith("assisted") else None}
 
 
 # ---------------------------------------------------------------------------------------------
 # the sections
 
-def measure_methods(pair, plan: Plan, say, static_cache: bool = False) -> dict:
-    """{group: {method: [run records]}}, interleaved and rotated per repeat."""
-    table = method_table(plan.k, plan.pld_k)
+def measure_methods(pair, plan: Plan, say, static_cache: bool = False, table: Optional[dict] = None) -> dict:
+    """{group: {method: [run records]}}, interleaved and rotated per repeat; the plan's methods are
+    names in `table` (default: method_table)."""
+    table = table or method_table(plan.k, plan.pld_k)
     plan_groups = groups(plan)
     ids = {p: pair.encode(PROMPTS[p].text, chat=PROMPTS[p].chat) for p in PROMPTS}
     first = ids[plan.prompts[0]]
@@ -194,7 +238,7 @@ def measure_methods(pair, plan: Plan, say, static_cache: bool = False) -> dict:
 
 def measure_costs(pair, plan: Plan) -> dict:
     """The verify-cost curve of both models and its batch-size proxy."""
-    vocab = min(_vocab(pair), 1000)  # random ids for timing, inside any vocabulary
+    vocab = min(vocab_size(pair), 1000)  # random ids for timing, inside any vocabulary
     curve = {role: forward.forward_cost(getattr(pair, role), list(plan.cost_tokens),
                                         repeats=plan.cost_repeats, vocab=vocab)
              for role in ("target", "draft")}
@@ -206,23 +250,21 @@ def measure_costs(pair, plan: Plan) -> dict:
     return {"curve": curve, "batch": batch}
 
 
-def measure_controlled(pair, plan: Plan, script: list, ar: dict, verify_cost) -> dict:
+def measure_controlled(pair, plan: Plan, ar_runs: list, verify_cost) -> dict:
     """Speedup against alpha with the controlled-acceptance drafter, greedy, k = plan.k, against
-    `ar`, the summary of the same prompt's AR runs."""
+    `ar_runs`, the same prompt's AR runs; the first one's tokens are the drafter's script."""
     prompt = PROMPTS[plan.controlled_prompt]
     ids = pair.encode(prompt.text, chat=prompt.chat)
+    script, cfg = ar_runs[0]["token_ids"], RunConfig(method="spec", k=plan.k, record_topk=RECORD_TOPK)
     runs = {a: [] for a in plan.a_sets}
     for r in range(plan.repeats):
         for a in plan.a_sets:
-            drafter = ControlledDrafter(pair.draft, script, a, _vocab(pair), pair.eos_token_ids, seed=r)
-            runs[a].append(run_specviz(pair, ids, 0.0, plan.tokens, r, method="spec", k=plan.k,
-                                       drafter=drafter))
+            drafter = ControlledDrafter(pair.draft, script, a, vocab_size(pair), pair.eos_token_ids, seed=r)
+            runs[a].append(run_specviz(pair, cfg, ids, 0.0, plan.tokens, r, drafter=drafter))
+    rows = analysis.summarise_group({"ar": ar_runs, **runs}, greedy=False)  # speedups over those AR runs
     points = []
     for a, recs in runs.items():
-        row = analysis.summarise_method(recs)
-        row["speedup"] = row["tokens_per_s"] / ar["tokens_per_s"]
-        row["decode_speedup"] = row["decode_tokens_per_s"] / ar["decode_tokens_per_s"]
-        row["c_vs_ar"] = row["draft_s_per_forward"] / ar["target_s_per_forward"]
+        row = rows[a]
         fit = analysis.model_fit(row, plan.k, verify_cost)
         points.append({"a_set": a, "alpha": row["alpha_empirical"], "tau": row["tau"],
                        "tokens_per_s": row["tokens_per_s"], "speedup": row["speedup"],
@@ -253,11 +295,6 @@ def measure_roofline(pair, results: dict, cost: dict) -> dict:
     return out
 
 
-def _vocab(pair) -> int:
-    config = getattr(pair.target, "config", None)
-    return getattr(config, "vocab_size", None) or pair.target.vocab_size
-
-
 # ---------------------------------------------------------------------------------------------
 # the whole suite
 
@@ -283,18 +320,18 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
     fits = {g: analysis.model_fit(rows["spec"], plan.k, verify_cost)
             for g, rows in results.items() if "spec" in rows}
     group = f"{plan.controlled_prompt}@greedy"
-    controlled = timed("controlled acceptance sweep", measure_controlled, pair, plan,
-                       raw[group]["ar"][0]["token_ids"], results[group]["ar"], verify_cost)
+    controlled = timed("controlled acceptance sweep", measure_controlled, pair, plan, raw[group]["ar"],
+                       verify_cost)
     roof = timed("bandwidth", measure_roofline, pair, results, cost)
     alpha = (fits.get(group) or {}).get("alpha")
+    engines = analysis.engine_vs_transformers(results)
     report = {
         "suite_version": SUITE_VERSION, "mode": plan.mode, "plan": asdict(plan),
         "environment": env, "prompts": prompt_table(pair),
-        "methods": {name: {"engine": e, **kw} for name, (e, kw) in method_table(plan.k, plan.pld_k).items()
+        "methods": {name: lane.describe() for name, lane in method_table(plan.k, plan.pld_k).items()
                     if name in set(plan.methods) | set(plan.sampled_methods)},
-        "results": strip_ids(results),
-        "ratios": {"engine_efficiency": analysis.engine_efficiency(results),
-                   "engine_vs_transformers": analysis.engine_vs_transformers(results),
+        "results": results,
+        "ratios": {"engine_efficiency": engines["spec/hf-assisted"], "engine_vs_transformers": engines,
                    "model_fit": {g: f for g, f in fits.items() if f}, "roofline": roof},
         "cost_curve": cost["curve"],
         "batch_proxy": {"alpha": alpha, "k": plan.k, "note": BATCH_NOTE, "rows": analysis.batch_proxy(
@@ -302,7 +339,7 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
         "controlled": controlled, "ranking": analysis.ranking(results),
     }
     report.update(wall_time_s=time.perf_counter() - started, load_s=load_s, section_s=sections)
-    report["environment"]["loadavg_end"] = _loadavg()
+    report["environment"]["loadavg_end"] = loadavg()
     report["targets"] = analysis.targets(report)
     return report
 
@@ -310,11 +347,6 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
 BATCH_NOTE = ("The engine decodes one sequence at a time, so the batch-size effect is a proxy: "
               "forward costs measured at each batch size put into the theory with the code "
               "prompt's measured alpha.")
-
-
-def strip_ids(results: dict) -> dict:
-    return {g: {m: {k: v for k, v in row.items() if k != "token_ids"} for m, row in rows.items()}
-            for g, rows in results.items()}
 
 
 def prompt_table(pair) -> dict:
@@ -328,8 +360,6 @@ def _dtype(pair) -> str:
 
 
 def environment(pair, static_cache: bool) -> dict:
-    import platform
-
     import transformers
 
     device = torch.device(pair.device)
@@ -346,7 +376,7 @@ def environment(pair, static_cache: bool) -> dict:
             "cpu_choice": getattr(pair, "cpu_choice", None),
             # specviz's forwards replay CUDA graphs over a static cache (--cuda-graphs; specviz.lm.GraphLM)
             "cuda_graphs": getattr(pair.target, "_specviz_graph_len", None) is not None,
-            "loadavg_start": _loadavg(),
+            "loadavg_start": loadavg(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
 
@@ -358,21 +388,15 @@ def _cpu_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    import platform
-
     return platform.processor() or "cpu"
 
 
-def _loadavg():
+def loadavg():
     """The machine's 1-minute load average: other work sharing the cores skews timings."""
-    import os
-
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def _cpu_count() -> int:
-    import os
-
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
@@ -384,8 +408,6 @@ def plan_for(quick: bool, methods=None, **overrides) -> Plan:
     if methods:
         unknown = set(methods) - set(ALL_METHODS)
         if unknown:
-            from specviz.errors import InputError
-
             raise InputError(f"unknown method(s) {', '.join(sorted(unknown))}: "
                              f"choose from {', '.join(ALL_METHODS)}")
         keep = {"ar", *methods}
@@ -397,13 +419,11 @@ def plan_for(quick: bool, methods=None, **overrides) -> Plan:
 # ---------------------------------------------------------------------------------------------
 # command line
 
-def build_parser():
-    from specviz.cli import _Parser  # usage mistakes: one line on stderr, status 2
-
-    parser = _Parser(prog="python -m specviz bench", description=__doc__.splitlines()[0])
+def build_parser() -> Parser:
+    parser = Parser(prog="python -m specviz bench", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder",
                         help="preset (qwen-coder, tiny), 'target=...,draft=...', or a random-weight pair of "
-                             "real sizes 'random:<target>/<draft>' with sizes " + ", ".join(synthetic_sizes()))
+                             "real sizes 'random:<target>/<draft>' with sizes " + ", ".join(SIZES))
     parser.add_argument("--device", default=None, help="cpu | cuda (default: cuda when present)")
     parser.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16 (default: the pair's)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -411,7 +431,7 @@ def build_parser():
                         "(specviz.kernels; transformers' lanes run the stock nn.Linear, hf-assisted-gemv aside); "
                         "default: the pair's (with no --dtype, what specviz.cpu measures on this CPU)")
     parser.add_argument("--quick", action="store_true", help="the quick plan (3 prompts, greedy + one "
-                        "sampled group; under 3 minutes on 2 cores with qwen-coder)")
+                        "sampled group; budgeted at 3 minutes on 2 native-bf16 cores with qwen-coder)")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per run (plan default)")
     parser.add_argument("--repeats", type=int, default=None, help="repeats per method (plan default)")
     parser.add_argument("--k", type=int, default=None, help="draft length of spec, cascade, hf-assisted")
@@ -436,12 +456,6 @@ def build_parser():
     return parser
 
 
-def synthetic_sizes() -> tuple:
-    from specviz.bench.synthetic import SIZES
-
-    return tuple(SIZES)
-
-
 def load(spec: str, device=None, dtype=None, cpu_linear=None):
     from specviz.models import load_pair
 
@@ -453,10 +467,6 @@ def load(spec: str, device=None, dtype=None, cpu_linear=None):
 
 
 def main(argv=None) -> int:
-    import sys
-
-    from specviz.errors import SpecvizError
-
     args = build_parser().parse_args(argv)
     try:
         return _run(args)
@@ -466,13 +476,6 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    import json
-    import re
-    import sys
-    from pathlib import Path
-
-    from specviz.bench import report as rep
-
     import transformers
 
     transformers.logging.set_verbosity_error()  # assisted generate() warns about its own config copies
