@@ -232,24 +232,19 @@ def judge_timing(cpu_share: Optional[float], verify_spread: Optional[float], dev
 
     On a CPU the share decides: the decoding thread's CPU time over the wall time it was timed.
     Alone it computes all the time (it spins at OpenMP barriers rather than sleep); when other work
-    wants the cores, the scheduler takes it off them and the share drops. How the thresholds were
-    chosen: runs of the engine on the 2-core dev VM (AMD EPYC, bf16, 2 torch threads), alone and
-    beside processes spinning a core each or other people's jobs, with the cores the rest of the
-    machine used read from /proc/stat over each run. Alone (under 0.15 other cores) the share read
-    0.99-1.00 on the tiny pair (55 runs) and 0.973-0.99 on qwen-coder (AR and spec k=4); beside a
-    spinner busy 25% of the time 0.84 (qwen-coder AR 1.25x slower); beside 0.4 cores of other work
-    0.75-0.80 (its spec lane 1.3-1.6x slower); beside 0.7 cores 0.65-0.66 (AR 2.2x slower); beside
-    two spinners 0.49-0.51 (AR 3.2x slower). BUSY_SHARE = 0.9 sits in the middle of the gap between
-    the lowest quiet reading (0.973) and the highest that already distorted a speed (0.84). Runs
-    shorter than MIN_SECONDS are not judged by it: Windows' thread clock ticks every 15.6 ms, more
-    than the margin over a short run.
+    wants the cores, the scheduler takes it off them and the share drops. BUSY_SHARE sits in the
+    gap between the lowest share of runs alone and the highest share at which other work had
+    already slowed a run, both measured on a 2-core CPU beside processes spinning a core (the
+    calibration runs are in the commit that set it: `git log -S BUSY_SHARE specviz/metrics.py`).
+    Runs shorter than MIN_SECONDS are not judged by it: Windows' thread clock ticks every 15.6 ms,
+    more than the margin over a short run.
 
     The spread (IQR / median of same-shape forward times) does not separate a steady competitor
-    from a quiet machine: beside the spinners it read 0.01-6.4 (every forward slowed alike gives
-    a small one), alone 0.05-0.38. So it is used only where the share says nothing: on a GPU
-    (the CPU thread's share there depends on how it waits for the device, not on contention) and
-    on traces recorded without a CPU clock. BUSY_SPREAD = 1.0 is 2.6x the largest spread measured
-    alone: it flags only bursts. Without either figure nothing is judged (reliable is None).
+    from a quiet machine (every forward slowed alike gives a small one), so it is used only where
+    the share says nothing: on a GPU (the CPU thread's share there depends on how it waits for the
+    device, not on contention) and on traces recorded without a CPU clock. BUSY_SPREAD flags only
+    bursts, well above any spread measured alone. Without either figure nothing is judged
+    (reliable is None).
     """
     if str(device or "").startswith("cpu") and cpu_share is not None:
         if seconds is not None and seconds < MIN_SECONDS:

@@ -158,7 +158,7 @@ def record(pair_name: str = "qwen-coder", dtype: Optional[str] = None, folder: P
     """Run every preset's two lanes on `pair_name` and write the traces and the manifest; a
     preset timed while other programs held the cores is recorded again, up to `tries` times."""
     import specviz
-    from specviz.bench.suite import _loadavg, environment
+    from specviz.bench.suite import loadavg, environment
 
     pair = specviz.load_pair(pair_name, dtype=dtype, progress=lambda f, message: say(f"  {message}"))
     say(f"loaded {pair!r}; warming up")
@@ -169,7 +169,7 @@ def record(pair_name: str = "qwen-coder", dtype: Optional[str] = None, folder: P
     where = {**env, "date": env["date_utc"][:10], "specviz": __version__, "record_topk": RECORD_TOPK}
     entries = [_record_reliably(pair, number, preset, folder, say, tries) for number, preset in enumerate(presets, 1)]
     # other work sharing the cores slows both lanes: the load at the end goes beside the start's
-    info = {"recorded": {**where, "loadavg_end": _loadavg()}, "presets": entries}
+    info = {"recorded": {**where, "loadavg_end": loadavg()}, "presets": entries}
     (folder / MANIFEST).write_text(json.dumps(info, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     say(f"wrote {len(entries)} presets to {folder} ({_size(folder) / 1e3:.0f} kB)")
     return info
