@@ -42,7 +42,7 @@ from specviz.errors import SpecvizError
 from specviz.models import default_pair_name, list_pairs
 from specviz.quant import MODES, quantize_draft
 from specviz.render import CSS, charts, chips, inspector, panel, steps, tree
-from specviz.render.race import Lane, lane_html, race, race_status, verdict
+from specviz.render.race import Lane, gap_scale, lane_html, race, race_status, verdict
 from specviz.render.html import quoted
 
 MAX_TOKENS = int(os.environ.get("SPECVIZ_MAX_TOKENS", "256"))
@@ -415,10 +415,12 @@ def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, s
 
 
 def race_view(lanes: dict, ar: dict = None, spec: dict = None) -> dict:
+    # one bar scale for both lanes' waits between updates, so their strips compare
+    scale = gap_scale(lanes["ar"]["events"], lanes["spec"]["events"])
     out = {ar_html: lane_html(lanes["ar"]["events"], lanes["ar"]["busy"], "Autoregressive",
-                              "target only: one forward per token", lanes["ar"]["done"]).html,
+                              "target only: one forward per token", lanes["ar"]["done"], scale).html,
            spec_html: lane_html(lanes["spec"]["events"], lanes["spec"]["busy"], "Speculative",
-                                _method_line(lanes["spec"]["events"]), lanes["spec"]["done"]).html}
+                                _method_line(lanes["spec"]["events"]), lanes["spec"]["done"], scale).html}
     if ar and spec:
         out[verdict_html] = verdict(ar, spec, _same_text(lanes)).html
     else:
@@ -683,9 +685,18 @@ HOW_IT_WORKS = """
 - **τ = tokens per target forward** = accepted + 1 per step. Each step costs one target forward
   plus k draft forwards; **c** = draft forward time / target forward time, measured.
 - Theory: speedup = (1 − α^(k+1)) / ((1 − α)(c·k + 1)). Speculation wins when drafts are easy to
-  guess (code, rewrites: high α) and the draft is cheap (small c); it loses with hot sampling or
-  open-ended chat (low α), or when c is large (the tiny demo pair: draft and target are the same size).
+  guess (code, rewrites: high α) and the draft is cheap (small c); it loses when α is low or c is
+  large (the tiny demo pair: draft and target are the same size, so c is about 1).
+- Where α is low depends on the drafter, not only on the text. With *this* pair on a CPU (a
+  0.5B draft of the same family, c ≈ 0.4-0.5), open-ended chat and creative writing lose at a
+  fixed k = 4 (reference benchmark, greedy: α 0.62 and 0.35, 0.89× and 0.59×). That is this pair,
+  not a law: drafters trained on the target's own features reach high α on chat too (EAGLE
+  reports 2.7-3.5× on MT-bench chat, LLaMA2-Chat 70B on a GPU).
 - **accepted / drafted is not α**: wasted drafts count as drafted but were never judged.
+- **Latency is not only tokens/s.** A speculative step shows several tokens at once, then nothing
+  until the next step: per token it is faster, but the wait between updates is longer, and the
+  first token comes no sooner (the prompt's prefill is the same, and the first step drafts before
+  the target's pass over the prompt checks anything). The strip in each race lane draws those waits.
 
 ### Other methods (Method in the settings; the race runs any of them against autoregressive)
 - **tree**: the draft proposes several candidates per position (a tree, e.g. 3,2,1 children per
@@ -697,6 +708,11 @@ HOW_IT_WORKS = """
   the step panel.
 - **pld** (prompt lookup): no draft model; the draft copies what followed an earlier occurrence of
   the last n tokens (hover a draft to see the span it was copied from).
+- **lookahead** (Jacobi decoding, Fu et al. 2024; greedy only): no draft model either. The target
+  itself keeps guesses for the next few positions and refines them with every pass (a Jacobi
+  iteration); the n-grams those guesses trace out go into a pool. Each step, the window's guesses
+  and the pool's n-grams that follow the last token are verified together as one tree, in the one
+  target pass. Exact: a kept token is always the target's own greedy choice.
 - **cascade**: prompt lookup speeds up the draft model, which then drafts for the target.
 - **auto k**: k is chosen every step by a rule (heuristic, confidence or cost); the step panel says why.
 - **typical acceptance** keeps a draft when the target finds it typical enough. It is **LOSSY**:
@@ -772,9 +788,11 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
                 race_btn = gr.Button("Race", variant="primary", scale=2)
                 race_stop = gr.Button("Stop", variant="stop", scale=1)
             gr.Markdown("Same prompt and settings, autoregressive vs the chosen method (any of them: spec, "
-                        "tree, prompt lookup, cascade, auto k; spec when ar is chosen). Only one engine computes "
-                        "at a time (always the one whose own clock is behind), so neither slows the other; each "
-                        "lane shows its own measured compute time.")
+                        "tree, prompt lookup, lookahead, cascade, auto k; spec when ar is chosen). Only one engine "
+                        "computes at a time (always the one whose own clock is behind), so neither slows the other; "
+                        "each lane shows its own measured compute time. The strip in each lane is its stream as a "
+                        "reader sees it: one bar per visible update, as wide as the tokens it brought and as tall "
+                        "as the wait before it (both lanes on one scale; hover a bar).")
             with gr.Row(equal_height=True):
                 ar_html = gr.HTML(label="autoregressive lane", elem_id="sv-lane-ar")
                 spec_html = gr.HTML(label="speculative lane", elem_id="sv-lane-spec")

@@ -1,5 +1,7 @@
 """Run-level charts: speedup vs acceptance (theory and measured runs), tokens per target forward,
-acceptance by draft position, and why accepted/drafted is not alpha.
+acceptance by draft position, and why accepted/drafted is not alpha; and, for notebook 9, the
+stream as a reader sees it (tokens over time, per-token gaps), acceptance survival by depth and
+repeated runs with their intervals.
 
 Theory is Leviathan et al. 2023, section 3 (specviz.theory): with acceptance rate a, draft length
 k and cost ratio c = draft forward / target forward, speedup = (1 - a^(k+1)) / ((1 - a)(ck + 1)).
@@ -16,6 +18,7 @@ import plotly.graph_objects as go
 from specviz import metrics, theory
 from specviz.render import steps as st
 from specviz.render.html import num, text
+from specviz.render.race import arrival_gaps, percentile, stream_updates
 
 K_CURVES = (1, 2, 4, 8)
 K_COLORS = {1: "#94a3b8", 2: "#0ea5e9", 4: "#7c3aed", 8: "#db2777"}
@@ -231,6 +234,136 @@ def alpha_explainer(events) -> str:
         lines.append("**LOSSY run (typical acceptance):** drafts were kept when the target found them typical "
                      "enough, so α here is not the acceptance rate of exact speculative decoding.")
     return "\n\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# latency: the stream as its reader sees it (definitions in specviz.render.race)
+
+RUN_COLORS = ("#64748b", "#7c3aed", "#16a34a", "#ea580c", "#0ea5e9", "#db2777", "#2563eb")
+
+
+def stream_figure(runs: dict, title: str = "Tokens on screen over time") -> go.Figure:
+    """{label: events}: tokens visible against the run clock (s), a staircase per run. Each
+    riser is one step_finished: one token per step for autoregressive decoding, several at once
+    for speculation. The first riser comes at the time to first token."""
+    fig = go.Figure()
+    for color, (label, events) in zip(RUN_COLORS, runs.items()):
+        updates = stream_updates(events)
+        if not updates:
+            continue
+        xs, ys, shown = [0.0], [0], 0
+        for t, n, _ in updates:
+            shown += n
+            xs.append(t)
+            ys.append(shown)
+        fig.add_scatter(x=xs, y=ys, mode="lines+markers", line_shape="hv", name=text(label),
+                        line=dict(color=color, width=3), marker=dict(size=6),
+                        hovertemplate="%{y} tokens at %{x:.3f} s<extra>" + text(label) + "</extra>")
+    if not fig.data:
+        return _note(fig, "No step finished yet.")
+    fig.update_layout(title=text(title), xaxis_title="run clock (s)", yaxis_title="tokens shown", **LAYOUT)
+    fig.update_yaxes(gridcolor="#e2e8f0", rangemode="tozero")
+    return fig
+
+
+def gap_figure(runs: dict, title: str = "How long a reader waits for each token") -> go.Figure:
+    """{label: events}: the empirical CDF of each run's per-token arrival gaps (ms; after the
+    first update): the share of tokens that waited at most x. Autoregressive decoding climbs at
+    one value; speculation jumps at 0 (tokens that came with another) and again at its step's
+    gap. p50 and p95 are in the legend."""
+    fig = go.Figure()
+    for color, (label, events) in zip(RUN_COLORS, runs.items()):
+        gaps = sorted(g * 1000 for g in arrival_gaps(events))
+        if not gaps:
+            continue
+        n = len(gaps)
+        fig.add_scatter(x=[gaps[0]] + gaps, y=[0.0] + [(i + 1) / n for i in range(n)], mode="lines", line_shape="hv",
+                        name=text(f"{label}: p50 {percentile(gaps, 50):.0f} ms, p95 {percentile(gaps, 95):.0f} ms"),
+                        line=dict(color=color, width=3),
+                        hovertemplate="%{y:.0%} of tokens waited ≤ %{x:.0f} ms<extra></extra>")
+    if not fig.data:
+        return _note(fig, "Too few steps to have gaps: run more tokens.")
+    fig.update_layout(title=text(title), xaxis_title="wait since the previous token appeared (ms)",
+                      yaxis_title="share of tokens", yaxis_range=[0, 1.05], **LAYOUT)
+    fig.update_yaxes(gridcolor="#e2e8f0", tickformat=".0%")
+    return fig
+
+
+def acceptance_survival(events) -> Optional[dict]:
+    """How far into its draft each step got: survival[i] = share of steps with accepted length
+    >= i (i = 0..k; survival[0] = 1), over the steps of a fixed-k chain run that drafted all k
+    tokens (the last step, cut by max_new_tokens or an end-of-text draft, is left out). With
+    independent acceptance survival[i] = alpha^i. Also: k, steps counted, the run's alpha
+    (accepted / judged, every step) and the mean accepted length of the counted steps, which is
+    sum(survival[1:]). None for runs without one fixed draft length (ar, tree, k="auto")."""
+    events = [st.as_dict(e) for e in events]
+    started = next((e for e in events if e.get("kind") == "run_started"), {})
+    k = started.get("k")
+    if started.get("method") in ("ar", "tree", "lookahead") or not _int_k(k) or k < 1:
+        return None
+    full = [e["accepted"] for e in events if e.get("kind") == "step_finished" and e["drafted"] == k]
+    if not full:
+        return None
+    survival = [sum(1 for a in full if a >= i) / len(full) for i in range(k + 1)]
+    m = st.run_metrics(events)
+    return {"k": k, "steps": len(full), "survival": survival, "alpha": m.get("alpha_empirical"),
+            "mean_accepted": sum(full) / len(full)}
+
+
+def survival_figure(runs: dict, title: str = "Acceptance decays with depth") -> go.Figure:
+    """{label: events}: P(accepted length >= i) by depth i (solid), beside alpha^i at each run's
+    own alpha (dashed): what independent acceptance would give."""
+    fig = go.Figure()
+    for color, (label, events) in zip(RUN_COLORS[1:], runs.items()):
+        surv = acceptance_survival(events)
+        if surv is None:
+            continue
+        depths = list(range(surv["k"] + 1))
+        fig.add_scatter(x=depths, y=surv["survival"], mode="lines+markers", line=dict(color=color, width=3),
+                        marker=dict(size=9), name=text(f"{label}: measured ({surv['steps']} steps)"),
+                        hovertemplate="P(accepted ≥ %{x}) = %{y:.2f}<extra></extra>")
+        if surv["alpha"] is not None:
+            a = surv["alpha"]
+            fig.add_scatter(x=depths, y=[a ** i for i in depths], mode="lines", line=dict(color=color, dash="dash"),
+                            name=text(f"{label}: α^i, α = {a:.2f}"), hoverinfo="skip")
+    if not fig.data:
+        return _note(fig, "No fixed-k chain run with a full draft: run spec, pld or cascade with a fixed k.")
+    fig.update_layout(title=text(title), xaxis_title="depth i (drafts accepted in a row)",
+                      yaxis_title="share of steps with accepted length ≥ i", yaxis_range=[0, 1.05],
+                      xaxis=dict(dtick=1), **LAYOUT)
+    fig.update_yaxes(gridcolor="#e2e8f0")
+    return fig
+
+
+def interval_figure(rows: list, title: str = "Every run, the mean and its 95% interval") -> go.Figure:
+    """rows: [{"metric", "values", "mean", "low", "high"}, optionally "labels" (one per value) and
+    "reference" (a dotted line, e.g. 1 for a speedup)]: one panel per metric, each run a dot, the
+    mean a diamond with its interval."""
+    from plotly.subplots import make_subplots
+
+    rows = [r for r in rows if r.get("values")]
+    if not rows:
+        return _note(go.Figure(), "No runs yet.")
+    fig = make_subplots(rows=1, cols=len(rows), subplot_titles=[text(r["metric"]) for r in rows])
+    for col, row in enumerate(rows, 1):
+        values = row["values"]
+        labels = [text(lab) for lab in row.get("labels") or [""] * len(values)]
+        spread = [0.25 * ((i % 5) - 2) / 2 for i in range(len(values))]  # a little sideways, to see each dot
+        fig.add_scatter(x=spread, y=values, mode="markers", marker=dict(size=10, color="#94a3b8", line=dict(width=1)),
+                        text=labels, hovertemplate="%{text}: %{y:.3f}<extra>one run</extra>", showlegend=col == 1,
+                        name="one run", row=1, col=col)
+        fig.add_scatter(x=[0.8], y=[row["mean"]], mode="markers",
+                        marker=dict(size=14, symbol="diamond", color="#7c3aed"),
+                        error_y=dict(type="data", symmetric=False, array=[row["high"] - row["mean"]],
+                                     arrayminus=[row["mean"] - row["low"]], thickness=3, width=10, color="#7c3aed"),
+                        hovertemplate=f"mean {row['mean']:.3f} [{row['low']:.3f}, {row['high']:.3f}]<extra></extra>",
+                        showlegend=col == 1, name="mean, 95% interval", row=1, col=col)
+        if row.get("reference") is not None:
+            fig.add_hline(y=row["reference"], line=dict(color="#0f172a", dash="dot"), row=1, col=col)
+        fig.update_xaxes(visible=False, range=[-0.6, 1.3], row=1, col=col)
+        fig.update_yaxes(gridcolor="#e2e8f0", row=1, col=col)
+    fig.update_layout(title=text(title), **LAYOUT)
+    return fig
 
 
 def _note(fig: go.Figure, message: str) -> go.Figure:

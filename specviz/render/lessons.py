@@ -8,6 +8,8 @@ runs, sample counts) and these draw. Theory curves come from `specviz.theory`.
     distribution_figure(labels, series)  grouped bars of named distributions over tokens
     joint_figure(counts, joint, ...)     observed frequencies vs exact probabilities
     k_figure(alpha, c, records, ...)     speedup vs draft length k: theory and measured runs
+    cost_per_million(tokens_per_s, price_per_hour)   serving cost of a measured speed
+    serving_figure(batches, series, ...)  cost per million tokens against batch size
     table(records, columns)              an HTML table of run summaries (escaped)
 """
 
@@ -109,6 +111,33 @@ def k_figure(alpha: float, c: float, records: Sequence[dict] = (), k_max: int = 
     fig.update_layout(title=text(title or "Speedup vs draft length k"), xaxis_title="k (tokens drafted per step)",
                       yaxis_title="speedup over autoregressive", **LAYOUT)
     fig.update_yaxes(gridcolor="#e2e8f0", rangemode="tozero")
+    return fig
+
+
+def cost_per_million(tokens_per_s: Optional[float], price_per_hour: float) -> Optional[float]:
+    """What a million generated tokens cost on a machine rented at `price_per_hour` that makes
+    `tokens_per_s`: price / (tokens per hour) x 10^6. None without a speed."""
+    if not tokens_per_s or tokens_per_s <= 0:
+        return None
+    return price_per_hour / (tokens_per_s * 3600.0) * 1e6
+
+
+def serving_figure(batches: Sequence[int], series: dict, price_per_hour: float,
+                   title: str = "Cost per million tokens vs concurrent requests") -> go.Figure:
+    """series: {label: [tokens/s of the whole machine at each batch size]}, drawn as cost per
+    million tokens at `price_per_hour` (an assumption, said in the axis title), log-log."""
+    fig = go.Figure()
+    for color, (label, speeds) in zip(COLORS, series.items()):
+        costs = [cost_per_million(v, price_per_hour) for v in speeds]
+        fig.add_scatter(x=list(batches), y=costs, mode="lines+markers", name=text(label),
+                        line=dict(color=color, width=3), marker=dict(size=9),
+                        customdata=list(speeds),
+                        hovertemplate="batch %{x}: %{y:.3g} per million tokens (%{customdata:.1f} tokens/s)"
+                                      "<extra>" + text(label) + "</extra>")
+    fig.update_layout(title=text(title), xaxis_title="requests decoded together (batch size)",
+                      yaxis_title=f"per million tokens at {price_per_hour:g} / hour (assumed)", **LAYOUT)
+    fig.update_xaxes(type="log", tickvals=list(batches), gridcolor="#e2e8f0")
+    fig.update_yaxes(type="log", gridcolor="#e2e8f0")
     return fig
 
 

@@ -9,6 +9,17 @@ simulated or replayed: the tokens appear as they are computed.
 
 `Lane` and `race` drive iterators (they are the only code here that is not a pure function of
 events); `lane_html` and `verdict` render.
+
+A lane also shows its stream as its reader sees it (`gap_strip`): a speculative step delivers
+several tokens at one `step_finished`, then nothing until the next. `stream_latency` gives the
+numbers behind it from the events alone (the same definitions as specviz.bench.latency):
+
+    ttft          elapsed at the first update (prefill plus the first step)
+    gap_*         wait between consecutive visible updates (after the first)
+    itl_*         per token, amortised: an update's gap divided by the tokens it delivered
+    arrival_*     per token, as a reader sees them: the first token of an update waited the
+                  update's gap, the others arrived with it (0)
+    burst         tokens per update after the first; jitter: mean |difference of consecutive gaps|
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ from typing import Callable, Iterable, Iterator, Optional
 from specviz import metrics
 from specviz.render import steps as st
 from specviz.render.chips import chip
-from specviz.render.html import Rendered, attr, num, text
+from specviz.render.html import Rendered, attr, num, quoted, text
 
 
 class Lane:
@@ -74,10 +85,13 @@ def race(*lanes: Lane) -> Iterator[tuple]:
         yield lane, lane.advance()
 
 
-def lane_html(events: list, seconds: float, title: str, subtitle: str = "", done: bool = False) -> Rendered:
+def lane_html(events: list, seconds: float, title: str, subtitle: str = "", done: bool = False,
+              gap_scale_s: Optional[float] = None) -> Rendered:
     """One lane: counters (tokens, seconds on its own clock, tokens/s, target forwards), a
-    progress bar and the emitted text as chips. A finished lane timed on a busy machine labels
-    its speed unreliable (specviz.metrics.judge_timing)."""
+    progress bar, the stream's waits (`gap_strip`; give both lanes the same `gap_scale_s`,
+    e.g. `gap_scale(ar_events, spec_events)`, so their bars compare) and the emitted text as
+    chips. A finished lane timed on a busy machine labels its speed unreliable
+    (specviz.metrics.judge_timing)."""
     run = st.build(events)
     m = st.run_metrics(events)
     tokens = m.get("new_tokens", 0)
@@ -104,7 +118,7 @@ def lane_html(events: list, seconds: float, title: str, subtitle: str = "", done
         f'<span class="sv-muted">· {state}</span></h3>'
         f'<div class="sv-muted">{text(subtitle)}</div>{lossy}<div class="sv-counters">{cells}</div>'
         f'<div class="sv-bar"><div style="width:{min(100.0, 100.0 * tokens / limit):.1f}%"></div></div>'
-        f'<div class="sv-text">{"".join(chips)}</div></div>')
+        f'{gap_strip(events, gap_scale_s).html}<div class="sv-text">{"".join(chips)}</div></div>')
 
 
 def verdict(ar: dict, spec: dict, same_text: Optional[bool] = None) -> Rendered:
@@ -183,3 +197,125 @@ def race_status(ar_seconds: float, spec_seconds: float) -> Rendered:
     """The line under a race in progress: where each lane's own clock stands."""
     return Rendered(f'<div class="sv-verdict sv-muted">Racing… autoregressive at {ar_seconds:.2f} s, '
                     f'speculative at {spec_seconds:.2f} s of its own compute</div>')
+
+
+# ---------------------------------------------------------------------------------------------
+# the stream as its reader sees it: time to first token, waits between updates, bursts
+
+
+def stream_updates(events: Iterable) -> list:
+    """(elapsed seconds, tokens delivered, their texts) of each visible update of a run: one per
+    step_finished that emitted tokens, on the engine's run clock (consumer pauses left out).
+    A step without a clock (hand-built events) is not an update."""
+    updates = []
+    for event in events:
+        data = st.as_dict(event)
+        if data.get("kind") == "step_finished" and data.get("emitted_ids") and data.get("elapsed") is not None:
+            texts = data.get("emitted_texts") or [""] * len(data["emitted_ids"])
+            updates.append((float(data["elapsed"]), len(data["emitted_ids"]), list(texts)))
+    return updates
+
+
+def arrival_gaps(events: Iterable) -> list:
+    """Per token after the first update, seconds since the previous token became visible: the
+    first token of an update waited the whole gap, the rest arrived with it (0). AR gives one
+    gap per token; speculation a long gap, then zeros. Their sum is the decode time."""
+    updates = stream_updates(events)
+    gaps = []
+    for (t0, _, _), (t1, n, _) in zip(updates, updates[1:]):
+        gaps.extend([t1 - t0] + [0.0] * (n - 1))
+    return gaps
+
+
+def percentile(values, q: float) -> Optional[float]:
+    """The q-th percentile (0..100), linear between closest ranks (numpy's default, and
+    specviz.bench.latency.percentile's); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def stream_latency(events: Iterable) -> dict:
+    """Latency of a run's stream from its events (seconds; None where there is too little):
+    ttft, gap/itl/arrival p50 and p95, burst, jitter, updates, tokens (module docstring)."""
+    updates = stream_updates(events)
+    gaps = _gaps(updates)
+    per_token = [gap / n for gap, (_, n, _) in zip(gaps, updates[1:]) for _ in range(n)]
+    arrivals = [g for gap, (_, n, _) in zip(gaps, updates[1:]) for g in [gap] + [0.0] * (n - 1)]
+    later = sum(n for _, n, _ in updates[1:])
+    return {"ttft": updates[0][0] if updates else None, "updates": len(updates),
+            "tokens": sum(n for _, n, _ in updates),
+            "gap_p50": percentile(gaps, 50), "gap_p95": percentile(gaps, 95),
+            "itl_p50": percentile(per_token, 50), "itl_p95": percentile(per_token, 95),
+            "arrival_p50": percentile(arrivals, 50), "arrival_p95": percentile(arrivals, 95),
+            "burst": later / len(gaps) if gaps else None,
+            "jitter": sum(abs(b - a) for a, b in zip(gaps, gaps[1:])) / (len(gaps) - 1) if len(gaps) > 1 else None}
+
+
+def gap_scale(*runs: Iterable) -> Optional[float]:
+    """The longest wait between updates over several runs' events: one bar scale for both lanes."""
+    gaps = [_gaps(stream_updates(events)) for events in runs]
+    return max((g for lane in gaps for g in lane), default=None)
+
+
+def _gaps(updates: list) -> list:
+    return [t1 - t0 for (t0, _, _), (t1, _, _) in zip(updates, updates[1:])]
+
+
+STRIP_HEIGHT = 34  # px: the tallest bar
+
+
+def gap_strip(events: list, scale_s: Optional[float] = None) -> Rendered:
+    """A lane's stream as its reader sees it, from its events: one bar per visible update, as
+    wide as the tokens it delivered (the whole strip is max_new_tokens wide, like the progress
+    bar) and as tall as the wait before it (the tallest bar is `scale_s`, default this lane's
+    longest wait between updates; the first update, pale, waited the time to first token and is
+    cut at the top when that is longer), with the time to first token and the wait's p50 / p95
+    under it. Empty until a lane has two updates. Token texts (the bars' tooltips) are escaped."""
+    events = [st.as_dict(e) for e in events]
+    updates = stream_updates(events)
+    if len(updates) < 2:
+        return Rendered("")
+    lat = stream_latency(events)
+    started = next((e for e in events if e.get("kind") == "run_started"), {})
+    width = max(started.get("max_new_tokens") or 0, lat["tokens"], 1)
+    scale = scale_s if scale_s and scale_s > 0 else max(_gaps(updates))
+    first_n, ttft = updates[0][1], updates[0][0]
+    cut = "; its bar is cut at the strip's height" if ttft > scale else ""
+    first_tip = (f"first update: {first_n} token{'s' * (first_n != 1)} at {ttft * 1000:.0f} ms, the time to first "
+                 f"token (prefill included){cut}")
+    bars = [f'<rect x="0" y="{STRIP_HEIGHT - _height(ttft, scale):.2f}" width="{max(first_n - 0.15, 0.3):.3f}" '
+            f'height="{_height(ttft, scale):.2f}" fill="#cbd5e1"><title>{text(first_tip)}</title></rect>']
+    x = first_n
+    for i, ((t0, _, _), (t1, n, texts)) in enumerate(zip(updates, updates[1:]), 1):
+        gap = t1 - t0
+        h = _height(gap, scale)
+        shown = " ".join(quoted(t) for t in texts[:8]) + (" …" if len(texts) > 8 else "")
+        tip = f"update {i}: {n} token{'s' * (n != 1)} after a {gap * 1000:.0f} ms wait: {shown}"
+        bars.append(f'<rect x="{x:.3f}" y="{STRIP_HEIGHT - h:.2f}" width="{max(n - 0.15, 0.3):.3f}" height="{h:.2f}" '
+                    f'fill="{"#7c3aed" if n > 1 else "#64748b"}"><title>{text(tip)}</title></rect>')
+        x += n
+    line = (f'time to first token {_ms(lat["ttft"])} · wait between updates p50 {_ms(lat["gap_p50"])}, '
+            f'p95 {_ms(lat["gap_p95"])} · {num(lat["burst"], 1)} tokens per update · '
+            f'bar height: wait, the tallest {_ms(scale)}')
+    data = " ".join(f'data-{key.replace("_", "-")}="{lat[key]:.6f}"' for key in ("ttft", "gap_p50", "gap_p95", "burst")
+                    if lat[key] is not None)
+    return Rendered(
+        f'<div class="sv-gaps" {data} style="margin:2px 0 6px 0">'
+        f'<svg viewBox="0 0 {width} {STRIP_HEIGHT}" preserveAspectRatio="none" width="100%" height="{STRIP_HEIGHT}" '
+        f'role="img" aria-label="waits between visible updates" style="display:block;background:rgba(148,163,184,.12);'
+        f'border-radius:4px">{"".join(bars)}</svg>'
+        f'<div class="sv-muted" style="font-size:13px">{text(line)}</div></div>')
+
+
+def _height(seconds: float, scale: float) -> float:
+    """A bar's height in px: `seconds` on a scale whose tallest bar is `scale` (cut there), 1 px at least."""
+    return max(1.0, min(1.0, seconds / scale) * STRIP_HEIGHT) if scale > 0 else 1.0
+
+
+def _ms(seconds: Optional[float]) -> str:
+    return "—" if seconds is None else f"{seconds * 1000:.0f} ms"
