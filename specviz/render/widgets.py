@@ -34,7 +34,7 @@ from specviz.render import steps as st
 from specviz.render import tree as tree_render
 from specviz.render.charts import summarize
 from specviz.render.html import CSS, Rendered
-from specviz.render.race import Lane, busy_note, lane_html, race, verdict
+from specviz.render.race import Lane, busy_note, gap_scale, lane_html, race, verdict
 
 WIDGET_CSS = CSS + r"""
 .sv-controls { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 4px 0 8px 0; }
@@ -510,7 +510,8 @@ class RaceWidget(ipw.VBox):
             seconds = min(at, lane["busy"])
             done = done and upto == len(lane["events"])
         title, subtitle = self.TITLES[name]
-        return Rendered(lane_html(lane["events"][:upto], seconds, title, subtitle, done).html)._repr_html_()
+        scale = gap_scale(*(other["events"] for other in self.lanes.values()))  # both strips on one scale
+        return Rendered(lane_html(lane["events"][:upto], seconds, title, subtitle, done, scale).html)._repr_html_()
 
     def _draw(self, at: dict) -> None:
         self._ar.value = self._lane_html("ar", at["ar"])
