@@ -1,0 +1,764 @@
+"""Checks for the teaching notebooks' exercises.
+
+Two kinds of exercise:
+
+* **coded**: the student writes a piece of the engine (the greedy cascade rule, the residual, α
+  and τ from the events, a tree's attention mask, a prompt-lookup match, the +2/-1 k rule) and
+  `check_<piece>(fn)` runs it on fixed-seed random and edge inputs against the engine's own
+  implementation (`specviz.verifiers`, `specviz.sampling.residual`, `specviz.metrics.fold`,
+  `DraftTree.mask`, `specviz.drafters.lookup.lookup`, `specviz.adaptive.AdaptiveK`). Several
+  also take the events of a run the notebook made, and replay every step of it with the
+  student's function.
+* **by hand**: a number or a short list; `check_<question>(answer)` compares it with what the
+  engine's own code computes, so no notebook cell shows the answer.
+
+Every check prints one line (two for a two-part answer) and returns True (right), False (wrong)
+or None (not written or not answered yet). A wrong answer is described by the kind of input it
+fails on and the property it breaks ("the result does not sum to 1", "the mask lets a node see
+its sibling"), never by the expected values. A student function that still raises
+NotImplementedError is reported as "not written yet", so a notebook runs top to bottom before
+any exercise is done. Solutions: notebooks/solutions/nbXX.py.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Optional
+
+import torch
+
+from specviz import metrics, sampling, theory
+from specviz.adaptive import AdaptiveK
+from specviz.drafters.lookup import lookup as engine_lookup
+from specviz.tree import ROOT, DraftTree
+from specviz.verifiers import GreedyVerifier
+
+RIGHT, WRONG, NOT_WRITTEN = "✓", "✗", "not written yet"
+
+
+# ---------------------------------------------------------------------------------------------
+# the machinery: run a student's function on cases, describe the first wrong answer
+
+class _Wrong(Exception):
+    """What is wrong with an answer, in words (never the expected value)."""
+
+
+@dataclass
+class _Case:
+    kind: str  # the kind of input, read after "wrong on": "a step where every draft agrees"
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    data: dict = field(default_factory=dict)  # what the judge needs (the engine's answer, ...)
+
+
+def _run(name: str, fn, cases: list, judge: Callable, what: str, run: str = "",
+         inputs: str = "edge cases and fixed-seed random inputs") -> Optional[bool]:
+    """Call fn on every case (on copies: a function that changes its inputs changes nothing);
+    judge(got, case) raises _Wrong on a wrong answer. Prints one line."""
+    if not callable(fn):
+        print(f"{WRONG} {name} should be a function, not {type(fn).__name__}.")
+        return False
+    for case in cases:
+        try:
+            got = fn(*copy.deepcopy(case.args), **copy.deepcopy(case.kwargs))
+        except NotImplementedError:
+            print(f"{NOT_WRITTEN}: {name} (replace its `raise NotImplementedError` with your code, "
+                  f"run its cell, then this one).")
+            return None
+        except Exception as error:  # the student's own bug: say where, keep going
+            message = str(error).splitlines()[0][:160] if str(error) else ""
+            print(f"{WRONG} {name} raised {type(error).__name__}{f' ({message})' if message else ''} "
+                  f"on {case.kind}.")
+            return False
+        try:
+            judge(got, case)
+        except _Wrong as wrong:
+            print(f"{WRONG} {name} is wrong on {case.kind}: {wrong}.")
+            return False
+    print(f"{RIGHT} {name} agrees with {what} on all {len(cases)} cases ({inputs}{run}).")
+    return True
+
+
+def _replayed(cases: list, unit: str) -> str:
+    """', and the 12 steps of your run' when some cases come from the notebook's own events."""
+    mine = sum("your" in case.kind for case in cases)
+    if not mine:
+        return ""
+    if unit == "run":
+        return f", and {mine} of your own run{'' if mine == 1 else 's'}"
+    return f", and {mine} {unit}{'' if mine == 1 else 's'} from your own run"
+
+
+def _answer(answer, expected, tol: float = 0.0, hint: str = "") -> Optional[bool]:
+    """A by-hand answer: the same lines as `specviz.render.notebook.check`."""
+    if answer is None:
+        print("Not answered yet: replace None with your answer and run this cell again.")
+        return None
+    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
+        ok = isinstance(answer, (int, float)) and not isinstance(answer, bool) and abs(answer - expected) <= tol
+    elif isinstance(expected, list) and tol:
+        ok = (isinstance(answer, (list, tuple)) and len(answer) == len(expected)
+              and all(isinstance(a, (int, float)) and abs(a - e) <= tol for a, e in zip(answer, expected)))
+    else:
+        ok = answer == expected
+    print(f"{RIGHT} Correct." if ok else f"{WRONG} Not yet. {hint}".rstrip())
+    return ok
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 2: the greedy cascade rule
+
+def engine_cascade(drafts: list, target_top: list, eos=()) -> list:
+    """The engine's greedy rule on one chain step: the tokens GreedyVerifier emits when the
+    target's argmax at position i is target_top[i] (len(drafts) + 1 positions)."""
+    vocab = max(list(drafts) + list(target_top)) + 2
+    p = torch.full((len(drafts) + 1, vocab), 0.5 / vocab)
+    p[torch.arange(len(drafts) + 1), torch.tensor(target_top[:len(drafts) + 1])] = 1.0
+    p = p / p.sum(dim=-1, keepdim=True)
+    q = {i - 1: torch.full((vocab,), 1.0 / vocab) for i in range(len(drafts))}
+    verdict = GreedyVerifier().verify(DraftTree.chain(list(drafts)), q, p, torch.Generator(), set(eos))
+    return [drafts[n] for n in verdict.path] + ([verdict.next_token] if verdict.next_token is not None else [])
+
+
+def _cascade_cases(events=None) -> list:
+    eos = (0,)
+    fixed = [
+        ("a step where every draft agrees", [5, 3, 7, 2], [5, 3, 7, 2, 9], ()),
+        ("a step whose first draft disagrees", [5, 3, 7, 2], [4, 3, 7, 2, 9], ()),
+        ("a step that disagrees in the middle, with an agreeing draft after the disagreement",
+         [5, 3, 7, 2], [5, 3, 1, 2, 9], ()),
+        ("a step with nothing drafted (k = 0)", [], [7], ()),
+        ("a step with one draft, accepted", [3], [3, 4], ()),
+        ("a step with one draft, rejected", [3], [5, 4], ()),
+        ("a step where the target accepts an end-of-text draft before the last draft", [5, 0, 7], [5, 0, 7, 9], eos),
+        ("a step whose last draft is an accepted end-of-text token", [5, 0], [5, 0, 3], eos),
+        ("a step where an end-of-text draft is rejected", [5, 0], [5, 6, 2], eos),
+    ]
+    cases = [_Case(kind, (d, t), {"eos": e}) for kind, d, t, e in fixed]
+    rng = random.Random(2)
+    for i in range(150):
+        k = rng.randint(0, 6)
+        drafts = [rng.randrange(3) for _ in range(k)]
+        top = [d if rng.random() < 0.6 else rng.randrange(3) for d in drafts] + [rng.randrange(3)]
+        e = eos if i % 2 else ()
+        cases.append(_Case("random steps (k from 0 to 6, three token ids"
+                           + (", 0 is end-of-text)" if e else ")"), (drafts, top), {"eos": e}))
+    for step in _greedy_steps(events or []):
+        cases.append(_Case(f"step {step['step'] + 1} of your run", (step["drafts"], step["target_top"]),
+                           {"eos": step["eos"]}, {"emitted": step["emitted"]}))
+    for case in cases:
+        case.data.setdefault("emitted", engine_cascade(*case.args, **case.kwargs))
+    return cases
+
+
+def _greedy_steps(events) -> list:
+    """(drafts, the target's argmax at each position, what the step emitted) for each chain step of
+    a greedy run, from its events: draft_proposed, target_scored (top-k of p) and step_finished."""
+    events = [e if isinstance(e, dict) else e.to_dict() for e in events]
+    started = next((e for e in events if e["kind"] == "run_started"), None)
+    if started is None or started["temperature"] != 0.0:
+        return []
+    eos = tuple(started["eos_token_ids"])
+    steps = []
+    for done in (e for e in events if e["kind"] == "step_finished"):
+        drafts = [e["token_id"] for e in events if e["kind"] == "draft_proposed" and e["step"] == done["step"]]
+        scored = next((e for e in events if e["kind"] == "target_scored" and e["step"] == done["step"]), None)
+        if scored is None or not all(scored["topk"]):
+            continue
+        top = [_argmax(t) for t in scored["topk"]]
+        steps.append({"step": done["step"], "drafts": drafts, "target_top": top, "eos": eos,
+                      "emitted": list(done["emitted_ids"])})
+    return steps
+
+
+def _argmax(top: dict) -> int:
+    """The target's top token from a recorded top-k slice; on an exact tie (bfloat16 has them),
+    the lowest id, as torch.argmax picks it."""
+    return min(i for i, p in zip(top["ids"], top["probs"]) if p == top["probs"][0])
+
+
+def _judge_cascade(got, case: _Case) -> None:
+    drafts, top = case.args
+    eos = set(case.kwargs.get("eos", ()))
+    want = case.data["emitted"]
+    if not isinstance(got, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in got):
+        raise _Wrong("return a list of token ids (ints)")
+    got = list(got)
+    if got == want:
+        return
+    agreed = 0
+    while agreed < len(drafts) and drafts[agreed] == top[agreed] and (agreed == 0 or drafts[agreed - 1] not in eos):
+        agreed += 1
+    if agreed and drafts[agreed - 1] in eos:  # the walk stopped at an accepted end-of-text token
+        ended = True
+    else:
+        ended = False
+    n = min(len(got), agreed)
+    if got[:n] != drafts[:n]:
+        raise _Wrong("the output must begin with the drafts the target agrees with, in their order")
+    if len(got) > len(want):
+        if ended:
+            raise _Wrong("it goes on after an accepted end-of-text draft (nothing follows it, not even a bonus)")
+        if agreed < len(drafts):
+            raise _Wrong("it goes on after the first disagreement (the drafts after it are never judged)")
+        raise _Wrong("it emits more tokens than a step can (at most one after the last draft)")
+    if len(got) < agreed:
+        raise _Wrong("it stops before the first disagreement")
+    if len(got) < len(want):
+        if agreed == len(drafts):
+            raise _Wrong("the bonus token is missing (when every draft agrees, the same target pass "
+                         "also scored the next position)")
+        raise _Wrong("the target's own token is missing at the first disagreement")
+    if agreed == len(drafts):
+        raise _Wrong("the bonus token must be the target's top token after the last draft")
+    raise _Wrong("at the first disagreement the step emits the target's top token, not the draft's")
+
+
+def check_cascade(fn: Callable, events: Optional[Iterable] = None) -> Optional[bool]:
+    """fn(drafts, target_top, eos=()) -> emitted tokens, against the engine's GreedyVerifier;
+    with `events` of a greedy chain run, also every step of that run."""
+    cases = _cascade_cases(events)
+    return _run("cascade", fn, cases, _judge_cascade, "the engine's greedy verifier", _replayed(cases, "step"))
+
+
+def check_max_tokens(answer, k: int) -> Optional[bool]:
+    """Notebook 2: the most tokens one target forward can produce with k drafts."""
+    return _answer(answer, len(engine_cascade(list(range(1, k + 1)), list(range(1, k + 2)))),
+                   hint="k accepted drafts, plus one more token from the same forward.")
+
+
+def check_cascade_by_hand(answer) -> Optional[bool]:
+    """Notebook 2: what one greedy step emits for the drafts x = 1 ; against x = 2 ; newline."""
+    words = ["x", "=", "1", ";", "2", "\n"]
+    ids = {w: i + 1 for i, w in enumerate(words)}
+    emitted = engine_cascade([ids[w] for w in ["x", "=", "1", ";"]], [ids[w] for w in ["x", "=", "2", ";", "\n"]])
+    return _answer(answer, [words[i - 1] for i in emitted],
+                   hint="Accept while they agree; at the first disagreement emit the target's token and stop.")
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 3: the residual
+
+SECTION_1_P = (0.50, 0.30, 0.15, 0.05)
+SECTION_1_Q = (0.20, 0.50, 0.10, 0.20)
+
+
+def _residual_cases() -> list:
+    gen = torch.Generator().manual_seed(3)
+
+    def dist(v: int, scale: float = 2.0) -> torch.Tensor:
+        return torch.softmax(torch.randn(v, generator=gen) * scale, dim=-1)
+
+    p5 = dist(5)
+    one_hot = torch.zeros(6)
+    one_hot[2] = 1.0
+    sparse_p, sparse_q = dist(8), dist(8)
+    sparse_p[[1, 5]] = 0.0
+    sparse_q[[0, 5, 6]] = 0.0
+    sparse_p, sparse_q = sparse_p / sparse_p.sum(), sparse_q / sparse_q.sum()
+    fixed = [
+        ("the example of section 1", torch.tensor(SECTION_1_P), torch.tensor(SECTION_1_Q)),
+        ("two tokens", torch.tensor([0.6, 0.4]), torch.tensor([0.9, 0.1])),
+        ("p == q (a draft identical to the target)", p5, p5.clone()),
+        ("a one-hot q (a deterministic drafter, as prompt lookup)", dist(6), one_hot),
+        ("p and q with disjoint supports", torch.tensor([0.7, 0.3, 0.0, 0.0]), torch.tensor([0.0, 0.0, 0.4, 0.6])),
+        ("a uniform q", dist(7, 3.0), torch.full((7,), 1 / 7)),
+        ("distributions with zeros (as after top-k)", sparse_p, sparse_q),
+    ]
+    cases = [_Case(kind, (p, q)) for kind, p, q in fixed]
+    for v in (3, 10, 100):
+        for _ in range(10):
+            cases.append(_Case("random distributions over 3 to 100 tokens", (dist(v), dist(v))))
+    return cases
+
+
+def _as_distribution(got, like: torch.Tensor) -> torch.Tensor:
+    if isinstance(got, tuple) and len(got) == 2 and not isinstance(got[0], (int, float)):
+        got = got[0]  # the engine's sampling.residual also returns the mass: take the distribution
+    try:
+        out = torch.as_tensor(got, dtype=torch.float64).detach().clone()
+    except Exception:
+        raise _Wrong("return a tensor (or list) of probabilities") from None
+    if out.shape != like.shape:
+        raise _Wrong(f"the result has shape {tuple(out.shape)}, not the shape of p ({tuple(like.shape)})")
+    return out
+
+
+def _judge_residual(got, case: _Case) -> None:
+    p, q = (t.double() for t in case.args)
+    want = sampling.residual(*case.args)[0].double()
+    got = _as_distribution(got, p)
+    same = bool(torch.equal(p, q))
+    if not torch.isfinite(got).all():
+        raise _Wrong("the result has NaN or infinite entries" + (" (when p == q there is nothing left over: "
+                                                                 "see the docstring)" if same else ""))
+    if (got < -1e-7).any():
+        raise _Wrong("the result has negative entries")
+    if abs(float(got.sum()) - 1.0) > 1e-4:
+        raise _Wrong("the result does not sum to 1")
+    if torch.allclose(got, want, atol=2e-5):
+        return
+    if same:
+        raise _Wrong("when p == q nothing is left over; the docstring says what to return then")
+    if (got[p <= q] > 1e-6).any():
+        raise _Wrong("it puts probability on a token the draft already proposes often enough (q ≥ p)")
+    if ((got < 1e-9) & (want > 1e-6)).any():
+        raise _Wrong("it gives no probability to a token the draft under-proposes (p > q)")
+    raise _Wrong("the probabilities are not proportional to how much p exceeds q")
+
+
+def check_residual(fn: Callable) -> Optional[bool]:
+    """fn(p, q) -> norm(max(p - q, 0)) (p itself when p == q), against sampling.residual."""
+    return _run("my_residual", fn, _residual_cases(), _judge_residual, "the engine's sampling.residual")
+
+
+def check_beta_by_hand(beta, accept_first) -> Optional[bool]:
+    """Notebook 3, exercise 1: β and the first token's acceptance probability for p = (0.6, 0.4),
+    q = (0.9, 0.1). Two lines, one per answer."""
+    p, q = torch.tensor([0.6, 0.4], dtype=torch.float64), torch.tensor([0.9, 0.1], dtype=torch.float64)
+    first = _answer(beta, float(sampling.overlap(p, q)), tol=1e-6, hint="β = min(0.6, 0.9) + min(0.4, 0.1).")
+    second = _answer(accept_first, sampling.accept_probability(0.6, 0.9), tol=0.01,
+                     hint="min(1, p/q) for the first token.")
+    if first is None or second is None:
+        return None if first is not False and second is not False else False
+    return first and second
+
+
+def check_broken_rule(letter) -> Optional[bool]:
+    """Notebook 3: the token of section 1 that gains most under the resample-from-p rule."""
+    p, q = torch.tensor(SECTION_1_P), torch.tensor(SECTION_1_Q)
+    accept = torch.tensor([sampling.accept_probability(float(a), float(b)) for a, b in zip(p, q)])
+    broken = q * accept + (1 - sampling.overlap(p, q)) * p
+    return _answer(letter, "abcd"[int(torch.argmax(broken - p))],
+                   hint="Compute q·min(1, p/q) + (1 − β)·p and subtract p.")
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 4: alpha and tau from the events
+
+_TINY_RUNS: dict = {}
+
+
+def _tiny_runs() -> dict:
+    """Runs of the instant tiny pair (random weights), made once: every kind of step there is."""
+    if not _TINY_RUNS:
+        import specviz
+
+        pair = specviz.load_pair("tiny")
+        prompt = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
+        made = {
+            "a greedy chain run (k = 4)": dict(method="spec", k=4),
+            "a sampled chain run (temperature 1)": dict(method="spec", k=4, temperature=1.0, seed=0),
+            "an autoregressive run (nothing drafted)": dict(method="ar"),
+            "a prompt-lookup run (some steps draft nothing)": dict(method="pld", k=4),
+            "a tree run (several candidates per position)": dict(method="tree", tree="2,2", temperature=1.0, seed=1),
+            "a run with k = auto (k changes every step)": dict(method="spec", k="auto", auto_rule="heuristic"),
+            "a run whose last steps may draft fewer than k": dict(method="spec", k=6, max_new_tokens=9),
+        }
+        for kind, options in made.items():
+            options.setdefault("max_new_tokens", 24)
+            _TINY_RUNS[kind] = [e.to_dict() for e in specviz.generate(pair, prompt, **options)]
+    return _TINY_RUNS
+
+
+def _alpha_tau_cases(runs=None) -> list:
+    cases = []
+    tiny = _tiny_runs()
+    for kind, events in tiny.items():
+        cases.append(_Case(kind, (events,)))
+    greedy = tiny["a greedy chain run (k = 4)"]
+    cases.append(_Case("only a run's step_finished events", ([e for e in greedy if e["kind"] == "step_finished"],)))
+    cases.append(_Case("a run that ends on an accepted end-of-text draft (no token after it)",
+                       (_ended_on_eos(greedy),)))
+    for i, events in enumerate(runs or []):
+        events = [e if isinstance(e, dict) else e.to_dict() for e in events]
+        cases.append(_Case(f"your run {i + 1}", (events,)))
+    for case in cases:
+        case.data["stats"] = metrics.fold(case.args[0])
+    return cases
+
+
+def _ended_on_eos(events: list) -> list:
+    """The run cut after its first step that accepted a draft, as if that draft had been the
+    end-of-text token: the step emits its accepted drafts and nothing after them."""
+    steps = [e for e in events if e["kind"] == "step_finished"]
+    last = next(e for e in steps if e["accepted"])
+    out = []
+    for e in events:
+        if e["kind"] == "step_finished" and e["step"] == last["step"]:
+            out.append({**e, "emitted_ids": e["emitted_ids"][:e["accepted"]],
+                        "emitted_texts": e["emitted_texts"][:e["accepted"]], "finish_reason": "eos"})
+            break
+        out.append(e)
+    return out
+
+
+def _judge_alpha_tau(got, case: _Case) -> None:
+    stats = case.data["stats"]
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        raise _Wrong("return a pair (alpha, tau)")
+    alpha, tau = got
+    def close(a, b) -> bool:
+        return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+
+    if stats.alpha_empirical is None:
+        if alpha is not None:
+            raise _Wrong("α must be None when the rule judged no draft at all")
+    elif alpha is None:
+        raise _Wrong("α is None although the rule judged drafts")
+    elif not isinstance(alpha, (int, float)) or not close(alpha, stats.alpha_empirical):
+        if isinstance(alpha, (int, float)) and stats.drafted and close(alpha, stats.accepted / stats.drafted):
+            raise _Wrong("α divides by every drafted token, but drafts after a rejection are never judged")
+        if isinstance(alpha, (int, float)) and close(alpha, stats.alpha_analytic):
+            raise _Wrong("α should count the rule's decisions (accepted / judged), not average β")
+        raise _Wrong("α is wrong")
+    if not isinstance(tau, (int, float)) or not close(tau, stats.tau):
+        forwards = stats.target_forwards
+        if isinstance(tau, (int, float)) and forwards and close(tau, (stats.new_tokens - stats.steps) / forwards):
+            raise _Wrong("τ leaves out the token every step ends with (the residual or the bonus)")
+        if isinstance(tau, (int, float)) and forwards and close(tau, stats.accepted / forwards):
+            raise _Wrong("τ counts only accepted drafts, not every new token")
+        if isinstance(tau, (int, float)) and forwards and close(tau, (stats.accepted + stats.steps) / forwards):
+            raise _Wrong("τ assumes every step emits one token after its accepted drafts; count the tokens "
+                         "each step emitted (none follows an accepted end-of-text)")
+        raise _Wrong("τ is wrong (new tokens per target forward)")
+
+
+def check_alpha_tau(fn: Callable, runs: Optional[Iterable] = None) -> Optional[bool]:
+    """fn(events) -> (alpha, tau) from a run's events (dicts), against metrics.fold; `runs`: event
+    lists of the notebook's own runs, checked too."""
+    cases = _alpha_tau_cases(runs)
+    return _run("alpha_tau", fn, cases, _judge_alpha_tau, "the engine's metrics.fold", _replayed(cases, "run"),
+                "runs of the tiny pair: greedy, sampled, autoregressive, prompt lookup, tree, k = auto")
+
+
+def check_best_k(answer) -> Optional[bool]:
+    """Notebook 4: the best draft length at α = 0.6, c = 0.4."""
+    return _answer(answer, theory.optimal_k(0.6, 0.4),
+                   hint="Evaluate theory.speedup(0.6, k, 0.4) for several k and keep the best.")
+
+
+def check_accepted_per_drafted(answer) -> Optional[bool]:
+    """Notebook 4: expected accepted / drafted at α = 0.8, k = 4."""
+    return _answer(answer, theory.accepted_per_drafted(0.8, 4), tol=0.005,
+                   hint="(expected accepted per step) / k, with expected accepted = α + α² + α³ + α⁴.")
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 5: the tree attention mask
+
+CAT_DOG_PARENTS = [-1, -1, 0, 0, 1]
+
+
+def _tree(parents: list) -> DraftTree:
+    tree = DraftTree()
+    for i, parent in enumerate(parents):
+        tree.add(i, parent, 1.0)
+    return tree
+
+
+def _static_parents(shape: list) -> list:
+    parents, level = [], [ROOT]
+    for width in shape:
+        nxt = []
+        for node in level:
+            for _ in range(width):
+                parents.append(node)
+                nxt.append(len(parents) - 1)
+        level = nxt
+    return parents
+
+
+def _mask_cases(events=None) -> list:
+    fixed = [
+        ("the cat/dog tree of section 1", CAT_DOG_PARENTS),
+        ("a chain (every node the child of the one before)", [-1, 0, 1, 2, 3]),
+        ("a root with four children", [-1, -1, -1, -1]),
+        ("a single node", [-1]),
+        ("an empty tree", []),
+        ("the static tree 3,2,1", _static_parents([3, 2, 1])),
+        ("a tree with a long branch beside a short one", [-1, -1, 0, 2, 3, 1]),
+    ]
+    cases = [_Case(kind, (parents,)) for kind, parents in fixed]
+    rng = random.Random(5)
+    for _ in range(30):
+        n = rng.randint(2, 16)
+        cases.append(_Case("random trees of 2 to 16 nodes", ([rng.randint(-1, i - 1) for i in range(n)],)))
+    for e in events or []:
+        e = e if isinstance(e, dict) else e.to_dict()
+        if e["kind"] == "tree_built" and e["nodes"]:
+            cases.append(_Case(f"step {e['step'] + 1}'s tree in your run", ([n["parent"] for n in e["nodes"]],)))
+    return cases
+
+
+def _judge_mask(got, case: _Case) -> None:
+    parents = case.args[0]
+    tree = _tree(parents)
+    n = len(parents)
+    want = tree.mask()
+    try:
+        got = torch.as_tensor(got)
+    except Exception:
+        raise _Wrong("return an (n, n) tensor (or nested list) of booleans") from None
+    if n == 0 and got.numel() == 0:
+        return
+    if tuple(got.shape) != (n, n):
+        raise _Wrong(f"the mask has shape {tuple(got.shape)} for a tree of {n} nodes; it should be ({n}, {n})")
+    got = got.bool()
+    if torch.equal(got, want):
+        return
+    missing, extra = want & ~got, got & ~want
+    if missing.diagonal().any():
+        raise _Wrong("a node cannot see itself")
+    for i, j in missing.nonzero().tolist():
+        if parents[i] == j:
+            raise _Wrong("a node cannot see its parent")
+    if missing.any():
+        raise _Wrong("a node cannot see its grandparent or an earlier ancestor (it must see its whole path "
+                     "from the root)")
+    kinds = set()
+    for i, j in extra.nonzero().tolist():
+        if i in tree.ancestors(j):
+            kinds.add("descendant")
+        elif parents[i] == parents[j]:
+            kinds.add("sibling")
+        else:
+            kinds.add("other")
+    if "descendant" in kinds:
+        raise _Wrong("a node sees its own child or a later descendant (row i is the node that looks, "
+                     "column j the node it may see)")
+    if "sibling" in kinds:
+        raise _Wrong("the mask lets a node see its sibling")
+    raise _Wrong("the mask lets a node see a node of another branch (an ordinary causal mask is not a "
+                 "tree mask)")
+
+
+def check_tree_mask(fn: Callable, events: Optional[Iterable] = None) -> Optional[bool]:
+    """fn(parents) -> the (n, n) tree attention mask, against DraftTree.mask; with `events`, also
+    every tree the engine built in that run."""
+    cases = _mask_cases(events)
+    return _run("tree_mask", fn, cases, _judge_mask, "the engine's DraftTree.mask", _replayed(cases, "tree"))
+
+
+def check_node_sees(answer) -> Optional[bool]:
+    """Notebook 5: the nodes that node 4 ("dog ran") of the cat/dog tree attends to."""
+    row = _tree(CAT_DOG_PARENTS).mask()[4]
+    return _answer(answer, [i for i, seen in enumerate(row.tolist()) if seen], hint="Its ancestors and itself.")
+
+
+def check_q2(answer) -> Optional[bool]:
+    """Notebook 5: q after its first candidate (token a of q = (0.5, 0.3, 0.2)) was drawn."""
+    q = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    q[0] = 0.0  # as RejectionVerifier.judge does for the next sibling
+    return _answer(answer, (q / q.sum()).tolist(), tol=0.001, hint="Remove a and renormalise what is left.")
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 6: prompt lookup
+
+def _lookup_tokens(found) -> list:
+    return [] if found is None else list(found["tokens"])
+
+
+def _lookup_cases(events=None) -> list:
+    words = str.split
+    fixed = [
+        ("a suffix that occurs once earlier", words("a b c d a b"), 3, 2, 1),
+        ("the example of section 1", words("for item in items : total += item . price \n for item in"), 4, 3, 1),
+        ("a suffix n-gram that occurs twice earlier", words("x a b c y a b d z a b"), 2, 2, 1),
+        ("a text where only a shorter suffix occurs earlier", words("a b c d e c"), 2, 3, 1),
+        ("a text where a longer and a shorter suffix both occur earlier, at different places",
+         words("q r z p q r y p q r"), 3, 3, 1),
+        ("a text with nothing to copy", words("a b c d"), 3, 3, 1),
+        ("k = 0", words("a b a b"), 0, 2, 1),
+        ("a single token", ["a"], 3, 3, 1),
+        ("an empty text", [], 3, 3, 1),
+        ("a match whose continuation is shorter than k", words("a b c a b"), 5, 2, 1),
+        ("an earlier occurrence that overlaps the suffix itself", words("a a a a"), 3, 3, 1),
+        ("min_ngram = 2 (a one-token match does not count)", words("a b c d e c"), 2, 3, 2),
+        ("max_ngram longer than the text", words("a b a"), 2, 5, 1),
+    ]
+    cases = [_Case(kind, (tokens, k), {"max_ngram": n, "min_ngram": m}) for kind, tokens, k, n, m in fixed]
+    rng = random.Random(6)
+    for _ in range(150):
+        size, top = rng.randint(0, 18), rng.randint(1, 4)
+        cases.append(_Case("random texts over three token ids",
+                           ([rng.randrange(3) for _ in range(size)], rng.randint(0, 5)),
+                           {"max_ngram": top, "min_ngram": rng.randint(1, top)}))
+    for step in _lookup_steps(events or []):
+        cases.append(_Case(f"step {step['step'] + 1} of your prompt-lookup run", (step["committed"], step["k"]),
+                           {"max_ngram": step["ngram"], "min_ngram": 1}, {"tokens": step["drafts"]}))
+    for case in cases:
+        case.data.setdefault("tokens", _lookup_tokens(engine_lookup(*case.args, **case.kwargs)))
+    return cases
+
+
+def _lookup_steps(events) -> list:
+    """The committed tokens before each step of a pld run, the k it was allowed and what it drafted."""
+    events = [e if isinstance(e, dict) else e.to_dict() for e in events]
+    started = next((e for e in events if e["kind"] == "run_started"), None)
+    if started is None or started["method"] != "pld":
+        return []
+    committed, steps = list(started["prompt_ids"]), []
+    ngram = (started.get("options") or {}).get("ngram", 3)
+    for done in (e for e in events if e["kind"] == "step_finished"):
+        drafts = [e["token_id"] for e in events if e["kind"] == "draft_proposed" and e["step"] == done["step"]]
+        steps.append({"step": done["step"], "committed": list(committed), "k": done["k"], "ngram": ngram,
+                      "drafts": drafts})
+        committed += done["emitted_ids"]
+    return steps
+
+
+def _judge_lookup(got, case: _Case) -> None:
+    tokens, k = case.args
+    want = case.data["tokens"]
+    if isinstance(got, dict) and "tokens" in got:
+        got = got["tokens"]
+    if got is None:
+        got = []
+    if not isinstance(got, (list, tuple)):
+        raise _Wrong("return a list of tokens (empty when there is nothing to copy)")
+    got = list(got)
+    if got == want:
+        return
+    if len(got) > k:
+        raise _Wrong("it proposes more than k tokens")
+    if not want:
+        raise _Wrong("it proposes tokens where there is nothing to copy (no earlier occurrence of a suffix "
+                     "n-gram with n between min_ngram and max_ngram)")
+    if not got:
+        raise _Wrong("it proposes nothing although a suffix n-gram occurs earlier")
+    options = {**case.kwargs}
+    if got == _lookup_tokens(engine_lookup(tokens, k, prefer="latest", **options)):
+        raise _Wrong("it copies after the latest earlier occurrence; the rule takes the earliest")
+    for n in range(options["min_ngram"], options["max_ngram"]):
+        if got == _lookup_tokens(engine_lookup(tokens, k, max_ngram=n, min_ngram=options["min_ngram"])):
+            raise _Wrong("it settles for a shorter suffix n-gram although a longer one occurs earlier")
+    if len(got) < len(want):
+        raise _Wrong("it copies fewer tokens than k allows")
+    raise _Wrong("it copies the wrong tokens (the continuation right after the matched n-gram)")
+
+
+def check_lookup(fn: Callable, events: Optional[Iterable] = None) -> Optional[bool]:
+    """fn(tokens, k, max_ngram=3, min_ngram=1) -> proposed tokens, against the engine's lookup;
+    with `events` of a pld run, also every step of that run."""
+    cases = _lookup_cases(events)
+    return _run("my_lookup", fn, cases, _judge_lookup, "the engine's lookup", _replayed(cases, "step"))
+
+
+def check_lookup_by_hand(answer) -> Optional[bool]:
+    """Notebook 6: what lookup proposes for a b c d a b, k = 3, max_ngram = 2."""
+    return _answer(answer, _lookup_tokens(engine_lookup("a b c d a b".split(), k=3, max_ngram=2)),
+                   hint="Find the earlier 'a b' and copy what followed it.")
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 7: the heuristic k rule
+
+K_MAX = AdaptiveK().k_max  # what k="auto" runs use
+
+
+def engine_next_k(k: int, drafted: int, accepted: int, k_max: int = K_MAX) -> int:
+    """The engine's heuristic rule (transformers' schedule): AdaptiveK("heuristic").update."""
+    policy = AdaptiveK("heuristic", k_start=k, k_max=k_max)
+    policy.update(drafted, accepted, min(drafted, accepted + 1), 0.0, drafted, None)
+    return policy.k
+
+
+def _next_k_cases(events=None) -> list:
+    fixed = [
+        ("a step that accepted every draft", 4, 4, 4, 12),
+        ("a step with a rejection", 4, 4, 2, 12),
+        ("a step whose first draft was rejected", 4, 4, 0, 12),
+        ("a full accept one below k_max", 11, 11, 11, 12),
+        ("a full accept at k_max", 12, 12, 12, 12),
+        ("a rejection at k = 1", 1, 1, 0, 12),
+        ("a step that drafted fewer than k tokens (the draft stopped at end-of-text), all accepted", 6, 2, 2, 12),
+        ("a step that drafted fewer than k tokens, with a rejection", 6, 3, 1, 12),
+        ("a step that drafted nothing (no room left before max_new_tokens)", 4, 0, 0, 12),
+        ("a small k_max", 3, 3, 3, 4),
+    ]
+    cases = [_Case(kind, (k, d, a), {"k_max": m}) for kind, k, d, a, m in fixed]
+    rng = random.Random(7)
+    for _ in range(100):
+        k_max = rng.randint(1, 16)
+        k = rng.randint(1, k_max)
+        drafted = rng.randint(0, k)
+        accepted = drafted if rng.random() < 0.4 else rng.randint(0, drafted)
+        cases.append(_Case("random steps", (k, drafted, accepted), {"k_max": k_max}))
+    for step in _auto_steps(events or []):
+        cases.append(_Case(f"step {step['step'] + 1} of your k = auto run",
+                           (step["k"], step["drafted"], step["accepted"]),
+                           {"k_max": K_MAX}, {"next": step["next"]}))
+    for case in cases:
+        case.data.setdefault("next", engine_next_k(*case.args, **case.kwargs))
+    return cases
+
+
+def _auto_steps(events) -> list:
+    """(k chosen, drafted, accepted) of each step of a heuristic k = auto run and the k chosen next."""
+    events = [e if isinstance(e, dict) else e.to_dict() for e in events]
+    done = [e for e in events if e["kind"] == "step_finished" and "k_chosen" in (e.get("info") or {})
+            and e["info"].get("k_rule") == "heuristic"]
+    return [{"step": a["step"], "k": a["info"]["k_chosen"], "drafted": a["drafted"], "accepted": a["accepted"],
+             "next": b["info"]["k_chosen"]} for a, b in zip(done, done[1:])]
+
+
+def _judge_next_k(got, case: _Case) -> None:
+    k, drafted, accepted = case.args
+    k_max = case.kwargs["k_max"]
+    want = case.data["next"]
+    if isinstance(got, bool) or not isinstance(got, int):
+        raise _Wrong("return the next k as an int")
+    if got == want:
+        return
+    if got > k_max:
+        raise _Wrong("k goes above k_max")
+    if got < 1:
+        raise _Wrong("k falls below 1")
+    if drafted == 0:
+        raise _Wrong("k should not change after a step that drafted nothing (it says nothing about the drafts)")
+    if accepted == drafted:
+        raise _Wrong("wrong after a step that accepted everything it drafted (a full accept: + 2, at most k_max)")
+    raise _Wrong("wrong after a step with a rejection (- 1, at least 1)")
+
+
+def check_next_k(fn: Callable, events: Optional[Iterable] = None) -> Optional[bool]:
+    """fn(k, drafted, accepted, k_max=12) -> next k, against AdaptiveK("heuristic"); with `events` of
+    a k="auto", auto_rule="heuristic" run, also the k the engine chose at every step of it."""
+    cases = _next_k_cases(events)
+    return _run("next_k", fn, cases, _judge_next_k, "the engine's AdaptiveK (heuristic)", _replayed(cases, "step"))
+
+
+def break_even(c: float) -> float:
+    """Smallest alpha (to 0.005) for which theory.optimal_k(alpha, c) > 0."""
+    return next((a / 200 for a in range(200) if theory.optimal_k(a / 200, c) > 0), 1.0)
+
+
+def check_break_even(answer) -> Optional[bool]:
+    """Notebook 7: the α below which no k ≥ 1 pays at c = 0.4."""
+    return _answer(answer, break_even(0.4), tol=0.011, hint="With k = 1, speedup = (1 + α) / (1 + c).")
+
+
+# ---------------------------------------------------------------------------------------------
+# notebooks 1 and 8: speedup arithmetic
+
+def check_cost_ratio(answer, costs: dict) -> Optional[bool]:
+    """Notebook 1: t(4) / t(1) of the target, from this session's measured `costs`."""
+    return _answer(answer, costs["target"][4] / costs["target"][1], tol=0.05,
+                   hint="Divide the 4-token time by the 1-token time in the table.")
+
+
+def check_speedup_by_hand(answer) -> Optional[bool]:
+    """Notebook 1: τ = 3, c = 0.4, k = 4, verify = one forward."""
+    tau, c, k = 3.0, 0.4, 4
+    return _answer(answer, tau / (c * k + 1), tol=0.02,
+                   hint="Per step: k draft forwards at c each, plus one target forward, for τ tokens.")
+
+
+def check_paper_speedup(answer) -> Optional[bool]:
+    """Notebook 8: τ = 3.5, k = 5, c = 0.05, verify = one forward."""
+    return _answer(answer, 3.5 / (0.05 * 5 + 1), tol=0.02, hint="τ / (c·k + 1)")
