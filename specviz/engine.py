@@ -20,7 +20,6 @@ prints and imports no UI code; every number a view needs is in the events.
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from typing import Iterator, Optional, Union
 
 import torch
@@ -113,10 +112,11 @@ class _Clock:
     def cpu(self) -> float:
         return time.thread_time() - self.cpu0
 
-    @contextmanager
-    def paused(self):
-        wall, cpu = time.perf_counter(), self.cpu()
-        yield
+    def pause(self) -> tuple:
+        return time.perf_counter(), self.cpu()
+
+    def resume(self, paused: tuple) -> None:
+        wall, cpu = paused
         self.t0 += time.perf_counter() - wall
         self.cpu0 = time.thread_time() - cpu  # a server may resume the run on another thread
 
@@ -145,8 +145,9 @@ class _Run:
             step_events = self.writer.step_events(self._step(len(finished)))
             finished.append(step_events[-1])
             for event in step_events:
-                with self.clock.paused():
-                    yield event
+                paused = self.clock.pause()
+                yield event
+                self.clock.resume(paused)
         generated = self.committed[len(self.prompt_ids):]
         yield ev.RunFinished(text=self.pair.decode(generated), token_ids=generated, finish_reason=self.finish,
                              metrics=metrics.fold([started, *finished]).to_dict())

@@ -8,6 +8,8 @@ parent i - 1, and it verifies exactly like the chain.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from dataclasses import dataclass, field
 
 import torch
@@ -37,10 +39,8 @@ class DraftTree:
 
     @classmethod
     def chain(cls, tokens: list, q: list = None) -> "DraftTree":
-        tree = cls()
-        for i, token in enumerate(tokens):
-            tree.add(token, i - 1, q[i] if q else 1.0)
-        return tree
+        q = [float(x) for x in q] if q else [1.0] * len(tokens)
+        return cls([int(t) for t in tokens], list(range(-1, len(tokens) - 1)), q, list(itertools.accumulate(q, operator.mul)))
 
     def is_chain(self) -> bool:
         """Every node the only child of the one before: a plain draft of len(self) tokens."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+import torch
+
 from specviz.tree import DraftTree
 
 
@@ -23,8 +25,14 @@ class Proposal:
     @classmethod
     def chain(cls, tokens: list, probs, forwards: int = 0, seconds: float = 0.0, sources=None) -> "Proposal":
         """x_1..x_n with q_1..q_n ((n, V) rows, or a list of rows): node i follows node i - 1."""
-        tree = DraftTree.chain(tokens, [float(probs[i][t]) for i, t in enumerate(tokens)])
-        return cls(tree, {i - 1: probs[i] for i in range(len(tokens))}, forwards, seconds, list(sources or []))
+        tokens = [int(t) for t in tokens]
+        if isinstance(probs, torch.Tensor) and tokens:  # one gather instead of a lookup per token
+            q = probs[torch.arange(len(tokens), device=probs.device), torch.tensor(tokens, device=probs.device)]
+            q = q.tolist()
+        else:
+            q = [float(probs[i][t]) for i, t in enumerate(tokens)]
+        return cls(DraftTree.chain(tokens, q), {i - 1: probs[i] for i in range(len(tokens))}, forwards, seconds,
+                   list(sources or []))
 
     @property
     def tokens(self) -> list:

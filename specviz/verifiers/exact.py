@@ -49,9 +49,11 @@ class GreedyVerifier(Verifier):
                 beta=self._beta(out, child, lambda: ok)))
             if ok:
                 return child
-        q_t = float(q[target]) if children and q is not None else 0.0
-        out.emit(node, target, "residual" if children else "bonus", sampling.one_hot(target, p),
-                 float(bool(children)), float(p[target]), q_t)
+        if not children:  # a leaf: the bonus is p's argmax
+            out.emit(node, target, "bonus", p, 0.0, float(p[target]), 0.0)
+            return None
+        out.emit(node, target, "residual", sampling.one_hot(target, p), 1.0, float(p[target]),
+                 float(q[target]) if q is not None else 0.0)
         return None
 
     def overlap(self, p, q):
