@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: app test setup clean-cache
+.PHONY: app test setup clean-cache executed-notebooks
 
 setup: $(VENV)/.installed
 
@@ -23,6 +23,10 @@ app: setup
 
 test: setup
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+
+# every notebook run on the real pair, saved as HTML under docs/notebooks/ (resumable; --force to redo)
+executed-notebooks: setup
+	$(PY) notebooks/execute.py
 
 clean-cache:
 	rm -rf "$${SPECVIZ_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/specviz}"

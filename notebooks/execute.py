@@ -1,0 +1,127 @@
+"""Run the teaching notebooks on the real pair and save executed HTML copies under docs/notebooks/.
+
+    python notebooks/execute.py [01 04 ...] [--pair qwen-coder] [--force]     (make executed-notebooks)
+
+The committed .ipynb files stay output-free; these copies are what a reader previews without
+running anything (GitHub shows the HTML's source, so docs/notebooks/README.md links each one
+through a preview service as well). Each copy opens with where it ran: the CPU, the device and
+dtype the notebook's pair loaded with, the date and the specviz commit. Figures are kept as the
+static PNGs `specviz.render.notebook` draws beside them (the interactive Plotly JSON would need
+plotly.js in the page), so a machine with Chrome/Chromium makes the complete copy.
+
+Resumable: a notebook whose copy exists is skipped unless --force (or named on the command line).
+One line per notebook with its time and an ETA for the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+OUT = ROOT / "docs" / "notebooks"
+CELL_TIMEOUT_S = 1800
+PLOTLY_JSON = "application/vnd.plotly.v1+json"
+
+
+def notebooks(names=()) -> list:
+    found = sorted(HERE.glob("[0-9][0-9]_*.ipynb"))
+    return [p for p in found if not names or p.name[:2] in names]
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def loaded_as(nb) -> str:
+    """The device and dtype the notebook's pair reported when it loaded ("cpu (bfloat16)")."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            found = re.search(r"ready on (\S+) \((\w+)\)", text)
+            if found:
+                return f"{found[1]} ({found[2]})"
+    return "no model loaded"
+
+
+def execute(path: Path, pair: str):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    env = {"SPECVIZ_PAIR": pair, "SPECVIZ_SMOKE": "0", "SPECVIZ_STATIC_IMAGES": "1", "HF_HUB_OFFLINE": "1",
+           "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    os.environ.update(env)  # the kernel inherits this process's environment
+    NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                   resources={"metadata": {"path": str(HERE)}}).execute()
+    return nb
+
+
+def to_html(nb, path: Path, pair: str) -> str:
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    for cell in nb.cells:  # keep a figure's PNG, drop its interactive JSON (it needs plotly.js)
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if PLOTLY_JSON in data and "image/png" in data:
+                del data[PLOTLY_JSON]
+    where = (f"**Executed copy** of `notebooks/{path.name}` on the `{pair}` pair: {cpu_name()}, "
+             f"{os.cpu_count()} cores, {loaded_as(nb)}, {datetime.date.today().isoformat()}, specviz "
+             f"commit {commit()}. Timings are this machine's; run the notebook to see yours.")
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell(where))
+    html, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    return html
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python notebooks/execute.py", description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="two-digit notebook numbers (default: all)")
+    parser.add_argument("--pair", default="qwen-coder")
+    parser.add_argument("--force", action="store_true", help="run again even where a copy exists")
+    args = parser.parse_args(argv)
+    OUT.mkdir(parents=True, exist_ok=True)
+    todo = [p for p in notebooks(args.names)
+            if args.force or args.names or not (OUT / p.with_suffix(".html").name).exists()]
+    if not todo:
+        print("every notebook has its executed copy (--force runs them again)")
+    spent = []
+    for i, path in enumerate(todo):
+        start = time.perf_counter()
+        print(f"[{i + 1}/{len(todo)}] {path.name} ...", end="", flush=True)
+        try:
+            nb = execute(path, args.pair)
+        except Exception as exc:  # a failing cell: say which notebook, keep the copies made so far
+            print(f" failed: {str(exc).strip().splitlines()[-1][:300]}", file=sys.stderr)
+            return 1
+        (OUT / path.with_suffix(".html").name).write_text(to_html(nb, path, args.pair), encoding="utf-8")
+        spent.append(time.perf_counter() - start)
+        eta = sum(spent) / len(spent) * (len(todo) - i - 1)
+        print(f" {spent[-1]:.0f} s (ETA for the rest: {eta / 60:.0f} min)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
