@@ -99,7 +99,9 @@ class Verifier:
 
     def verify_chain(self, tokens: list, draft_probs: torch.Tensor, target_probs: torch.Tensor, generator,
                      allow_bonus: bool = True) -> Verdict:
-        """A chain given as tokens x_1..x_n, their q rows (n, V) and p rows (n + 1, V)."""
+        """A chain given as tokens x_1..x_n, their q rows (n, V) and p rows (n + 1, V).
+        allow_bonus=False: x_n is an end of text, after which nothing follows (nor after an
+        accepted copy of it earlier: a chain drafter's proposal ends at its first one)."""
         dists = {i - 1: draft_probs[i] for i in range(len(tokens))}
         eos = () if allow_bonus or not tokens else (tokens[-1],)
         return self.verify(DraftTree.chain(tokens), dists, target_probs, generator, eos)
