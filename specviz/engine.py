@@ -33,7 +33,7 @@ from specviz.config import (  # noqa: F401  (METHODS, METHOD_HELP... are part of
 from specviz.drafters import (CascadeDrafter, LookaheadDrafter, ModelDrafter, NoDrafter, PromptLookupDrafter,
                               TreeDrafter)
 from specviz.errors import InputError
-from specviz.lm import runner_for, synchronize
+from specviz.lm import cuda_graphs_on, runner_for, synchronize
 from specviz.record import EventWriter, StepRecord
 from specviz.tree import attention, parse_shape
 from specviz.verifiers import TypicalVerifier, default_verifier
@@ -221,6 +221,5 @@ class _Run:
             dtype=str(pair.dtype).replace("torch.", ""), rule=self.verifier.name,
             lossless=bool(self.verifier.lossless), eos_token_ids=sorted(self.eos),
             drafter=self.drafter.name, options=cfg.options(),
-            draft_quant=getattr(pair, "draft_quant", "none"), cpu_linear=getattr(pair, "cpu_linear", "aten"),
-            target_quant=getattr(pair, "target_quant", "none"),
-            cuda_graphs=getattr(pair.target, "_specviz_graph_len", None) is not None)
+            draft_quant=pair.draft_quant, cpu_linear=pair.cpu_linear, target_quant=pair.target_quant,
+            cuda_graphs=cuda_graphs_on(pair.target))

@@ -202,6 +202,11 @@ def use_cuda_graphs(model, max_len: int = 1024) -> None:
     model._specviz_graph_len = int(max_len)
 
 
+def cuda_graphs_on(model) -> bool:
+    """Whether `use_cuda_graphs(model)` was called: its runs replay CUDA graphs."""
+    return getattr(model, "_specviz_graph_len", None) is not None
+
+
 def runner_for(model):
     """The cached runner of a model: toy models bring their own, HF models get a CachedLM, or a
     GraphLM after `use_cuda_graphs(model)`."""

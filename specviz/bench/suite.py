@@ -37,6 +37,7 @@ from specviz.bench.synthetic import SIZES
 from specviz.config import RunConfig, vocab_size
 from specviz.engine import generate
 from specviz.errors import InputError, SpecvizError
+from specviz.lm import cuda_graphs_on
 from specviz.quant import quantize_draft
 
 SUITE_VERSION = 1
@@ -375,7 +376,7 @@ def environment(pair, static_cache: bool) -> dict:
             # why this dtype and kernel when none was asked for (specviz.cpu), else None
             "cpu_choice": getattr(pair, "cpu_choice", None),
             # specviz's forwards replay CUDA graphs over a static cache (--cuda-graphs; specviz.lm.GraphLM)
-            "cuda_graphs": getattr(pair.target, "_specviz_graph_len", None) is not None,
+            "cuda_graphs": cuda_graphs_on(pair.target),
             "loadavg_start": loadavg(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
