@@ -96,6 +96,22 @@ def to_html(nb, path: Path, pair: str) -> str:
     return html
 
 
+def write_index() -> Path:
+    """docs/notebooks/README.md: each executed copy with the line saying where it ran."""
+    rows = []
+    for page in sorted(OUT.glob("[0-9][0-9]_*.html")):
+        found = re.search(r"on the <code>([^<]+)</code> pair: ([^<]*?)\. Timings", page.read_text(encoding="utf-8"))
+        where = f"{found[1]} pair: {found[2]}" if found else "(no header)"
+        rows.append(f"| [{page.stem}]({page.name}) | [notebook](../../notebooks/{page.stem}.ipynb) | {where} |")
+    index = OUT / "README.md"
+    index.write_text("# Executed notebooks\n\nEach teaching notebook run top to bottom on the real pair, saved as HTML with its "
+                     "figures as images (`make executed-notebooks` regenerates them; download a page or open it "
+                     "through an HTML preview to read it). The timings are the machine's named beside it.\n\n"
+                     "| copy | source | where it ran (CPU, cores, device and dtype, date, commit) |\n|---|---|---|\n"
+                     + "\n".join(rows) + "\n", encoding="utf-8")
+    return index
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python notebooks/execute.py", description=__doc__.splitlines()[0])
     parser.add_argument("names", nargs="*", help="two-digit notebook numbers (default: all)")
@@ -118,6 +134,7 @@ def main(argv=None) -> int:
             return 1
         (OUT / path.with_suffix(".html").name).write_text(to_html(nb, path, args.pair), encoding="utf-8")
         spent.append(time.perf_counter() - start)
+        write_index()
         eta = sum(spent) / len(spent) * (len(todo) - i - 1)
         print(f" {spent[-1]:.0f} s (ETA for the rest: {eta / 60:.0f} min)", flush=True)
     return 0

@@ -37,3 +37,16 @@ def test_the_runner_finds_every_teaching_notebook():
     names = [p.name[:2] for p in execute.notebooks()]
     assert names == sorted(names) and {"01", "09"} <= set(names)
     assert [p.name[:2] for p in execute.notebooks(["03"])] == ["03"]
+
+
+def test_the_index_lists_each_copy_with_where_it_ran(tmp_path, monkeypatch):
+    monkeypatch.setattr(execute, "OUT", tmp_path)
+    nb = nbformat.v4.new_notebook()
+    code = nbformat.v4.new_code_cell("load()")
+    code.outputs = [nbformat.v4.new_output("stream", name="stderr", text="[specviz] x ready on cpu (float32)\n")]
+    nb.cells = [code]
+    (tmp_path / "05_trees.html").write_text(execute.to_html(nb, Path("05_trees.ipynb"), "qwen-coder"), encoding="utf-8")
+    index = execute.write_index().read_text(encoding="utf-8")
+    row = next(line for line in index.splitlines() if line.startswith("| [05_trees]"))
+    assert "(05_trees.html)" in row and "../../notebooks/05_trees.ipynb" in row
+    assert "qwen-coder pair: " in row and "cpu (float32)" in row and execute.cpu_name() in row
