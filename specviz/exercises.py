@@ -796,7 +796,7 @@ def _same_list(got: list, want: list) -> bool:
 def engine_stream_waits(events) -> tuple:
     """(ttft, amortised, arrivals) of a run, with the engine's stream accounting
     (specviz.render.race.stream_updates, arrival_gaps and stream_latency, the definitions of
-    specviz.bench.latency): the run clock at the first visible update; per token after it, the
+    specviz.metrics.stream_stats): the run clock at the first visible update; per token after it, the
     update's wait divided by the tokens it brought; per token after it, the wait a reader saw (the
     whole wait for an update's first token, 0 for the others)."""
     from specviz.render import race
@@ -918,7 +918,7 @@ def _judge_stream_waits(got, case: _Case) -> None:
 
 def check_stream_waits(fn: Callable, runs: Optional[Iterable] = None) -> Optional[bool]:
     """fn(events) -> (ttft, amortised, arrivals) of a run's stream, against the engine's
-    (engine_stream_waits: specviz.render.race, the definitions of specviz.bench.latency); `runs`:
+    (engine_stream_waits: specviz.render.race, the definitions of specviz.metrics.stream_stats); `runs`:
     event lists of the notebook's own runs, checked too."""
     cases = _stream_cases(runs)
     return _run("stream_waits", fn, cases, _judge_stream_waits, "the engine's stream accounting",
@@ -927,7 +927,7 @@ def check_stream_waits(fn: Callable, runs: Optional[Iterable] = None) -> Optiona
 
 def check_amortised_itl(answer) -> Optional[bool]:
     """Notebook 9: the amortised latency of each of 4 tokens shown 520 ms after the update before."""
-    from specviz.bench.latency import stream_stats
+    from specviz.metrics import stream_stats
 
     return _answer(answer, stream_stats([0.0, 0.52], [1, 4])["itl_p50"] * 1000, tol=0.5,
                    hint="The update's wait, shared by the tokens it brought.")

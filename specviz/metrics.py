@@ -17,6 +17,9 @@ Definitions (k = draft length, a step = one target forward):
     verify_spread         interquartile range / median of the per-forward verify time over the
                           decode steps of the commonest shape: how much same-shape forwards varied.
 
+`stream_stats` gives the latency of the token stream (time to first token, waits between
+updates, per-token latency, jitter), defined in its section below.
+
 `judge_timing` turns the last two into a verdict on whether the run's timings can be trusted
 (`timing_note(events)`: None or the sentence to show instead of a speed verdict).
 """
@@ -26,7 +29,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 
 @dataclass
@@ -276,3 +279,63 @@ def timing_note(events: Iterable) -> Optional[str]:
     """None when a run's timings can be trusted (or cannot be judged), else the sentence saying
     the machine was busy: what a timing lesson prints instead of its conclusion."""
     return timing_check(events).note
+
+
+# ---------------------------------------------------------------------------------------------
+# latency of a token stream, from the times its updates became visible
+#
+# A speculative step emits several tokens at once, so a stream is a list of updates
+# (time since the run started, tokens in the update). From it:
+#
+#   ttft          time of the first update (prefill plus the first step)
+#   gap_p50/p95   per-update gaps: time between consecutive visible updates, what a reader of a
+#                 streaming UI waits for; the first update is excluded (it is ttft)
+#   itl_p50/p95   inter-token latency per emitted token: each token of an update gets the update's
+#                 gap divided by the tokens it emitted (so a 250 ms step emitting 5 tokens counts
+#                 5 tokens of 50 ms); percentiles over tokens
+#   jitter        mean absolute difference of consecutive gaps (RFC 3550's interarrival jitter,
+#                 unsmoothed): how uneven the stream looks
+#   burst         mean tokens per update after the first
+#   decode_tokens_per_s   tokens after the first update / time after it
+#
+# For specviz runs the updates are step_finished events (their `elapsed`: the run clock, which
+# excludes consumer pauses); for transformers' generate they are streamer.put() calls.
+
+def percentile(values: Sequence, q: float) -> Optional[float]:
+    """The q-th percentile (0..100) with linear interpolation between closest ranks (numpy's
+    default); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def stream_stats(times: Sequence, counts: Sequence) -> dict:
+    """Latency statistics of updates at `times` (seconds from the start, increasing) that
+    emitted `counts` tokens each."""
+    updates = [(t, n) for t, n in zip(times, counts) if n > 0]
+    if not updates:
+        return {"ttft": None, "gap_p50": None, "gap_p95": None, "itl_p50": None, "itl_p95": None,
+                "jitter": None, "burst": None, "decode_tokens_per_s": None}
+    gaps = [t1 - t0 for (t0, _), (t1, _) in zip(updates, updates[1:])]
+    per_token = [gap / n for gap, (_, n) in zip(gaps, updates[1:]) for _ in range(n)]
+    later_tokens = sum(n for _, n in updates[1:])
+    decode_time = updates[-1][0] - updates[0][0]
+    return {
+        "ttft": updates[0][0],
+        "gap_p50": percentile(gaps, 50), "gap_p95": percentile(gaps, 95),
+        "itl_p50": percentile(per_token, 50), "itl_p95": percentile(per_token, 95),
+        "jitter": (sum(abs(b - a) for a, b in zip(gaps, gaps[1:])) / (len(gaps) - 1)
+                   if len(gaps) > 1 else None),
+        "burst": later_tokens / len(gaps) if gaps else None,
+        "decode_tokens_per_s": later_tokens / decode_time if decode_time > 0 else None,
+    }
+
+
+def updates_from_events(events: Iterable) -> tuple:
+    """(times, counts) of a specviz run: one update per step_finished (events or their dicts)."""
+    steps = [event for event in events if _kind(event) == "step_finished"]
+    return [_get(step, "elapsed") for step in steps], [len(_get(step, "emitted_ids")) for step in steps]

@@ -9,7 +9,8 @@ import math
 import pytest
 
 from specviz import generate, theory
-from specviz.bench import analysis, hf, latency
+from specviz import metrics as latency
+from specviz.bench import analysis, hf
 from specviz.bench.controlled import ControlledDrafter
 
 SECTIONS = ("suite_version", "mode", "plan", "environment", "prompts", "methods", "results", "ratios",

@@ -10,7 +10,6 @@ import json
 import os
 import re
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,19 +27,7 @@ if not os.path.exists(CHROMIUM):
 expect = sync_api.expect
 
 
-def import_app():
-    sys.path.insert(0, str(ROOT))
-    before = os.environ.get("SPECVIZ_PAIR")
-    os.environ["SPECVIZ_PAIR"] = "tiny"
-    try:
-        import app
-    finally:
-        if before is None:
-            os.environ.pop("SPECVIZ_PAIR")
-        else:
-            os.environ["SPECVIZ_PAIR"] = before
-    assert app.DEFAULT_PAIR == "tiny", "app was imported earlier with another default pair"
-    return app
+from test_app_api import import_app  # noqa: E402  (app.py with the tiny pair as its default)
 
 
 @pytest.fixture(scope="module")

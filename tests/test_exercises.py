@@ -23,10 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "notebooks" / "solutions"
 sys.path.insert(0, str(ROOT / "notebooks"))  # as the notebooks' kernels have it: they run in notebooks/
 
-from solutions import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08  # noqa: E402
+from solutions import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08, nb09  # noqa: E402
+from specviz.render import lessons  # noqa: E402
 
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-8]_*.ipynb"))
-CODED = {"02": "cascade", "03": "my_residual", "04": "alpha_tau", "05": "tree_mask", "06": "my_lookup", "07": "next_k"}
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
+CODED = {"02": ("cascade",), "03": ("my_residual",), "04": ("alpha_tau",), "05": ("tree_mask",), "06": ("my_lookup",),
+         "07": ("next_k",), "09": ("stream_waits", "survival_curve", "cost_per_million")}
 
 
 def outcome(capsys, check, *args, **kwargs):
@@ -189,6 +191,82 @@ WRONG_NEXT_K = {
     "changes k after a step that drafted nothing": (next_k_variant(idle=False), "drafted nothing"),
 }
 
+def stream_waits_variant(share=True, arrive=True, skip_first=True, per_token=True, since="previous",
+                         ttft="first"):
+    """The solution's stream_waits with one thing changed."""
+    def waits(events):
+        updates = [(e["elapsed"], len(e["emitted_ids"])) for e in events
+                   if e["kind"] == "step_finished" and e["emitted_ids"]]
+        amortised, arrivals = [], []
+        if not skip_first:
+            amortised += [updates[0][0] / updates[0][1]] * updates[0][1]
+            arrivals += [updates[0][0]] + [0.0] * (updates[0][1] - 1)
+        for (before, _), (now, n) in zip(updates, updates[1:]):
+            wait = now - (before if since == "previous" else updates[0][0])
+            if not per_token:
+                amortised.append(wait)
+                arrivals.append(wait)
+                continue
+            amortised += [wait / n if share else wait] * n
+            arrivals += [wait] + [0.0] * (n - 1) if arrive else [wait / n] * n
+        return (0.0 if ttft == "zero" else updates[0][0]), amortised, arrivals
+
+    return waits
+
+
+WRONG_STREAM_WAITS = {
+    "amortised gives each token the whole wait": (stream_waits_variant(share=False), "divided by the tokens"),
+    "arrivals shared like amortised": (stream_waits_variant(arrive=False), "nothing for the others"),
+    "the first update's tokens included": (stream_waits_variant(skip_first=False), "arrived at TTFT"),
+    "one entry per update": (stream_waits_variant(per_token=False), "one per token"),
+    "waits measured from the first update": (stream_waits_variant(since="first"), "since the update before"),
+    "TTFT zero": (stream_waits_variant(ttft="zero"), "not zero"),
+}
+
+
+def survival_variant(full_only=True, at_least=True, shares=True, depth_zero=True, independent=False):
+    def curve(events, k):
+        steps = [e for e in events if e["kind"] == "step_finished"]
+        counted = [e["accepted"] for e in steps if e["drafted"] == k or not full_only]
+        if not counted:
+            return None
+        if independent:
+            alpha = sum(e["accepted"] for e in steps) / sum(e["evaluated"] for e in steps)
+            return [alpha ** i for i in range(k + 1)]
+        depths = range(0 if depth_zero else 1, k + 1)
+        counts = [sum(1 for a in counted if (a >= i if at_least else a == i)) for i in depths]
+        return [c / len(counted) for c in counts] if shares else [float(c) for c in counts]
+
+    return curve
+
+
+WRONG_SURVIVALS = {
+    "counts every step, not only those that drafted k": (survival_variant(full_only=False), "fewer than k tokens"),
+    "P(L = i) instead of P(L >= i)": (survival_variant(at_least=False), "P(L = i)"),
+    "counts instead of shares": (survival_variant(shares=False), "return shares"),
+    "no depth 0": (survival_variant(depth_zero=False), "k + 1 entries"),
+    "alpha^i instead of the counted curve": (survival_variant(independent=True), "independent acceptance"),
+}
+
+
+def cost_variant(hours=True, million=True, inverted=False, guard=True):
+    def cost(tokens_per_s, price_per_hour):
+        if guard and not tokens_per_s:
+            return None
+        per_unit = tokens_per_s * (3600 if hours else 1) / price_per_hour if inverted else \
+            price_per_hour / (tokens_per_s * (3600 if hours else 1))
+        return per_unit / 1e6 if inverted else per_unit * (1e6 if million else 1)
+
+    return cost
+
+
+WRONG_COSTS = {
+    "the cost of one token": (cost_variant(million=False), "cost of one token"),
+    "per second instead of per hour": (cost_variant(hours=False), "3600 seconds"),
+    "tokens per unit of price": (cost_variant(inverted=True), "upside down"),
+    "no guard for a run that made no tokens": (cost_variant(guard=False), "raised ZeroDivisionError"),
+}
+
 CODED_CHECKS = {  # check, the engine's own function, the solution's, the wrong answers
     "cascade": (exercises.check_cascade, exercises.engine_cascade, nb02.cascade, WRONG_CASCADES),
     "residual": (exercises.check_residual, sampling.residual, nb03.my_residual, WRONG_RESIDUALS),
@@ -197,6 +275,10 @@ CODED_CHECKS = {  # check, the engine's own function, the solution's, the wrong 
                   WRONG_MASKS),
     "lookup": (exercises.check_lookup, lookup, nb06.my_lookup, WRONG_LOOKUPS),
     "next_k": (exercises.check_next_k, exercises.engine_next_k, nb07.next_k, WRONG_NEXT_K),
+    "stream_waits": (exercises.check_stream_waits, exercises.engine_stream_waits, nb09.stream_waits,
+                     WRONG_STREAM_WAITS),
+    "survival": (exercises.check_survival, exercises.engine_survival, nb09.survival_curve, WRONG_SURVIVALS),
+    "cost": (exercises.check_cost, lessons.cost_per_million, nb09.cost_per_million, WRONG_COSTS),
 }
 
 
@@ -321,6 +403,11 @@ BY_HAND = [  # check, extra arguments, the solution's answer, a wrong answer
     (exercises.check_lookup_by_hand, (), nb06.my_proposal, ["a", "b"]),
     (exercises.check_break_even, (), nb07.my_alpha, 0.5),
     (exercises.check_paper_speedup, (), nb08.my_speedup, 3.5),
+    (exercises.check_amortised_itl, (), nb09.my_itl_ms, 520),
+    (exercises.check_share_at_depth, (), nb09.my_share, 0.8),
+    (exercises.check_half_width, ([{"tau": t} for t in (2.1, 2.6, 1.9, 3.0)],),
+     nb09.half_width([{"tau": t} for t in (2.1, 2.6, 1.9, 3.0)]), 0.4),
+    (exercises.check_cost_by_hand, (), nb09.my_cost, 2.0 / 20 * 1e6),
 ]
 
 
@@ -384,8 +471,8 @@ def test_committed_exercises_are_unsolved_and_their_answers_out_of_sight(path):
                 assert isinstance(node.value, ast.Constant) and node.value.value is None, ast.unparse(node)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
     assert "notebook.check(" not in code  # every answer is checked in specviz.exercises, out of sight
-    if path.name[:2] in CODED:
-        assert f"def {CODED[path.name[:2]]}(" in "\n".join(c.source for c in cells)
+    for name in CODED.get(path.name[:2], ()):
+        assert f"def {name}(" in "\n".join(c.source for c in cells)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -418,125 +505,12 @@ def test_notebook_with_the_solutions_passes_every_check(path, monkeypatch, tmp_p
 
 
 # ---------------------------------------------------------------------------------------------
-# notebook 9: latency, the survival curve, serving cost
-
-from solutions import nb09  # noqa: E402
-from specviz.render import lessons  # noqa: E402
-
-NOTEBOOK_09 = ROOT / "notebooks" / "09_latency_and_serving.ipynb"
-
-
-def stream_waits_variant(share=True, arrive=True, skip_first=True, per_token=True, since="previous",
-                         ttft="first"):
-    """The solution's stream_waits with one thing changed."""
-    def waits(events):
-        updates = [(e["elapsed"], len(e["emitted_ids"])) for e in events
-                   if e["kind"] == "step_finished" and e["emitted_ids"]]
-        amortised, arrivals = [], []
-        if not skip_first:
-            amortised += [updates[0][0] / updates[0][1]] * updates[0][1]
-            arrivals += [updates[0][0]] + [0.0] * (updates[0][1] - 1)
-        for (before, _), (now, n) in zip(updates, updates[1:]):
-            wait = now - (before if since == "previous" else updates[0][0])
-            if not per_token:
-                amortised.append(wait)
-                arrivals.append(wait)
-                continue
-            amortised += [wait / n if share else wait] * n
-            arrivals += [wait] + [0.0] * (n - 1) if arrive else [wait / n] * n
-        return (0.0 if ttft == "zero" else updates[0][0]), amortised, arrivals
-
-    return waits
-
-
-WRONG_STREAM_WAITS = {
-    "amortised gives each token the whole wait": (stream_waits_variant(share=False), "divided by the tokens"),
-    "arrivals shared like amortised": (stream_waits_variant(arrive=False), "nothing for the others"),
-    "the first update's tokens included": (stream_waits_variant(skip_first=False), "arrived at TTFT"),
-    "one entry per update": (stream_waits_variant(per_token=False), "one per token"),
-    "waits measured from the first update": (stream_waits_variant(since="first"), "since the update before"),
-    "TTFT zero": (stream_waits_variant(ttft="zero"), "not zero"),
-}
-
-
-def survival_variant(full_only=True, at_least=True, shares=True, depth_zero=True, independent=False):
-    def curve(events, k):
-        steps = [e for e in events if e["kind"] == "step_finished"]
-        counted = [e["accepted"] for e in steps if e["drafted"] == k or not full_only]
-        if not counted:
-            return None
-        if independent:
-            alpha = sum(e["accepted"] for e in steps) / sum(e["evaluated"] for e in steps)
-            return [alpha ** i for i in range(k + 1)]
-        depths = range(0 if depth_zero else 1, k + 1)
-        counts = [sum(1 for a in counted if (a >= i if at_least else a == i)) for i in depths]
-        return [c / len(counted) for c in counts] if shares else [float(c) for c in counts]
-
-    return curve
-
-
-WRONG_SURVIVALS = {
-    "counts every step, not only those that drafted k": (survival_variant(full_only=False), "fewer than k tokens"),
-    "P(L = i) instead of P(L >= i)": (survival_variant(at_least=False), "P(L = i)"),
-    "counts instead of shares": (survival_variant(shares=False), "return shares"),
-    "no depth 0": (survival_variant(depth_zero=False), "k + 1 entries"),
-    "alpha^i instead of the counted curve": (survival_variant(independent=True), "independent acceptance"),
-}
-
-
-def cost_variant(hours=True, million=True, inverted=False, guard=True):
-    def cost(tokens_per_s, price_per_hour):
-        if guard and not tokens_per_s:
-            return None
-        per_unit = tokens_per_s * (3600 if hours else 1) / price_per_hour if inverted else \
-            price_per_hour / (tokens_per_s * (3600 if hours else 1))
-        return per_unit / 1e6 if inverted else per_unit * (1e6 if million else 1)
-
-    return cost
-
-
-WRONG_COSTS = {
-    "the cost of one token": (cost_variant(million=False), "cost of one token"),
-    "per second instead of per hour": (cost_variant(hours=False), "3600 seconds"),
-    "tokens per unit of price": (cost_variant(inverted=True), "upside down"),
-    "no guard for a run that made no tokens": (cost_variant(guard=False), "raised ZeroDivisionError"),
-}
-
-CODED_CHECKS_09 = {  # check, the engine's own function, the solution's, the wrong answers
-    "stream_waits": (exercises.check_stream_waits, exercises.engine_stream_waits, nb09.stream_waits,
-                     WRONG_STREAM_WAITS),
-    "survival": (exercises.check_survival, exercises.engine_survival, nb09.survival_curve, WRONG_SURVIVALS),
-    "cost": (exercises.check_cost, lessons.cost_per_million, nb09.cost_per_million, WRONG_COSTS),
-}
-
-
-@pytest.mark.parametrize("name", CODED_CHECKS_09)
-def test_09_a_check_passes_the_engine_and_the_solution(name, capsys):
-    check, engine, solution, _ = CODED_CHECKS_09[name]
-    for fn in (engine, solution):
-        result, out = outcome(capsys, check, fn)
-        assert result is True and out.startswith(exercises.RIGHT) and "\n" not in out, out
-
-
-@pytest.mark.parametrize("name,wrong", [(name, wrong) for name, (*_, wrongs) in CODED_CHECKS_09.items()
-                                        for wrong in wrongs])
-def test_09_a_check_says_what_is_wrong_without_the_answer(name, wrong, capsys):
-    check, *_, wrongs = CODED_CHECKS_09[name]
-    assert len(wrongs) >= 2
-    fn, says = wrongs[wrong]
-    assert_wrong(capsys, check, fn, says)
-
-
-@pytest.mark.parametrize("name", CODED_CHECKS_09)
-def test_09_an_unwritten_or_broken_function_does_not_stop_the_notebook(name, capsys, monkeypatch):
-    monkeypatch.setattr(sys.modules[__name__], "CODED_CHECKS", CODED_CHECKS_09)
-    test_an_unwritten_or_broken_function_does_not_stop_the_notebook(name, capsys)
-
+# notebook 9's references
 
 def test_09_the_engine_references_are_the_engines_own(tiny_runs):
     """engine_stream_waits agrees with the benchmark suite's stream_stats and the race's
     stream_latency; engine_survival with charts.acceptance_survival of the whole run."""
-    from specviz.bench.latency import percentile, stream_stats, updates_from_events
+    from specviz.metrics import percentile, stream_stats, updates_from_events
     from specviz.render import charts, race
 
     for events in tiny_runs.values():
@@ -559,28 +533,3 @@ def test_09_the_checks_replay_the_students_runs(tiny_runs, capsys):
         assert result is True and "3 of your own runs" in out, out
     result, out = outcome(capsys, exercises.check_survival, nb09.survival_curve, runs=[tiny_runs["tree"]])
     assert result is True and "your own run" not in out, out  # a tree has no single draft length
-
-
-BY_HAND_09 = [  # check, extra arguments, the solution's answer, a wrong answer
-    (exercises.check_amortised_itl, (), nb09.my_itl_ms, 520),
-    (exercises.check_share_at_depth, (), nb09.my_share, 0.8),
-    (exercises.check_half_width, ([{"tau": t} for t in (2.1, 2.6, 1.9, 3.0)],),
-     nb09.half_width([{"tau": t} for t in (2.1, 2.6, 1.9, 3.0)]), 0.4),
-    (exercises.check_cost_by_hand, (), nb09.my_cost, 2.0 / 20 * 1e6),
-]
-
-
-@pytest.mark.parametrize("check,extra,right,wrong", BY_HAND_09, ids=[c[0].__name__ for c in BY_HAND_09])
-def test_09_an_answer_by_hand_is_checked_without_showing_it(check, extra, right, wrong, capsys):
-    test_an_answer_by_hand_is_checked_without_showing_it(check, extra, right, wrong, capsys)
-
-
-def test_09_committed_exercises_are_unsolved_and_their_answers_out_of_sight():
-    test_committed_exercises_are_unsolved_and_their_answers_out_of_sight(NOTEBOOK_09)
-    cells = "\n".join(c.source for c in exercise_cells(nbformat.read(NOTEBOOK_09, as_version=4)))
-    for name in ("stream_waits", "survival_curve", "cost_per_million"):
-        assert f"def {name}(" in cells
-
-
-def test_09_notebook_with_the_solutions_passes_every_check(monkeypatch, tmp_path):
-    test_notebook_with_the_solutions_passes_every_check(NOTEBOOK_09, monkeypatch, tmp_path)

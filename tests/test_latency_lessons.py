@@ -4,16 +4,14 @@ intervals and serving cost. No model runs here: renderers are pure functions of 
 Also: the app's race gives both strips one scale, and docs/teaching.md's links resolve."""
 
 import html
-import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 from specviz import trace
-from specviz.bench.latency import percentile as bench_percentile
-from specviz.bench.latency import stream_stats, updates_from_events
+from specviz.metrics import percentile as bench_percentile
+from specviz.metrics import stream_stats, updates_from_events
 from specviz.render import charts, lessons, race
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,17 +172,9 @@ def sampled_lanes():
 
 @pytest.fixture(scope="module")
 def app():
-    sys.path.insert(0, str(ROOT))
-    before = os.environ.get("SPECVIZ_PAIR")
-    os.environ["SPECVIZ_PAIR"] = "tiny"
-    try:
-        import app as module
-    finally:
-        if before is None:
-            os.environ.pop("SPECVIZ_PAIR")
-        else:
-            os.environ["SPECVIZ_PAIR"] = before
-    return module
+    from test_app_api import import_app  # app.py with the tiny pair as its default
+
+    return import_app()
 
 
 def test_the_apps_race_gives_both_strips_one_scale(app, sampled_lanes):

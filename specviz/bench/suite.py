@@ -9,7 +9,7 @@ decoding, and a controlled-acceptance sweep that traces speedup against alpha on
 
 specviz runs keep their events on with top-10 slices (record_topk=10), as the app runs them.
 Usage: python -m specviz.bench [--pair qwen-coder] [--quick] [--out PREFIX] [--check-against F]
-Definitions of every number: specviz.bench.analysis and specviz.bench.latency; docs/benchmarks/.
+Definitions of every number: specviz.bench.analysis and specviz.metrics (latency: stream_stats); docs/benchmarks/.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Optional
 
 import torch
 
-from specviz import kernels, theory
+from specviz import kernels, metrics, theory
 from specviz.argparsing import Parser
-from specviz.bench import analysis, forward, hf, latency, roofline
+from specviz.bench import analysis, forward, hf, roofline
 from specviz.bench import report as rep
 from specviz.bench.controlled import ControlledDrafter
 from specviz.bench.prompts import PROMPTS
@@ -184,7 +184,7 @@ def run_specviz(pair, cfg: RunConfig, prompt_ids: list, temperature: float, toke
     new = m["new_tokens"]
     return {
         "engine": "specviz", "seconds": seconds, "new_tokens": new, "tokens_per_s": new / seconds,
-        **latency.stream_stats(*latency.updates_from_events(events)),
+        **metrics.stream_stats(*metrics.updates_from_events(events)),
         "tau": m["tau"], "alpha_empirical": m["alpha_empirical"], "alpha_analytic": m["alpha_analytic"],
         "accepted_per_drafted": m["accepted_per_drafted"], "position_acceptance": m["position_acceptance"],
         "c": m["c"], "target_forwards": m["target_forwards"],
@@ -206,7 +206,7 @@ def run_transformers(pair, lane: Lane, prompt_ids: list, temperature: float, tok
     new = len(out["token_ids"])
     updates = len(out["counts"])  # one streamer update per target forward
     return {"engine": "transformers", "seconds": out["seconds"], "new_tokens": new,
-            "tokens_per_s": new / out["seconds"], **latency.stream_stats(out["times"], out["counts"]),
+            "tokens_per_s": new / out["seconds"], **metrics.stream_stats(out["times"], out["counts"]),
             "tau": new / updates if updates else None, "target_forwards": updates,
             "target_forwards_per_token": updates / new if new else None, "token_ids": out["token_ids"],
             "draft_quant": getattr(pair, "draft_quant", "none") if lane.kind.startswith("assisted") else None}

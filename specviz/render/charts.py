@@ -18,7 +18,8 @@ import plotly.graph_objects as go
 from specviz import metrics, theory
 from specviz.render import steps as st
 from specviz.render.html import num, text
-from specviz.render.race import arrival_gaps, percentile, stream_updates
+from specviz.metrics import percentile
+from specviz.render.race import arrival_gaps, stream_updates
 
 K_CURVES = (1, 2, 4, 8)
 K_COLORS = {1: "#94a3b8", 2: "#0ea5e9", 4: "#7c3aed", 8: "#db2777"}

@@ -12,7 +12,7 @@ events); `lane_html` and `verdict` render.
 
 A lane also shows its stream as its reader sees it (`gap_strip`): a speculative step delivers
 several tokens at one `step_finished`, then nothing until the next. `stream_latency` gives the
-numbers behind it from the events alone (the same definitions as specviz.bench.latency):
+numbers behind it from the events alone (specviz.metrics.stream_stats, plus arrivals):
 
     ttft          elapsed at the first update (prefill plus the first step)
     gap_*         wait between consecutive visible updates (after the first)
@@ -28,6 +28,7 @@ import time
 from typing import Callable, Iterable, Iterator, Optional
 
 from specviz import metrics
+from specviz.metrics import percentile
 from specviz.render import steps as st
 from specviz.render.chips import chip
 from specviz.render.html import Rendered, attr, num, quoted, text
@@ -220,40 +221,22 @@ def arrival_gaps(events: Iterable) -> list:
     """Per token after the first update, seconds since the previous token became visible: the
     first token of an update waited the whole gap, the rest arrived with it (0). AR gives one
     gap per token; speculation a long gap, then zeros. Their sum is the decode time."""
-    updates = stream_updates(events)
-    gaps = []
-    for (t0, _, _), (t1, n, _) in zip(updates, updates[1:]):
-        gaps.extend([t1 - t0] + [0.0] * (n - 1))
-    return gaps
+    return _arrivals(stream_updates(events))
 
 
-def percentile(values, q: float) -> Optional[float]:
-    """The q-th percentile (0..100), linear between closest ranks (numpy's default, and
-    specviz.bench.latency.percentile's); None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+def _arrivals(updates: list) -> list:
+    return [g for gap, (_, n, _) in zip(_gaps(updates), updates[1:]) for g in [gap] + [0.0] * (n - 1)]
 
 
 def stream_latency(events: Iterable) -> dict:
     """Latency of a run's stream from its events (seconds; None where there is too little):
-    ttft, gap/itl/arrival p50 and p95, burst, jitter, updates, tokens (module docstring)."""
+    metrics.stream_stats of its visible updates, plus how many updates and tokens, and the
+    arrival percentiles (module docstring)."""
     updates = stream_updates(events)
-    gaps = _gaps(updates)
-    per_token = [gap / n for gap, (_, n, _) in zip(gaps, updates[1:]) for _ in range(n)]
-    arrivals = [g for gap, (_, n, _) in zip(gaps, updates[1:]) for g in [gap] + [0.0] * (n - 1)]
-    later = sum(n for _, n, _ in updates[1:])
-    return {"ttft": updates[0][0] if updates else None, "updates": len(updates),
-            "tokens": sum(n for _, n, _ in updates),
-            "gap_p50": percentile(gaps, 50), "gap_p95": percentile(gaps, 95),
-            "itl_p50": percentile(per_token, 50), "itl_p95": percentile(per_token, 95),
-            "arrival_p50": percentile(arrivals, 50), "arrival_p95": percentile(arrivals, 95),
-            "burst": later / len(gaps) if gaps else None,
-            "jitter": sum(abs(b - a) for a, b in zip(gaps, gaps[1:])) / (len(gaps) - 1) if len(gaps) > 1 else None}
+    arrivals = _arrivals(updates)
+    return {**metrics.stream_stats([t for t, _, _ in updates], [n for _, n, _ in updates]),
+            "updates": len(updates), "tokens": sum(n for _, n, _ in updates),
+            "arrival_p50": percentile(arrivals, 50), "arrival_p95": percentile(arrivals, 95)}
 
 
 def gap_scale(*runs: Iterable) -> Optional[float]:
