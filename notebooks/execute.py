@@ -3,11 +3,12 @@
     python notebooks/execute.py [01 04 ...] [--pair qwen-coder] [--force]     (make executed-notebooks)
 
 The committed .ipynb files stay output-free; these copies are what a reader previews without
-running anything (GitHub shows the HTML's source, so docs/notebooks/README.md links each one
-through a preview service as well). Each copy opens with where it ran: the CPU, the device and
-dtype the notebook's pair loaded with, the date and the specviz commit. Figures are kept as the
-static PNGs `specviz.render.notebook` draws beside them (the interactive Plotly JSON would need
-plotly.js in the page), so a machine with Chrome/Chromium makes the complete copy.
+running anything (docs/notebooks/README.md lists them). The HTML template's styles, the same in
+every copy, are stored once beside them (notebook.css). Each copy opens with where it ran: the
+CPU, the device and dtype the notebook's pair loaded with, the date and the specviz commit.
+Figures are kept as the static PNGs `specviz.render.notebook` draws beside them (the interactive
+Plotly JSON would need plotly.js in the page), so a machine with Chrome/Chromium makes the
+complete copy.
 
 Resumable: a notebook whose copy exists is skipped unless --force (or named on the command line).
 One line per notebook with its time and an ETA for the rest.
@@ -30,6 +31,7 @@ ROOT = HERE.parent
 OUT = ROOT / "docs" / "notebooks"
 CELL_TIMEOUT_S = 1800
 PLOTLY_JSON = "application/vnd.plotly.v1+json"
+STYLESHEET = "notebook.css"  # the HTML template's styles, the same for every copy: stored once
 
 
 def notebooks(names=()) -> list:
@@ -105,11 +107,21 @@ def write_index() -> Path:
         rows.append(f"| [{page.stem}]({page.name}) | [notebook](../../notebooks/{page.stem}.ipynb) | {where} |")
     index = OUT / "README.md"
     index.write_text("# Executed notebooks\n\nEach teaching notebook run top to bottom on the real pair, saved as HTML with its "
-                     "figures as images (`make executed-notebooks` regenerates them; download a page or open it "
-                     "through an HTML preview to read it). The timings are the machine's named beside it.\n\n"
+                     "figures as images and the page style in notebook.css beside them (`make executed-notebooks` "
+                     "regenerates them; download this folder or open a page through an HTML preview to read it). The timings are the machine's named beside it.\n\n"
                      "| copy | source | where it ran (CPU, cores, device and dtype, date, commit) |\n|---|---|---|\n"
                      + "\n".join(rows) + "\n", encoding="utf-8")
     return index
+
+
+def share_css(page: str) -> tuple:
+    """(page, css): the page with the styles of its <head> (the template's) replaced by a link to
+    the one shared STYLESHEET; styles inside cell outputs stay where they are."""
+    end = page.index("</head>")
+    head = page[:end]
+    css = "\n".join(re.findall(r"<style[^>]*>(.*?)</style>", head, re.S))
+    head = re.sub(r"<style[^>]*>.*?</style>\s*", "", head, flags=re.S)
+    return f'{head}<link rel="stylesheet" href="{STYLESHEET}">\n{page[end:]}', css
 
 
 def main(argv=None) -> int:
@@ -132,7 +144,9 @@ def main(argv=None) -> int:
         except Exception as exc:  # a failing cell: say which notebook, keep the copies made so far
             print(f" failed: {str(exc).strip().splitlines()[-1][:300]}", file=sys.stderr)
             return 1
-        (OUT / path.with_suffix(".html").name).write_text(to_html(nb, path, args.pair), encoding="utf-8")
+        page, css = share_css(to_html(nb, path, args.pair))
+        (OUT / STYLESHEET).write_text(css, encoding="utf-8")
+        (OUT / path.with_suffix(".html").name).write_text(page, encoding="utf-8")
         spent.append(time.perf_counter() - start)
         write_index()
         eta = sum(spent) / len(spent) * (len(todo) - i - 1)

@@ -50,3 +50,13 @@ def test_the_index_lists_each_copy_with_where_it_ran(tmp_path, monkeypatch):
     row = next(line for line in index.splitlines() if line.startswith("| [05_trees]"))
     assert "(05_trees.html)" in row and "../../notebooks/05_trees.ipynb" in row
     assert "qwen-coder pair: " in row and "cpu (float32)" in row and execute.cpu_name() in row
+
+
+def test_the_template_styles_are_stored_once_and_output_styles_stay():
+    page = ('<html><head><meta charset="utf-8"><style type="text/css">.jp-Cell{margin:0}</style>\n'
+            "<style>body{color:#000}</style></head><body><div><style>.sv-chip{color:red}</style>x</div></body></html>")
+    shared, css = execute.share_css(page)
+    head, body = shared.split("</head>")
+    assert "<style" not in head and f'<link rel="stylesheet" href="{execute.STYLESHEET}">' in head
+    assert ".jp-Cell{margin:0}" in css and "body{color:#000}" in css and ".sv-chip" not in css
+    assert "<style>.sv-chip{color:red}</style>" in body  # a cell output's own style stays with it
