@@ -24,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="run one generation and print text and metrics")
     gen.add_argument("--pair", default=None, help="preset name or 'target=...,draft=...' "
                      "(default: $SPECVIZ_PAIR or qwen-coder)")
-    gen.add_argument("--method", default="spec", help="ar | spec | tree | pld | lookahead | cascade")
+    gen.add_argument("--method", default="spec", help="ar | spec | tree | pld | lookahead | cascade | "
+                     "medusa | medusa-tree | eagle | eagle-tree")
     gen.add_argument("--k", type=_k, default=4, help="draft length per step, or 'auto'")
     gen.add_argument("--auto-rule", default="cost", help="with --k auto: cost | heuristic | confidence")
     gen.add_argument("--acceptance", default="exact", help="exact | typical (LOSSY)")
@@ -49,7 +50,20 @@ def build_parser() -> argparse.ArgumentParser:
                      help="auto | full | low: low holds both models as int8 weights (CPU; fits an 8 GB laptop; "
                           "the int8 target is then the model decoded); default: $SPECVIZ_MEMORY, else auto "
                           "(low when the float pair would not fit in available memory)")
+    gen.add_argument("--heads", default="", help="medusa / eagle: a folder of trained heads "
+                     "(what `train --out` wrote); default: the ones shipped for the pair")
     gen.add_argument("--jsonl", action="store_true", help="print one event per line instead")
+    tr = sub.add_parser("train", help="train Medusa heads or an EAGLE layer for a pair (resumable)")
+    tr.add_argument("kind", choices=["medusa", "eagle"])
+    tr.add_argument("--pair", default=None, help="preset name (default: $SPECVIZ_PAIR or qwen-coder)")
+    tr.add_argument("--tokens", type=int, default=120_000, help="training corpus size in tokens (held-out split included)")
+    tr.add_argument("--epochs", type=float, default=3.0)
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--draft-vocab", type=int, default=16384,
+                    help="the heads read the target's most frequent tokens only (0: all)")
+    tr.add_argument("--out", default=None, help="folder for the heads, manifest and report "
+                    "(default: the pair's training folder under the specviz cache)")
+    tr.add_argument("--no-check", action="store_true", help="skip the greedy runs on the pair at the end")
     return parser
 
 
@@ -94,15 +108,18 @@ def cmd_pairs(args) -> int:
 
 def cmd_generate(args) -> int:
     from specviz import engine, trace
-    from specviz.config import RunConfig, check_prompt_text
+    from specviz.config import HEAD_METHODS, RunConfig, check_prompt_text
+    from specviz.heads import check_heads_file
     from specviz.metrics import RunStats
-    from specviz.models import load_pair
+    from specviz.models import default_pair_name, load_pair
 
     check_prompt_text(args.prompt)  # bad input fails here, before gigabytes of weights load
     cfg = RunConfig.of(method=args.method, k=args.k, temperature=args.temperature, top_k=args.top_k,
                        top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
                        record_topk=args.record_topk if args.jsonl else 0, auto_rule=args.auto_rule,
-                       acceptance=args.acceptance, ngram=args.ngram, tree=args.tree)
+                       acceptance=args.acceptance, ngram=args.ngram, tree=args.tree, heads=args.heads)
+    if cfg.method in HEAD_METHODS:  # a missing or corrupt heads file fails before the weights load
+        check_heads_file(HEAD_METHODS[cfg.method], args.pair or default_pair_name(), args.heads or None)
     pair = load_pair(args.pair, device=args.device, dtype=args.dtype, draft_quant=args.draft_quant,
                      cpu_linear=args.cpu_linear, memory=args.memory)
     stream = engine.generate(pair, args.prompt, cfg)
@@ -122,6 +139,22 @@ def cmd_generate(args) -> int:
     return 0
 
 
+def cmd_train(args) -> int:
+    from specviz.models import default_pair_name
+    from specviz.train import train
+
+    heads, report = train(args.kind, args.pair or default_pair_name(), tokens=args.tokens, epochs=args.epochs,
+                          out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check)
+    held = report["held_out"]
+    print(f"{args.kind}: held-out top-1 per depth {held['accuracy']}, a greedy chain accepts "
+          f"{held['accepted']:.2f} tokens per step (held-out estimate)")
+    for run in report.get("engine", []):
+        print(f"  {run['prompt']}: {run['accepted_per_step']:.2f} accepted per step on the pair (k={run['k']})")
+    print(f"heads, manifest and report in {report['out']}; use them with "
+          f"`python -m specviz generate --method {args.kind} --heads {report['out']} ...`")
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # the benchmark suite has its own options: python -m specviz.bench
@@ -130,7 +163,8 @@ def main(argv=None) -> int:
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
-        return {"app": cmd_app, "pairs": cmd_pairs, "generate": cmd_generate}[args.command](args)
+        commands = {"app": cmd_app, "pairs": cmd_pairs, "generate": cmd_generate, "train": cmd_train}
+        return commands[args.command](args)
     except SpecvizError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

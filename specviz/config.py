@@ -33,7 +33,7 @@ def parse_shape(shape) -> list:
     return [int(b) for b in shape]
 
 
-METHODS = ("ar", "spec", "tree", "pld", "lookahead", "cascade")
+METHODS = ("ar", "spec", "tree", "pld", "lookahead", "cascade", "medusa", "medusa-tree", "eagle", "eagle-tree")
 METHOD_HELP = {
     "ar": "autoregressive: one target forward per token (the baseline)",
     "spec": "draft model proposes k tokens, the target verifies them in one pass",
@@ -41,7 +41,12 @@ METHOD_HELP = {
     "pld": "prompt lookup: copy the continuation of an earlier n-gram, no draft model",
     "lookahead": "lookahead (greedy): Jacobi window + n-gram pool verified in one pass, no draft model",
     "cascade": "n-gram -> draft model -> target: prompt lookup speeds up the draft model",
+    "medusa": "Medusa heads on the target's last hidden state draft k tokens at once (trained here)",
+    "medusa-tree": "Medusa heads' top candidates as a static tree, verified with tree attention",
+    "eagle": "EAGLE: a one-layer draft at the target's feature level drafts k tokens (trained here)",
+    "eagle-tree": "EAGLE-2: a dynamic tree from the EAGLE layer, by cumulative draft probability",
 }
+HEAD_METHODS = {"medusa": "medusa", "medusa-tree": "medusa", "eagle": "eagle", "eagle-tree": "eagle"}
 AUTO_METHODS = ("spec", "cascade")
 ACCEPTANCE = ("exact", "typical")
 MAX_K = 32
@@ -79,6 +84,7 @@ class RunConfig:
     tree_width: int = 4
     lookahead_window: int = 5
     lookahead_pool: int = 5
+    heads: str = ""  # medusa / eagle: a folder of trained heads (manifest.json); "": the ones shipped for the pair
     warp: Warp = field(init=False, repr=False, compare=False)  # temperature, top_k, top_p together
 
     def __post_init__(self):
@@ -88,7 +94,7 @@ class RunConfig:
         fix("top_p", float(self.top_p))
         fix("confidence", float(self.confidence))
         fix("chat", bool(self.chat))
-        if self.method == "tree" and self.tree != "dynamic":
+        if self.method in ("tree", "medusa-tree") and self.tree != "dynamic":
             fix("tree", ",".join(map(str, parse_shape(self.tree))))
         fix("warp", Warp(self.temperature, self.top_k, self.top_p))
 
@@ -122,16 +128,17 @@ class RunConfig:
             out["ngram"] = self.ngram
         if self.method == "lookahead":
             out.update(window=self.lookahead_window, pool=self.lookahead_pool)
-        if self.method == "tree":
+        if self.method in ("tree", "medusa-tree"):
             out["tree"] = self.tree
-            if self.tree == "dynamic":
-                out.update(tree_budget=self.tree_budget, tree_depth=self.tree_depth,
-                           tree_width=self.tree_width)
+        if (self.method == "tree" and self.tree == "dynamic") or self.method == "eagle-tree":
+            out.update(tree_budget=self.tree_budget, tree_depth=self.tree_depth, tree_width=self.tree_width)
+        if self.method in HEAD_METHODS and self.heads:
+            out["heads"] = self.heads
         return out
 
 
 MAX_TREE_NODES = 64
-TREE_METHODS = ("tree", "lookahead")
+TREE_METHODS = ("tree", "lookahead", "medusa-tree", "eagle-tree")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,8 +173,10 @@ def _check(cfg: RunConfig) -> None:
         raise InputError(f"seed must be a non-negative whole number, got {cfg.seed!r}.")
     if not _is_int(cfg.record_topk) or not 0 <= cfg.record_topk <= MAX_TOPK:
         raise InputError(f"record_topk must be from 0 to {MAX_TOPK}, got {cfg.record_topk!r}.")
-    if method == "tree":
+    if method in ("tree", "medusa-tree", "eagle-tree"):
         _check_tree(cfg)
+    if not isinstance(cfg.heads, str):
+        raise InputError(f"heads must be a folder path (or '' for the shipped heads), got {cfg.heads!r}.")
     if method == "lookahead":
         _check_lookahead(cfg)
 
@@ -189,9 +198,12 @@ def _check_lookahead(cfg: RunConfig) -> None:
 
 def _check_tree(cfg: RunConfig) -> None:
     if cfg.acceptance != "exact":
-        raise InputError("The tree method verifies exactly; typical acceptance is for chains.")
+        raise InputError(f"The {cfg.method} method verifies exactly; typical acceptance is for chains.")
     tree = cfg.tree
-    if tree != "dynamic":
+    if cfg.method == "medusa-tree" and tree == "dynamic":
+        raise InputError("Medusa's trees are static (children per depth like '3,2,1'); "
+                         "eagle-tree is the dynamic one.")
+    if cfg.method != "eagle-tree" and tree != "dynamic":
         try:
             shape = parse_shape(tree)
         except (TypeError, ValueError):

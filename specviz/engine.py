@@ -28,7 +28,7 @@ from specviz import events as ev
 from specviz import metrics, sampling
 from specviz.adaptive import AdaptiveK
 from specviz.config import (  # noqa: F401  (METHODS, METHOD_HELP... are part of this module's API)
-    ACCEPTANCE, AUTO_METHODS, MAX_K, MAX_NEW_TOKENS, MAX_TOPK, MAX_TREE_NODES, METHOD_HELP, METHODS,
+    ACCEPTANCE, AUTO_METHODS, HEAD_METHODS, MAX_K, MAX_NEW_TOKENS, MAX_TOPK, MAX_TREE_NODES, METHOD_HELP, METHODS,
     TREE_METHODS, RunConfig, check_context, check_prompt_text, prompt_to_ids, vocab_size)
 from specviz.drafters import (CascadeDrafter, LookaheadDrafter, ModelDrafter, NoDrafter, PromptLookupDrafter,
                               TreeDrafter)
@@ -88,7 +88,31 @@ def make_drafter(pair, cfg: RunConfig, policy=None):
         dynamic = cfg.tree == "dynamic"
         return TreeDrafter(pair.draft, eos, () if dynamic else parse_shape(cfg.tree), dynamic,
                            cfg.tree_budget, cfg.tree_depth, cfg.tree_width)
+    if cfg.method in HEAD_METHODS:
+        return _heads_drafter(pair, cfg, eos)
     return NoDrafter()
+
+
+def _heads_drafter(pair, cfg: RunConfig, eos):
+    from specviz.drafters.heads import EagleDrafter, MedusaDrafter
+    from specviz.heads import heads_for
+
+    kind = HEAD_METHODS[cfg.method]
+    heads = heads_for(pair, kind, cfg.heads or None)
+    bound = heads.bind(pair.target)
+    tree = dict(budget=cfg.tree_budget, depth=cfg.tree_depth, width=cfg.tree_width)
+    if kind == "eagle":
+        if cfg.method == "eagle":
+            return EagleDrafter(bound, eos, chain_k=cfg.k)
+        return EagleDrafter(bound, eos, dynamic=True, **tree)
+    shape = [1] * cfg.k if cfg.method == "medusa" else parse_shape(cfg.tree)
+    if len(shape) > heads.depth:
+        what = f"k={cfg.k}" if cfg.method == "medusa" else f"a tree {len(shape)} deep"
+        raise InputError(f"These Medusa heads draft at most {heads.depth} tokens deep (one per head), "
+                         f"so {what} is too deep: use at most {heads.depth}.")
+    if cfg.method == "medusa":
+        return MedusaDrafter(bound, eos, chain_k=cfg.k)
+    return MedusaDrafter(bound, eos, shape=shape)
 
 
 def make_verifier(cfg: RunConfig):
@@ -158,12 +182,15 @@ class _Run:
         k, why = self._plan()
         proposal = self.drafter.propose(self.committed, k, self.cfg.warp, self.generator).end_at(self.eos)
         tree = proposal.tree
-        target_probs, verify_time, fed = self._score(tree)
+        target_probs, verify_time, fed, states = self._score(tree)
         verdict = self.verifier.verify(tree, proposal.dists, target_probs, self.generator, self.eos)
         emitted = [tree.tokens[n] for n in verdict.path]
         emitted += [] if verdict.next_token is None else [verdict.next_token]
         self.committed.extend(emitted)
         self._keep(base, verdict.path)
+        if states is not None:  # the features of the tokens the target's cache kept, in order
+            pending = fed - len(tree)
+            self.drafter.see_features(states[list(range(pending)) + [pending + n for n in verdict.path]])
         self.drafter.observe(self.committed, proposal, verdict.path, target_probs)
         self.finish = ("eos" if any(t in self.eos for t in emitted)
                        else "length" if len(self.committed) - len(self.prompt_ids) >= self.cfg.max_new_tokens
@@ -189,20 +216,22 @@ class _Run:
         return min(k, room), {"k_rule": self.policy.rule, "k_chosen": k, "why": why}
 
     def _score(self, tree) -> tuple:
-        """One target pass over the uncached tail and every node: p at len(tree) + 1 places."""
+        """One target pass over the uncached tail and every node: p at len(tree) + 1 places, and
+        the last hidden state of every fed token when the drafter reads them (else None)."""
         start = time.perf_counter()
         n, pending = len(tree), self.committed[self.target.length:]
         feed = pending + tree.tokens
-        if tree.is_chain():
-            logits = self.target.forward(feed, keep=n + 1)
-        else:
+        extra = {"hidden": True} if self.drafter.uses_features else {}
+        if not tree.is_chain():
             attend, _ = attention(tree, self.target.length, len(pending), {}, list(range(n)))
             positions = (list(range(self.target.length, len(self.committed)))
                          + tree.position_ids(len(self.committed) - 1))
-            logits = self.target.forward(feed, attend=attend, positions=positions, keep=n + 1)
+            extra.update(attend=attend, positions=positions)
+        out = self.target.forward(feed, keep=n + 1, **extra)
+        logits, states = out if self.drafter.uses_features else (out, None)
         probs = sampling.warp(logits[-(n + 1):], self.cfg.warp)  # row 0: the root, 1 + i: node i
         synchronize(self.pair.device)
-        return probs, time.perf_counter() - start, len(feed)
+        return probs, time.perf_counter() - start, len(feed), states
 
     def _keep(self, base: int, path: list) -> None:
         """The target's cache keeps the committed tokens and the accepted path's entries."""

@@ -28,20 +28,31 @@ class CachedLM:
 
     @torch.inference_mode()
     def forward(self, ids: list, last_only: bool = False, attend=None, positions=None,
-                keep: int = 0) -> torch.Tensor:
+                keep: int = 0, hidden: bool = False):
         """Feed `ids` after the cache; return float32 logits (T, V), only the last `keep` rows
         if keep > 0 (the output head is then applied to those rows only), (1, V) if last_only.
 
         For tree attention, `attend` is the (T, length + T) bool mask of what each fed token may
         see and `positions` their position ids (see specviz.tree.attention).
+
+        hidden=True returns (logits, states): also the last hidden state of every fed token (T, d),
+        what the output head reads, in the model's dtype. Drafters that read the target's
+        features (Medusa heads, EAGLE) get them from the verification pass this way.
         """
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
         extra = {}
         if attend is not None:
             extra["attention_mask"] = attend.to(self.device)[None, None]  # (1, 1, T, length + T)
             extra["position_ids"] = torch.tensor([positions], dtype=torch.long, device=self.device)
+        rows = 1 if last_only else keep
+        if hidden:
+            states = self.model.get_decoder()(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
+                                              **extra).last_hidden_state[0]
+            self.length += len(ids)
+            logits = self.model.get_output_embeddings()(states[-rows:] if rows else states)
+            return logits.float(), states
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
-                         logits_to_keep=1 if last_only else keep, **extra)
+                         logits_to_keep=rows, **extra)
         self.length += len(ids)
         return out.logits[0].float()  # (T, V)
 
@@ -125,8 +136,9 @@ class GraphLM:
 
     @torch.inference_mode()
     def forward(self, ids: list, last_only: bool = False, attend=None, positions=None,
-                keep: int = 0) -> torch.Tensor:
-        """As CachedLM.forward."""
+                keep: int = 0, hidden: bool = False):
+        """As CachedLM.forward. A pass that returns hidden states (for Medusa / EAGLE drafters)
+        runs eagerly over the static cache: the graphs capture the logits only."""
         n, rows = len(ids), 1 if last_only else keep
         if self.length + n > self.state.max_len:
             from specviz.errors import InputError
@@ -134,13 +146,19 @@ class GraphLM:
             raise InputError(f"The CUDA-graph runner holds {self.state.max_len} tokens; this run needs more: "
                              "use a shorter prompt or fewer new tokens, or run without CUDA graphs.")
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
-        if attend is not None or n > GRAPH_MAX_TOKENS or not self._initialized():
+        if hidden or attend is not None or n > GRAPH_MAX_TOKENS or not self._initialized():
             extra = {}
             if attend is not None:  # tree attention: the mask covers the whole static cache
                 mask = torch.zeros((n, self.state.max_len), dtype=torch.bool, device=self.device)
                 mask[:, :self.length + n] = attend.to(self.device)
                 extra = {"attention_mask": mask[None, None],
                          "position_ids": torch.tensor([positions], dtype=torch.long, device=self.device)}
+            if hidden:
+                states = self.model.get_decoder()(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
+                                                  **extra).last_hidden_state[0]
+                self.length += n
+                logits = self.model.get_output_embeddings()(states[-rows:] if rows else states)
+                return logits.float(), states
             out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
                              logits_to_keep=rows, **extra).logits
         else:

@@ -33,6 +33,20 @@ class TableLM:
     def make_runner(self) -> "TableRunner":
         return TableRunner(self)
 
+    # Drafters that read the target's hidden states (specviz.drafters.heads) see a table's logits
+    # row as its "hidden state": its output head is the identity and its embedding one-hot.
+    @property
+    def hidden_size(self) -> int:
+        return self.vocab_size
+
+    def get_output_embeddings(self) -> torch.nn.Linear:
+        head = torch.nn.Linear(self.vocab_size, self.vocab_size, bias=False)
+        head.weight.data = torch.eye(self.vocab_size)
+        return head
+
+    def get_input_embeddings(self) -> torch.nn.Embedding:
+        return torch.nn.Embedding.from_pretrained(torch.eye(self.vocab_size))
+
     def logits_after(self, context: list) -> torch.Tensor:
         need = self.order - 1
         ctx = ([0] * need + list(context))[len(context):] if need else []
@@ -58,7 +72,7 @@ class TableRunner:
         return len(self.history)
 
     def forward(self, ids: list, last_only: bool = False, attend=None, positions=None,
-                keep: int = 0) -> torch.Tensor:
+                keep: int = 0, hidden: bool = False):
         start = len(self.history)
         self.history.extend(int(t) for t in ids)
         rows = []
@@ -69,7 +83,8 @@ class TableRunner:
                 context = [self.history[j] for j in torch.nonzero(attend[r]).flatten().tolist()]
             rows.append(self.model.logits_after(context))
         out = torch.stack(rows)  # (T, V)
-        return out[-1:] if last_only else out[-keep:] if keep else out
+        logits = out[-1:] if last_only else out[-keep:] if keep else out
+        return (logits, out) if hidden else logits
 
     def crop(self, length: int) -> None:
         del self.history[length:]

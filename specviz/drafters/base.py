@@ -65,9 +65,15 @@ class Drafter:
                                                  what the target kept: `path` (accepted nodes);
                                                  committed includes them and the next token
         step_info()                              extra facts for this step's event (JSON-safe)
+
+    A drafter that reads the target's hidden states (Medusa heads, EAGLE) sets `uses_features`:
+    the engine then asks the verification pass for them (no extra target forward) and hands it
+    `see_features(rows)` after each step: the last hidden state of every token the target's cache
+    gained, in order (every committed token but the last one has its feature).
     """
 
     name = "drafter"
+    uses_features = False
 
     def start(self, prompt_ids: list) -> None:
         pass
@@ -76,6 +82,9 @@ class Drafter:
         raise NotImplementedError
 
     def observe(self, committed: list, proposal: Proposal, path: list, target_probs) -> None:
+        pass
+
+    def see_features(self, rows) -> None:
         pass
 
     def step_info(self) -> dict:

@@ -54,11 +54,11 @@ class TreeDrafter(Drafter):
         """A tree at most k deep. Its notes say where its nodes sit in the draft cache
         (`linear` committed tokens, then node -> column), for observe() to keep the accepted path."""
         start = time.perf_counter()
-        tree, slots, linear = DraftTree(), {}, len(committed)
-        if k <= 0:  # nothing drafted, nothing fed: the draft cache stays as it is
-            return Proposal(tree, shape=self.kind, notes={"linear": self.runner.length, "slots": slots})
-        root = self.runner.forward(committed[self.runner.length:], last_only=True)[-1]
-        dists, forwards = {ROOT: sampling.warp(root, warp)}, 1
+        tree, slots, linear = DraftTree(), {}, self._linear(committed)
+        if k <= 0 or not self._ready():  # nothing drafted, nothing fed: the draft cache stays as it is
+            return Proposal(tree, shape=self.kind, notes={"linear": self._cached(), "slots": slots})
+        self.forwards = 0
+        dists = {ROOT: self._root(committed, warp)}
         levels = min(self.depth if self.dynamic else len(self.shape), k)
         frontier = [ROOT]
         for depth in range(1, levels + 1):
@@ -72,12 +72,36 @@ class TreeDrafter(Drafter):
             if depth == levels or not frontier or not self._room(tree, warp, 1):
                 break
             dists.update(self._expand(tree, frontier, warp, linear, slots))
-            forwards += 1
         if self.dynamic and (warp.greedy or self.rerank_sampled):
             tree, dists, slots = self._prune(tree, dists, slots)
-        synchronize(self.runner.device)
-        return Proposal(tree, dists, forwards, time.perf_counter() - start, shape=self.kind,
-                        notes={"linear": linear, "slots": slots})
+        synchronize(self.device)
+        return Proposal(tree, dists, self.forwards, time.perf_counter() - start, self._sources(tree),
+                        shape=self.kind, notes={"linear": linear, "slots": slots})
+
+    # What a tree drafter built on another network overrides (specviz.drafters.heads): where the
+    # root's q comes from, how a level of nodes is scored, how its cache is counted.
+
+    def _ready(self) -> bool:
+        return True
+
+    def _linear(self, committed: list) -> int:
+        """Committed entries the draft cache holds once the root's forward ran."""
+        return len(committed)
+
+    def _cached(self) -> int:
+        return self.runner.length
+
+    @property
+    def device(self):
+        return self.runner.device
+
+    def _root(self, committed: list, warp) -> torch.Tensor:
+        """q after the last committed token: one draft forward over the uncached committed tail."""
+        self.forwards += 1
+        return sampling.warp(self.runner.forward(committed[self.runner.length:], last_only=True)[-1], warp)
+
+    def _sources(self, tree: DraftTree) -> list:
+        return []
 
     def _room(self, tree: DraftTree, warp, width: int) -> int:
         """Children the next node may get: under sampling the budget is spent as the tree grows."""
@@ -103,6 +127,7 @@ class TreeDrafter(Drafter):
 
     def _expand(self, tree: DraftTree, nodes: list, warp, linear: int, slots: dict) -> dict:
         """One draft forward over `nodes` with tree attention: q at each of them (`slots` grows)."""
+        self.forwards += 1
         attend, new_slots = attention(tree, linear, 0, slots, nodes)
         slots.update(new_slots)
         positions = [linear - 1 + tree.depth(n) for n in nodes]

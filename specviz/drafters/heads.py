@@ -1,0 +1,158 @@
+"""Drafters that read the target's own hidden states: Medusa heads and EAGLE (specviz.heads).
+
+Both take the target's last hidden state of every committed token from the verification pass the
+engine already runs (`uses_features`), so drafting costs no extra target forward, only the
+heads' own small ones. Both are tree drafters (specviz.drafters.tree) over a different network:
+
+  medusa  one forward of the K heads on f_t, the feature of the last token the target has
+          cached, gives q for depths 1..K at once (head d drafts depth d). A static tree gives
+          every node at depth d - 1 the same candidates, the top of head d (Medusa's trees).
+  eagle   the root's forward feeds the (f_j, x_{j+1}) pairs the target produced since the last
+          step and predicts the next feature; each further depth is one forward over the level's
+          nodes with tree attention, each fed (its parent's predicted feature, its token). The
+          dynamic tree keeps the nodes of highest cumulative draft probability (EAGLE-2).
+
+As chains (methods `medusa` and `eagle`) they are the same drafters with one child per node and
+report a chain. q is what the drafter samples from, warped like p, and is 0 outside the heads'
+draft vocabulary: the rejection rule stays exact under greedy and under sampling.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specviz import sampling
+from specviz.drafters.base import Proposal
+from specviz.drafters.tree import TreeDrafter
+from specviz.tree import ROOT, DraftTree, attention
+
+
+class _FeatureDrafter(TreeDrafter):
+    uses_features = True
+    label = "depth"
+
+    def __init__(self, heads, eos_token_ids=(), shape=None, dynamic=False, budget=16, depth=6, width=4, chain_k=None):
+        """A chain of up to `chain_k` tokens when `chain_k` is given, else a tree (static `shape`, or dynamic)."""
+        self.heads = heads  # a specviz.heads.BoundHeads
+        self.eos = set(eos_token_ids)
+        self.chain = chain_k is not None
+        self.shape = [1] * chain_k if self.chain else list(shape or ())
+        self.dynamic, self.budget, self.depth, self.width = dynamic, budget, depth, width
+
+    @property
+    def device(self):
+        return self.heads.device
+
+    def propose(self, committed, k, warp, generator) -> Proposal:
+        proposal = super().propose(committed, k, warp, generator)
+        if self.chain:  # a one-path tree, reported as the chain it is
+            proposal.shape = None
+        return proposal
+
+    def _q(self, feats: torch.Tensor, warp) -> torch.Tensor:
+        return sampling.warp(self.heads.logits(feats), warp)
+
+    def _sources(self, tree: DraftTree) -> list:
+        return [f"{self.label} {tree.depth(n)}" for n in range(len(tree))]
+
+    def step_info(self) -> dict:
+        return {"heads": self.heads.kind, "draft_vocab": self.heads.draft_vocab}
+
+
+class MedusaDrafter(_FeatureDrafter):
+    name = "Medusa heads"
+    label = "head"
+
+    def start(self, prompt_ids: list) -> None:
+        self.feature = None  # the first step is the target's prefill: nothing to draft from yet
+
+    def see_features(self, rows) -> None:
+        self.feature = rows[-1]
+
+    def _ready(self) -> bool:
+        return self.feature is not None
+
+    def _cached(self) -> int:
+        return 0
+
+    def _root(self, committed, warp) -> torch.Tensor:
+        self.forwards += 1
+        with torch.inference_mode():
+            self.per_depth = self._q(self.heads.net(self.feature.to(self.heads.dtype)), warp)  # (K, V)
+        return self.per_depth[0]
+
+    def _expand(self, tree, nodes, warp, linear, slots) -> dict:
+        """No forward: a node at depth d gets head d + 1's q, whatever its own token."""
+        return {n: self.per_depth[tree.depth(n)] for n in nodes}
+
+    def observe(self, committed, proposal, path, target_probs) -> None:
+        pass
+
+    @property
+    def kind(self) -> str:
+        return ("medusa static " + ",".join(map(str, self.shape))) if not self.chain else "medusa chain"
+
+
+class EagleDrafter(_FeatureDrafter):
+    name = "EAGLE"
+
+    def start(self, prompt_ids: list) -> None:
+        self.cache = None  # the layer's (keys, values): `fed` committed pairs, then this step's nodes
+        self.fed = 0
+        self.pending = []  # target features not yet fed to the layer
+
+    def see_features(self, rows) -> None:
+        self.pending.append(rows)
+
+    def _ready(self) -> bool:
+        return bool(self.pending) or self.fed > 0
+
+    def _linear(self, committed) -> int:
+        return len(committed) - 1  # pairs (f_j, x_{j+1}) for every cached target token j
+
+    def _cached(self) -> int:
+        return self.fed
+
+    @torch.inference_mode()
+    def _root(self, committed, warp) -> torch.Tensor:
+        """Feed the pairs the target produced since the last step; q after the last committed token."""
+        self.forwards += 1
+        net, device = self.heads.net, self.heads.device
+        feats = torch.cat(self.pending).to(self.heads.dtype)
+        self.pending = []
+        m = feats.shape[0]
+        assert self.fed + m == len(committed) - 1, "one target feature per committed token but the last"
+        tokens = torch.tensor(committed[self.fed + 1:self.fed + 1 + m], device=device)
+        positions = torch.arange(self.fed + 1, self.fed + 1 + m, device=device)
+        out, self.cache = net(feats, self.heads.embed(tokens), positions, self.cache)
+        self.fed += m
+        self.predicted = {ROOT: out[-1]}
+        return self._q(out[-1], warp)
+
+    @torch.inference_mode()
+    def _expand(self, tree, nodes, warp, linear, slots) -> dict:
+        """One forward over `nodes`, each fed (its parent's predicted feature, its token)."""
+        self.forwards += 1
+        attend, new_slots = attention(tree, linear, 0, slots, nodes)
+        slots.update(new_slots)
+        device = self.heads.device
+        feats = torch.stack([self.predicted[tree.parents[n]] for n in nodes])
+        tokens = torch.tensor([tree.tokens[n] for n in nodes], device=device)
+        positions = torch.tensor([linear + tree.depth(n) for n in nodes], device=device)
+        out, self.cache = self.heads.net(feats, self.heads.embed(tokens), positions, self.cache, attend.to(device))
+        self.predicted.update(zip(nodes, out))
+        q = self._q(out, warp)
+        return {n: q[i] for i, n in enumerate(nodes)}
+
+    def observe(self, committed, proposal, path, target_probs) -> None:
+        """Drop the drafted nodes: accepted ones come back next step with the target's true features."""
+        if self.cache is not None:
+            self.cache = (self.cache[0][:, :self.fed], self.cache[1][:, :self.fed])
+
+    @property
+    def kind(self) -> str:
+        if self.chain:
+            return "eagle chain"
+        if self.dynamic:
+            return f"eagle dynamic (budget {self.budget}, depth {self.depth}, width {self.width})"
+        return "eagle static " + ",".join(map(str, self.shape))

@@ -1,0 +1,330 @@
+"""Drafting networks that read the target's hidden states, and their files.
+
+Medusa (Cai et al. 2024, Medusa-1: the target frozen). The target's output head reads token
+t+1 from f_t, the last hidden state at position t; Medusa head k reads token t+1+k from the same
+f_t: a residual SiLU block, f_t + SiLU(W_k f_t + b_k), then the target's own output head. All K
+heads run at once on one feature, so a whole draft costs one small forward.
+
+EAGLE (Li et al. 2024, EAGLE-1/2). Drafting happens at the feature level: from the pair
+(f_t, embedding of x_{t+1}) a one-layer decoder (fc -> attention -> SiLU-gated MLP, with its own
+KV cache over the committed positions) predicts f_{t+1}, and the target's output head reads
+x_{t+2} from it. The next draft step feeds (predicted f_{t+1}, drafted x_{t+2}), and so on: one
+small forward per depth. Its layer is narrower than the target's (`width`) so the shipped file
+stays small; the fc maps the target's width in and `out` maps back.
+
+Both read tokens through the target's frozen output head, restricted to a draft vocabulary: the
+`vocab` most frequent target argmaxes of the training data (FR-Spec, EAGLE-3). That is most of
+the saving: the full head (151,936 x 1,536 for the 1.5B target) costs about a sixth of a target
+forward on a CPU, the top 16k rows a tenth of that. Tokens outside get q = 0; when the target
+wants one, the rejection rule rejects and resamples exactly, so nothing is lost but acceptance.
+
+Files: `<kind>.safetensors` (the network, the draft vocabulary, the architecture in its metadata)
+beside a `manifest.json` that records how they were made and the sha256 of each file. Loading
+checks the hash and that the heads fit the pair (hidden size, vocabulary size and a fingerprint
+of the target's output head); anything wrong is one `HeadsError` naming the command that retrains.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specviz.errors import SpecvizError
+
+KINDS = ("medusa", "eagle")
+PACKAGED = Path(__file__).parent / "data" / "heads"  # <pair>/manifest.json + <kind>.safetensors
+
+
+class HeadsError(SpecvizError):
+    """Heads that are missing, corrupt or made for another target."""
+
+
+def retrain_hint(kind: str, pair_name: str) -> str:
+    return f"python -m specviz train {kind} --pair {pair_name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# the networks
+
+class RMSNorm(nn.Module):
+    def __init__(self, width: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x.float() * scale).to(x.dtype) * self.weight
+
+
+class MedusaHeads(nn.Module):
+    """K residual SiLU blocks on one feature: (..., d) -> (..., K, d), head k's guess of the
+    feature the output head should read for token t+1+k."""
+
+    def __init__(self, hidden: int, heads: int = 4):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Linear(hidden, hidden) for _ in range(heads))
+        for block in self.blocks:  # start as the identity: every head first guesses token t+1
+            nn.init.zeros_(block.weight)
+            nn.init.zeros_(block.bias)
+
+    @property
+    def heads(self) -> int:
+        return len(self.blocks)
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        return torch.stack([f + F.silu(block(f)) for block in self.blocks], dim=-2)
+
+
+def _rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary position embedding of (heads, T, dh) at `positions` (T,)."""
+    dh = x.shape[-1]
+    inv = 1.0 / theta ** (torch.arange(0, dh, 2, device=x.device, dtype=torch.float32) / dh)
+    angles = positions.to(torch.float32)[:, None] * inv[None]  # (T, dh/2)
+    cos, sin = torch.cat([angles.cos()] * 2, -1).to(x.dtype), torch.cat([angles.sin()] * 2, -1).to(x.dtype)
+    half = dh // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class EagleNet(nn.Module):
+    """fc over [f_t ; e(x_{t+1})] -> one pre-norm decoder layer -> predicted f_{t+1}."""
+
+    def __init__(self, hidden: int, width: int = 512, heads: int = 8, mlp: int = 1536, theta: float = 10000.0):
+        super().__init__()
+        self.width, self.n_heads, self.theta = width, heads, theta
+        self.norm_f, self.norm_e = RMSNorm(hidden), RMSNorm(hidden)
+        self.fc = nn.Linear(2 * hidden, width)
+        self.norm_attn, self.norm_mlp, self.norm_out = RMSNorm(width), RMSNorm(width), RMSNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.o = nn.Linear(width, width, bias=False)
+        self.gate_up = nn.Linear(width, 2 * mlp, bias=False)
+        self.down = nn.Linear(mlp, width, bias=False)
+        self.out = nn.Linear(width, hidden)
+
+    def forward(self, f: torch.Tensor, e: torch.Tensor, positions: torch.Tensor, cache=None,
+                mask: Optional[torch.Tensor] = None) -> tuple:
+        """f, e: (T, d) features and token embeddings of T fed pairs at `positions`.
+        cache: (keys, values) of earlier pairs, (heads, S, dh) each, or None. mask: (T, S + T)
+        bool (None: causal). Returns (predicted features (T, d), (keys, values) with these added)."""
+        x = self.fc(torch.cat([self.norm_f(f), self.norm_e(e)], dim=-1))
+        t, dh = x.shape[0], self.width // self.n_heads
+        q, k, v = self.qkv(self.norm_attn(x)).view(t, 3, self.n_heads, dh).permute(1, 2, 0, 3)
+        q, k = _rope(q, positions, self.theta), _rope(k, positions, self.theta)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=1), torch.cat([cache[1], v], dim=1)
+        if mask is None:
+            s = k.shape[1]
+            mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)
+        attn = F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask[None, None])[0]
+        x = x + self.o(attn.transpose(0, 1).reshape(t, self.width))
+        gate, up = self.gate_up(self.norm_mlp(x)).chunk(2, dim=-1)
+        x = x + self.down(F.silu(gate) * up)
+        return self.out(self.norm_out(x)), (k, v)
+
+
+NETS = {"medusa": MedusaHeads, "eagle": EagleNet}
+
+
+# ---------------------------------------------------------------------------------------------
+# a trained set, bound to a target
+
+def head_fingerprint(target) -> list:
+    """A few entries of the target's output head (8 rows spread over the vocabulary, 16 columns):
+    enough to tell a different model from the same one in another dtype or quantisation."""
+    weight = target.get_output_embeddings().weight
+    rows = torch.linspace(0, weight.shape[0] - 1, 8).long().tolist()
+    with torch.no_grad():
+        return [round(float(x), 5) for r in rows for x in weight[r, :16].float().tolist()]
+
+
+def fingerprint_matches(a: list, b: list) -> bool:
+    if len(a) != len(b):
+        return False
+    x, y = torch.tensor(a), torch.tensor(b)
+    return float(F.cosine_similarity(x, y, dim=0)) > 0.9  # GGUF Q4_K_M vs bf16 of one model: > 0.99
+
+
+@dataclass
+class HeadSet:
+    """A trained drafting network, the draft vocabulary it reads, and where it came from."""
+
+    kind: str
+    net: nn.Module
+    vocab_ids: Optional[torch.Tensor]  # (N,) target token ids the heads can propose; None: all
+    config: dict  # the network's constructor arguments, plus hidden and vocab_size
+    manifest: dict = field(default_factory=dict)  # how it was made (data, steps, held-out accuracy...)
+    _bound: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def depth(self) -> int:
+        """How many tokens one draft may hold: Medusa's heads; EAGLE is limited by its caller."""
+        return self.net.heads if self.kind == "medusa" else 32
+
+    def bind(self, target) -> "BoundHeads":
+        """The network on the target's device and dtype, with the target's output head (cut to the
+        draft vocabulary) and input embeddings; made once per target."""
+        key = id(target)
+        if key not in self._bound:
+            self._bound.clear()
+            self._bound[key] = BoundHeads(self, target)
+        return self._bound[key]
+
+
+class BoundHeads:
+    def __init__(self, heads: HeadSet, target):
+        weight = target.get_output_embeddings().weight
+        self.device, self.dtype = weight.device, weight.dtype
+        self.kind, self.vocab_size = heads.kind, weight.shape[0]
+        self.net = heads.net.to(device=self.device, dtype=self.dtype).eval()
+        ids = heads.vocab_ids
+        self.ids = None if ids is None else ids.to(self.device)
+        with torch.no_grad():
+            self.head = weight.detach() if ids is None else weight.detach().index_select(0, self.ids).clone()
+        self.embed = target.get_input_embeddings()
+        self.draft_vocab = self.vocab_size if ids is None else int(ids.numel())
+
+    def logits(self, feats: torch.Tensor) -> torch.Tensor:
+        """(..., d) features -> float32 logits (..., V) over the target's vocabulary; tokens outside
+        the draft vocabulary get -inf (q = 0)."""
+        small = F.linear(feats.to(self.dtype), self.head).float()
+        if self.ids is None:
+            return small
+        out = torch.full((*small.shape[:-1], self.vocab_size), float("-inf"), device=small.device)
+        out[..., self.ids] = small
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# files
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_heads(heads: HeadSet, folder: Path, fingerprint: list) -> Path:
+    """Write `<kind>.safetensors` (bf16 weights) and record it in the folder's manifest.json."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{heads.kind}.safetensors"
+    tensors = {name: t.detach().to("cpu", torch.bfloat16).contiguous() for name, t in heads.net.state_dict().items()}
+    if heads.vocab_ids is not None:
+        tensors["vocab_ids"] = heads.vocab_ids.to("cpu", torch.int32).contiguous()
+    save_file(tensors, str(path), metadata={"kind": heads.kind, "config": json.dumps(heads.config)})
+    manifest_path = folder / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    manifest[heads.kind] = {**heads.manifest, "file": path.name, "sha256": _sha256(path),
+                            "bytes": path.stat().st_size, "config": heads.config, "fingerprint": fingerprint}
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    return path
+
+
+def heads_folder(pair_name: str) -> Path:
+    return PACKAGED / pair_name
+
+
+def check_heads_file(kind: str, pair_name: str, folder: Optional[Path] = None) -> tuple:
+    """(manifest entry, file path) of the `kind` heads for `pair_name`, the file checked against
+    its sha256: no model needed, so the CLI and the app can refuse before loading weights."""
+    if kind not in KINDS:
+        raise HeadsError(f"Unknown heads {kind!r}: choose one of {', '.join(KINDS)}.")
+    folder = Path(folder) if folder is not None else heads_folder(pair_name)
+    hint = retrain_hint(kind, pair_name)
+    manifest_path = folder / "manifest.json"
+    try:
+        entry = json.loads(manifest_path.read_text())[kind]
+    except FileNotFoundError:
+        raise HeadsError(f"No {kind} heads for the pair {pair_name!r} ({manifest_path} is missing): "
+                         f"train them with `{hint}`.") from None
+    except (KeyError, ValueError, TypeError, OSError):
+        raise HeadsError(f"{manifest_path} has no readable entry for {kind} heads: retrain them with `{hint}`.") from None
+    path = folder / str(entry.get("file", f"{kind}.safetensors"))
+    if not path.is_file():
+        raise HeadsError(f"The {kind} heads file {path} is missing: retrain it with `{hint}` "
+                         "or reinstall specviz.")
+    if _sha256(path) != entry.get("sha256"):
+        raise HeadsError(f"The {kind} heads file {path} is corrupt (its sha256 differs from manifest.json): "
+                         f"retrain it with `{hint}` or reinstall specviz.")
+    return entry, path
+
+
+def load_heads(kind: str, pair, folder: Optional[Path] = None) -> HeadSet:
+    """The `kind` heads for `pair` from `folder` (default: the ones shipped for the pair), checked
+    against their manifest and against the pair's target."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    entry, path = check_heads_file(kind, pair.name, folder)
+    hint = retrain_hint(kind, pair.name)
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise HeadsError(f"The {kind} heads file {path} cannot be read ({exc}): retrain it with `{hint}`.") from None
+    config = dict(entry["config"])
+    hidden, vocab = hidden_and_vocab(pair.target)
+    if config.get("hidden") != hidden or config.get("vocab_size") != vocab:
+        raise HeadsError(f"These {kind} heads were trained for a target with hidden size {config.get('hidden')} and "
+                         f"{config.get('vocab_size')} tokens; {pair.name}'s target has {hidden} and {vocab}: "
+                         f"train heads for it with `{hint}`.")
+    if not fingerprint_matches(entry.get("fingerprint", []), head_fingerprint(pair.target)):
+        raise HeadsError(f"These {kind} heads were trained for another target (its output head differs from "
+                         f"{pair.name}'s): train heads for it with `{hint}`.")
+    vocab_ids = tensors.pop("vocab_ids", None)
+    net = make_net(kind, config)
+    try:
+        net.load_state_dict({name: t.float() for name, t in tensors.items()})
+    except RuntimeError:
+        raise HeadsError(f"The {kind} heads file {path} does not match its manifest's architecture: "
+                         f"retrain it with `{hint}`.") from None
+    return HeadSet(kind, net.eval(), None if vocab_ids is None else vocab_ids.long(), config, entry)
+
+
+def make_net(kind: str, config: dict) -> nn.Module:
+    args = {k: v for k, v in config.items() if k not in ("hidden", "vocab_size", "draft_vocab")}
+    return NETS[kind](config["hidden"], **args)
+
+
+def hidden_and_vocab(target) -> tuple:
+    weight = target.get_output_embeddings().weight
+    return int(weight.shape[1]), int(weight.shape[0])
+
+
+def heads_for(pair, kind: str, folder: Optional[Path] = None) -> HeadSet:
+    """The pair's `kind` heads: ones attached with `attach_heads`, else loaded once (and kept on
+    the pair) from `folder` or the shipped files."""
+    cache = pair.__dict__.setdefault("_heads", {})
+    key = (kind, str(folder) if folder else None)
+    if key not in cache:
+        cache[key] = load_heads(kind, pair, folder)
+    return cache[key]
+
+
+def attach_heads(pair, heads: HeadSet) -> None:
+    """Use `heads` for the pair's `heads.kind` method from now on (e.g. heads trained in a notebook)."""
+    pair.__dict__.setdefault("_heads", {})[(heads.kind, None)] = heads
+
+
+def size_in_bytes(net: nn.Module) -> int:
+    return sum(p.numel() for p in net.parameters()) * 2  # stored in bf16
+
+
+def param_count(net: nn.Module) -> int:
+    return sum(p.numel() for p in net.parameters())
+
+
+def fmt_params(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.0f}k"
+

@@ -1,0 +1,599 @@
+"""Training the drafters that read the target's hidden states: Medusa heads and EAGLE.
+
+    python -m specviz train medusa --pair qwen-coder --tokens 120000
+    python -m specviz train eagle  --pair qwen-coder --tokens 120000
+
+Phases, each cached in a work folder (`work_dir`) and resumed where it stopped, each with a
+progress bar and an ETA on stderr:
+
+  responses  the target answers the training prompts (greedy, batched): the drafters learn the
+             target's own outputs, as EAGLE-3 regenerates its training data with the target
+  corpus     those answers plus CPython's standard library source (code that exists on every
+             machine with Python), tokenised; whole documents are held out for evaluation
+  features   one target prefill per segment: the last hidden state (what the target's output
+             head reads) and the target's argmax at every position, memory-mapped on disk.
+             Training never runs the target again.
+  train      the heads on the cached features, fixed seeds, checkpointed
+  report     held-out accuracy per head (Medusa) or depth (EAGLE), loss curves: JSON + PNG
+
+The labels are the target's own argmax, not the text's next token: under greedy decoding a draft
+token is accepted exactly when it is the target's argmax, so that is what the heads should learn.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sysconfig
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from specviz.errors import InputError
+
+SEGMENT = 512  # tokens per target prefill; each segment is an independent sequence
+MAX_SEGMENTS_PER_FILE = 3  # a long module gives at most this many segments: more modules, more variety
+HELD_OUT_EVERY = 12  # every 12th document (of each source) is held out
+PROMPTS_FILE = Path(__file__).parent / "data" / "train_prompts.txt"
+
+
+def work_dir(pair_name: str, root: Optional[Path] = None) -> Path:
+    """Where a pair's training data and checkpoints live: $SPECVIZ_CACHE/train/<pair>/."""
+    from specviz.models import cache_dir
+
+    return Path(root) if root is not None else cache_dir() / "train" / pair_name
+
+
+def _progress(total: int, desc: str, unit: str = "tok", initial: int = 0):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, initial=initial, unit_scale=True, smoothing=0.1,
+                dynamic_ncols=True, disable=os.environ.get("SPECVIZ_QUIET") == "1")
+
+
+def _write_json(path: Path, data) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)  # a crash leaves the old file or the new one, never half of one
+
+
+# ---------------------------------------------------------------------------------------------
+# phase 1: the target's own answers
+
+def training_prompts() -> list:
+    lines = PROMPTS_FILE.read_text(encoding="utf-8").splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+
+
+def target_responses(pair, folder: Path, max_new_tokens: int = 160, batch: int = 20,
+                     prompts: Optional[int] = None) -> list:
+    """The target's greedy answer (token ids) to each training prompt (the first `prompts` of
+    them, default all), in chat form; cached in responses.json and resumed batch by batch."""
+    path = folder / "responses.json"
+    prompts = training_prompts()[:prompts]
+    done = json.loads(path.read_text()) if path.exists() else {"max_new_tokens": max_new_tokens, "answers": []}
+    if done.get("max_new_tokens") != max_new_tokens:
+        done = {"max_new_tokens": max_new_tokens, "answers": []}
+    answers = done["answers"]
+    eos = set(pair.eos_token_ids)
+    bar = _progress(len(prompts), "responses", "prompt", initial=len(answers))
+    while len(answers) < len(prompts):
+        chunk = prompts[len(answers):len(answers) + batch]
+        encoded = [pair.encode(p, chat=True) for p in chunk]
+        width = max(map(len, encoded))
+        pad = pair.eos_token_ids[0]
+        ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded], device=pair.device)
+        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded], device=pair.device)
+        with torch.inference_mode():
+            out = pair.target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                       do_sample=False, pad_token_id=pad, eos_token_id=sorted(eos))
+        for prompt_ids, row in zip(encoded, out[:, width:].tolist()):
+            cut = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+            answers.append({"prompt": prompt_ids, "answer": row[:cut]})
+        _write_json(path, done)
+        bar.update(len(chunk))
+    bar.close()
+    return answers[:len(prompts)]
+
+
+# ---------------------------------------------------------------------------------------------
+# phase 2: the corpus
+
+def stdlib_files() -> list:
+    """The standard library's top-level modules and packages' modules, test suites left out."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = ("test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "ensurepip", "turtledemo")
+    files = [p for p in root.rglob("*.py")
+             if not any(part in skip or part.startswith("test_") for part in p.relative_to(root).parts)]
+    return sorted(files, key=lambda p: str(p.relative_to(root)))
+
+
+@dataclass
+class Corpus:
+    """Segments of at most SEGMENT token ids; `held_out[i]` marks the evaluation documents'."""
+
+    segments: list = field(default_factory=list)
+    sources: list = field(default_factory=list)  # per segment: "stdlib:json/decoder.py", "answer:12"
+    held_out: list = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return sum(map(len, self.segments))
+
+
+def build_corpus(pair, answers: list, tokens: int, seed: int = 0) -> Corpus:
+    """The target's answers first (each whole, as one document), then standard-library modules
+    in a seeded shuffle until `tokens` token ids are collected."""
+    corpus = Corpus()
+
+    def add(ids: list, source: str, doc: int) -> None:
+        held = doc % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
+        for n, start in enumerate(range(0, len(ids), SEGMENT)):
+            if n == MAX_SEGMENTS_PER_FILE or corpus.tokens >= tokens:
+                return
+            piece = ids[start:start + SEGMENT][:tokens - corpus.tokens]
+            if len(piece) < 16:
+                return
+            corpus.segments.append(piece)
+            corpus.sources.append(source)
+            corpus.held_out.append(held)
+
+    for i, a in enumerate(answers):
+        add(a["prompt"] + a["answer"], f"answer:{i}", i)
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = stdlib_files()
+    random.Random(seed).shuffle(files)
+    for i, path in enumerate(files):
+        if corpus.tokens >= tokens:
+            break
+        text = path.read_text(encoding="utf-8", errors="replace")
+        add(pair.encode(text), "stdlib:" + str(path.relative_to(root)), i)
+    if not any(corpus.held_out) and len(set(corpus.sources)) > 1:  # a small corpus: hold out its last document
+        last = corpus.sources[-1]
+        corpus.held_out = [source == last for source in corpus.sources]
+    return corpus
+
+
+# ---------------------------------------------------------------------------------------------
+# phase 3: the target's features, once
+
+@dataclass
+class Features:
+    """Memory-mapped training data: at every position t of every segment, the token x_t, the
+    target's last hidden state f_t (float16) and the target's argmax after it (its guess of x_{t+1})."""
+
+    folder: Path
+    meta: dict
+    tokens: np.ndarray  # (N,) int32
+    feats: np.ndarray  # (N, d) float16
+    labels: np.ndarray  # (N,) int32
+
+    @property
+    def segments(self) -> list:
+        """[(start, length, held_out)] of the extracted segments."""
+        done = self.meta["done"]
+        return [tuple(s) for s in self.meta["segments"][:done]]
+
+    @property
+    def hidden_size(self) -> int:
+        return self.feats.shape[1]
+
+
+def hidden_size_of(model) -> int:
+    config = getattr(model, "config", None)
+    return getattr(config, "hidden_size", None) or model.hidden_size
+
+
+def extract_features(pair, corpus: Corpus, folder: Path, describe: dict) -> Features:
+    """Run the target once over every segment (resuming after the last finished one) and keep
+    its last hidden state and argmax at every position."""
+    from specviz.lm import runner_for
+
+    folder.mkdir(parents=True, exist_ok=True)
+    meta_path = folder / "features.json"
+    starts = np.cumsum([0] + [len(s) for s in corpus.segments]).tolist()
+    segments = [[starts[i], len(s), bool(h)] for i, (s, h) in enumerate(zip(corpus.segments, corpus.held_out))]
+    n, d = starts[-1], hidden_size_of(pair.target)
+    meta = {**describe, "tokens": n, "hidden_size": d, "segments": segments, "sources": corpus.sources, "done": 0}
+    if meta_path.exists():
+        old = json.loads(meta_path.read_text())
+        if all(old.get(key) == meta[key] for key in (*describe, "tokens", "hidden_size", "segments")):
+            meta["done"] = old["done"]
+    mode = "r+" if meta["done"] and (folder / "feats.f16").exists() else "w+"
+    tokens = np.memmap(folder / "tokens.i32", np.int32, mode, shape=(n,))
+    feats = np.memmap(folder / "feats.f16", np.float16, mode, shape=(n, d))
+    labels = np.memmap(folder / "labels.i32", np.int32, mode, shape=(n,))
+    runner = runner_for(pair.target)
+    bar = _progress(n, "features", initial=starts[meta["done"]])
+    for i in range(meta["done"], len(segments)):
+        start, length, _ = segments[i]
+        runner.reset()
+        logits, hidden = runner.forward(corpus.segments[i], hidden=True)
+        tokens[start:start + length] = corpus.segments[i]
+        feats[start:start + length] = hidden.float().cpu().numpy().astype(np.float16)
+        labels[start:start + length] = logits.argmax(-1).cpu().numpy()
+        meta["done"] = i + 1
+        if (i + 1) % 8 == 0 or i + 1 == len(segments):  # a checkpoint: flushed arrays, then the count
+            for array in (tokens, feats, labels):
+                array.flush()
+            _write_json(meta_path, meta)
+        bar.update(length)
+    bar.close()
+    return Features(folder, meta, tokens, feats, labels)
+
+
+def load_features(folder: Path) -> Features:
+    meta = json.loads((Path(folder) / "features.json").read_text())
+    n, d = meta["tokens"], meta["hidden_size"]
+    return Features(Path(folder), meta, np.memmap(folder / "tokens.i32", np.int32, "r", shape=(n,)),
+                    np.memmap(folder / "feats.f16", np.float16, "r", shape=(n, d)),
+                    np.memmap(folder / "labels.i32", np.int32, "r", shape=(n,)))
+
+
+def prepare(pair, tokens: int, folder: Optional[Path] = None, seed: int = 0,
+            response_tokens: int = 160, prompts: Optional[int] = None) -> Features:
+    """Phases 1-3 for `pair`: the cached features of a `tokens`-token corpus (made or resumed),
+    the target's answers to the first `prompts` training prompts (default: all) included."""
+    folder = work_dir(pair.name, folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    answers = target_responses(pair, folder, response_tokens, prompts=prompts)
+    corpus = build_corpus(pair, answers, tokens, seed)
+    describe = {"pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "seed": seed,
+                "python": sysconfig.get_python_version(), "response_tokens": response_tokens}
+    name = f"data-{tokens}"
+    if prompts is not None:  # a smaller corpus (a notebook's live run): its own folder
+        describe["prompts"] = len(answers)
+        name += f"-p{len(answers)}"
+    return extract_features(pair, corpus, folder / name, describe)
+
+
+# ---------------------------------------------------------------------------------------------
+# phase 4: training
+
+@dataclass
+class TrainConfig:
+    kind: str  # "medusa" | "eagle"
+    epochs: float = 3.0
+    batch: int = 1024  # positions per step (EAGLE: windows x window length)
+    window: int = 256  # EAGLE: positions per training sequence
+    lr: float = 1e-3
+    draft_vocab: int = 16384  # the most frequent target argmaxes (0 or >= vocabulary: all tokens)
+    heads: int = 4  # medusa
+    width: int = 512  # eagle
+    attn_heads: int = 8
+    mlp: int = 1536
+    unroll: int = 3  # eagle: training-time test, the depths trained on the layer's own predictions
+    feature_loss: float = 0.1  # eagle: weight of the regression onto the next true feature
+    noise: float = 0.05  # eagle: uniform noise on input features, in units of their RMS (EAGLE-1)
+    eval_every: int = 50  # steps between held-out evaluations (the learning curve)
+    depths: int = 5  # depths evaluated on held-out data
+    seed: int = 0
+
+    def net_config(self, hidden: int, vocab: int, draft_vocab: int) -> dict:
+        base = {"hidden": hidden, "vocab_size": vocab, "draft_vocab": draft_vocab}
+        if self.kind == "medusa":
+            return {**base, "heads": self.heads}
+        return {**base, "width": self.width, "heads": self.attn_heads, "mlp": self.mlp}
+
+
+class _Data:
+    """Training and held-out positions of the cached features, as torch tensors on `device`."""
+
+    def __init__(self, features: Features, device, dtype):
+        self.f = features
+        self.device, self.dtype = device, dtype
+        self.train_segments = [s for s in features.segments if not s[2]]
+        self.held_segments = [s for s in features.segments if s[2]]
+        self.rms = float(np.sqrt(np.mean(np.square(
+            features.feats[:min(len(features.feats), 20000)].astype(np.float32)))))
+
+    def rows(self, index: np.ndarray):
+        """Features, tokens, labels at `index` (global positions)."""
+        f = torch.from_numpy(self.f.feats[index].astype(np.float32)).to(self.device)
+        tokens = torch.from_numpy(self.f.tokens[index].astype(np.int64)).to(self.device)
+        labels = torch.from_numpy(self.f.labels[index].astype(np.int64)).to(self.device)
+        return f, tokens, labels
+
+    def labels(self, index: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(self.f.labels[index].astype(np.int64)).to(self.device)
+
+    def positions(self, segments: list, reach: int) -> np.ndarray:
+        """Every position t with t + reach still inside its segment."""
+        return np.concatenate([np.arange(s, s + n - reach) for s, n, _ in segments if n > reach] or [np.zeros(0, int)])
+
+    def windows(self, segments: list, length: int, rng: np.random.Generator, count: int) -> list:
+        """`count` random windows of `length` positions (shorter segments whole)."""
+        out = []
+        for _ in range(count):
+            s, n, _ = segments[rng.integers(len(segments))]
+            start = s + int(rng.integers(max(1, n - length + 1)))
+            out.append(np.arange(start, start + min(length, n)))
+        return out
+
+
+def draft_vocabulary(features: Features, size: int, vocab: int, eos_ids=()) -> Optional[torch.Tensor]:
+    """The `size` most frequent target argmaxes of the training split (end-of-text tokens always
+    in), sorted; None when that is every token."""
+    if not size or size >= vocab:
+        return None
+    train = np.concatenate([features.labels[s:s + n] for s, n, held in features.segments if not held])
+    counts = np.bincount(train, minlength=vocab).astype(np.float64)
+    counts[list(eos_ids)] = np.inf
+    top = np.argsort(-counts, kind="stable")[:size]
+    return torch.from_numpy(np.sort(top)).long()
+
+
+class _Trainer:
+    """Loss and held-out evaluation of one kind of heads on the cached features."""
+
+    def __init__(self, cfg: TrainConfig, pair, data: _Data, vocab_ids):
+        self.cfg, self.data = cfg, data
+        device = data.device
+        weight = pair.target.get_output_embeddings().weight.detach()
+        self.vocab = weight.shape[0]
+        self.ids = None if vocab_ids is None else vocab_ids.to(weight.device)
+        head = weight if self.ids is None else weight.index_select(0, self.ids)
+        self.head = head.to(device, torch.float32)  # frozen: the target's own output rows
+        self.embed = pair.target.get_input_embeddings()
+        remap = torch.full((self.vocab,), -100, dtype=torch.long)  # target id -> draft-vocab index
+        if self.ids is None:
+            remap = torch.arange(self.vocab)
+        else:
+            remap[self.ids.cpu()] = torch.arange(len(self.ids))
+        self.remap = remap.to(device)
+
+    def embeddings(self, tokens: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return self.embed(tokens.to(self.embed.weight.device)).to(self.data.device, torch.float32)
+
+    def logits(self, feats: torch.Tensor) -> torch.Tensor:
+        return feats @ self.head.T
+
+    def ce(self, feats: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(self.logits(feats).float(), self.remap[labels], ignore_index=-100)
+
+    def hits(self, feats: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """Top-1 of the draft (restricted vocabulary) equals the target's argmax."""
+        return self.remap[labels].eq(self.logits(feats).argmax(-1)) & self.remap[labels].ge(0)
+
+    # -- Medusa: head k at position t reads the target's argmax at t + k
+    def medusa_loss(self, net, rng) -> torch.Tensor:
+        k = net.heads
+        index = rng.choice(self.train_positions, size=self.cfg.batch, replace=False)
+        f, _, _ = self.data.rows(index)
+        out = net(f)  # (B, K, d)
+        return sum(self.ce(out[:, j], self.data.labels(index + j + 1)) for j in range(k)) / k
+
+    def medusa_depths(self, net, index: np.ndarray) -> tuple:
+        """(B, K) hits of head k (depth k) at `index`, and the summed cross-entropy per head."""
+        f, _, _ = self.data.rows(index)
+        out = net(f)
+        labels = [self.data.labels(index + j + 1) for j in range(net.heads)]
+        hits = torch.stack([self.hits(out[:, j], labels[j]) for j in range(net.heads)], 1)
+        return hits, [float(self.ce(out[:, j], labels[j])) * len(index) for j in range(net.heads)]
+
+    # -- EAGLE: one pass per depth, each on the layer's own predictions (training-time test)
+    def eagle_unroll(self, net, window: np.ndarray, steps: int, noise: float = 0.0) -> list:
+        """Predicted features at every depth 1..steps for the pairs (f_i, x_{i+1}) of a window:
+        out[s - 1][i] is depth s's guess of f_{i+1}, drafted from real features up to pair
+        i - s + 1 and the layer's own predictions after it, exactly as the drafter runs."""
+        f, tokens, _ = self.data.rows(window)
+        if noise:
+            f = f + (torch.rand_like(f) * 2 - 1) * noise * self.data.rms
+        e = self.embeddings(tokens[1:])
+        n = len(window) - 1
+        positions = torch.arange(1, n + 1, device=f.device)
+        out, cache = net(f[:-1], e, positions)
+        outs = [out]
+        i = torch.arange(n, device=f.device)[:, None]
+        for s in range(2, steps + 1):
+            prev = torch.cat([f[:1], outs[-1][:-1]])  # pair i's feature: depth s - 1's guess of f_i
+            cols = torch.arange(n, device=f.device)[None]
+            real = cols <= i - s + 1
+            own = [cols == i - s + j for j in range(2, s + 1)]  # keys of depths 2..s at their pairs
+            mask = torch.cat([real, *own], dim=1)  # every row sees at least its own key
+            out, cache = net(prev, e, positions, cache, mask)
+            outs.append(out)
+        return outs
+
+    def eagle_loss(self, net, rng) -> torch.Tensor:
+        cfg = self.cfg
+        windows = self.data.windows(self.data.train_segments, cfg.window, rng, max(1, cfg.batch // cfg.window))
+        total = 0.0
+        for window in windows:
+            outs = self.eagle_unroll(net, window, cfg.unroll, cfg.noise)
+            f, _, labels = self.data.rows(window)
+            for s, out in enumerate(outs, start=1):
+                valid = slice(s - 1, None)  # pairs with at least one real feature before the draft
+                total = total + (0.8 ** (s - 1)) * self.ce(out[valid], labels[1:][valid])
+            true = f[1:] / self.data.rms
+            total = total + cfg.feature_loss * torch.nn.functional.smooth_l1_loss(outs[0] / self.data.rms, true)
+        return total / len(windows)
+
+    def eagle_depths(self, net, windows: list, depths: int) -> tuple:
+        """(B, depths) hits: row = a draft from a base pair b, column s - 1 = depth s (at pair
+        b + s - 1); and the summed cross-entropy per depth."""
+        rows, ce = [], [0.0] * depths
+        for window in windows:
+            n = len(window) - 1
+            bases = n - depths + 1
+            if bases <= 0:
+                continue
+            outs = self.eagle_unroll(net, window, depths)
+            labels = self.data.labels(window)[1:]
+            cut = [slice(s - 1, s - 1 + bases) for s in range(1, depths + 1)]
+            rows.append(torch.stack([self.hits(outs[s][cut[s]], labels[cut[s]]) for s in range(depths)], 1))
+            for s in range(depths):
+                ce[s] += float(self.ce(outs[s][cut[s]], labels[cut[s]])) * bases
+        return (torch.cat(rows) if rows else torch.zeros(0, depths, dtype=torch.bool)), ce
+
+    def evaluate(self, net) -> dict:
+        """Held-out top-1 per depth, and the expected tokens a chain of that many accepts."""
+        net.eval()
+        with torch.no_grad():
+            if self.cfg.kind == "medusa":
+                parts = [self.medusa_depths(net, chunk) for chunk in np.array_split(
+                    self.held_positions, max(1, len(self.held_positions) // 2048))]
+                hits = torch.cat([h for h, _ in parts])
+                ce = [sum(c[j] for _, c in parts) for j in range(net.heads)]
+            else:
+                hits, ce = self.eagle_depths(net, self.held_windows, self.cfg.depths)
+        net.train()
+        return summarise_hits(hits, ce)
+
+
+def summarise_hits(hits: torch.Tensor, ce_sums: list) -> dict:
+    """Per depth: held-out cross-entropy and top-1 accuracy, and the chance that every depth up
+    to it was right (a greedy chain accepts exactly those), whose sum is the expected accepted
+    tokens of a full chain."""
+    n = int(hits.shape[0])
+    if not n:
+        return {"loss": [], "accuracy": [], "survival": [], "accepted": 0.0, "positions": 0}
+    survival = torch.cumprod(hits.float(), dim=1).mean(0).tolist()
+    return {"loss": [round(c / n, 4) for c in ce_sums],
+            "accuracy": [round(x, 4) for x in hits.float().mean(0).tolist()],
+            "survival": [round(x, 4) for x in survival], "accepted": round(sum(survival), 4), "positions": n}
+
+
+def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Path] = None,
+                progress: bool = True, on_eval=None):
+    """Train `cfg.kind` heads on `features` (checkpointed in `folder`, resumed from it).
+    Returns (HeadSet, report dict). `on_eval(report_so_far)` is called after each evaluation."""
+    from specviz.heads import HeadSet, make_net
+
+    torch.manual_seed(cfg.seed)
+    device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    data = _Data(features, device, torch.float32)
+    hidden, vocab = features.hidden_size, pair.target.get_output_embeddings().weight.shape[0]
+    vocab_ids = draft_vocabulary(features, cfg.draft_vocab, vocab, pair.eos_token_ids)
+    net_config = cfg.net_config(hidden, vocab, vocab if vocab_ids is None else len(vocab_ids))
+    net = make_net(cfg.kind, net_config).to(device)
+    trainer = _Trainer(cfg, pair, data, vocab_ids)
+    reach = net.heads + 1 if cfg.kind == "medusa" else 1
+    trainer.train_positions = data.positions(data.train_segments, reach)
+    trainer.held_positions = data.positions(data.held_segments, reach)
+    trainer.held_windows = [np.arange(s, s + n) for s, n, _ in data.held_segments if n > cfg.depths + 1]
+    per_step = cfg.batch if cfg.kind == "medusa" else max(1, cfg.batch // cfg.window) * cfg.window
+    train_tokens = int(sum(n for _, n, _ in data.train_segments))
+    steps = max(1, int(math.ceil(cfg.epochs * train_tokens / per_step)))
+    optim = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=0.0)
+    warmup = max(1, steps // 20)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        optim, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
+    report = {"kind": cfg.kind, "config": asdict(cfg), "net": net_config, "steps": steps,
+              "tokens_per_step": per_step, "train_tokens": train_tokens,
+              "held_out_tokens": int(sum(n for _, n, _ in data.held_segments)),
+              "data": {k: features.meta.get(k) for k in ("pair", "dtype", "seed", "python", "response_tokens",
+                                                          "prompts", "tokens")},
+              "loss": [], "curve": [], "device": str(device)}
+    folder = Path(folder) if folder is not None else features.folder.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    ckpt = folder / f"{cfg.kind}-checkpoint.pt"
+    step = 0
+    if ckpt.exists():
+        state = torch.load(ckpt, map_location=device, weights_only=False)
+        if state["config"] == asdict(cfg) and state["net"] == net_config and state["data"] == report["data"]:
+            net.load_state_dict(state["weights"])
+            optim.load_state_dict(state["optim"])
+            sched.load_state_dict(state["sched"])
+            step, report = state["step"], state["report"]
+    rng = np.random.default_rng(cfg.seed + 1000 + step)  # a resumed run continues with fresh, fixed draws
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16,
+                              enabled=device.type == "cuda" or pair.dtype == torch.bfloat16)
+    if step == 0:
+        report["curve"].append({"step": 0, "tokens": 0, **trainer.evaluate(net)})
+    bar = _progress(steps, f"train {cfg.kind}", "step", initial=step) if progress else None
+    net.train()
+    while step < steps:
+        with autocast:
+            loss = trainer.medusa_loss(net, rng) if cfg.kind == "medusa" else trainer.eagle_loss(net, rng)
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        optim.step()
+        sched.step()
+        step += 1
+        report["loss"].append([step, round(loss.item(), 5)])
+        if bar is not None:
+            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+            bar.update(1)
+        if step % cfg.eval_every == 0 or step == steps:
+            with autocast:
+                report["curve"].append({"step": step, "tokens": step * per_step, **trainer.evaluate(net)})
+            if on_eval is not None:
+                on_eval(report)
+            torch.save({"config": asdict(cfg), "net": net_config, "data": report["data"], "step": step,
+                        "weights": net.state_dict(), "optim": optim.state_dict(), "sched": sched.state_dict(),
+                        "report": report}, ckpt)
+    if bar is not None:
+        bar.close()
+    report["held_out"] = report["curve"][-1]
+    manifest = {"data": report["data"], "train_tokens": train_tokens, "steps": steps, "seed": cfg.seed,
+                "epochs": cfg.epochs, "held_out": report["held_out"]}
+    return HeadSet(cfg.kind, net.cpu().eval(), vocab_ids, net_config, manifest), report
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole recipe: python -m specviz train medusa|eagle
+
+ENGINE_PROMPTS = ("code", "chat", "rewrite")  # the benchmark's prompts: never in the training data
+
+
+def engine_check(pair, heads, tokens_seen: int, max_new_tokens: int = 48) -> list:
+    """Greedy chains with the new heads on the benchmark prompts: tokens accepted per step on the pair."""
+    from specviz import engine
+    from specviz.bench.prompts import PROMPTS
+    from specviz.heads import attach_heads
+
+    attach_heads(pair, heads)
+    out = []
+    k = heads.net.heads if heads.kind == "medusa" else 5
+    for name in ENGINE_PROMPTS:
+        prompt = PROMPTS[name]
+        events = list(engine.generate(pair, prompt.text, method=heads.kind, k=k, chat=prompt.chat,
+                                      max_new_tokens=max_new_tokens, record_topk=0))
+        m = events[-1].metrics
+        out.append({"prompt": name, "tokens": tokens_seen, "k": k, "steps": m["steps"],
+                    "new_tokens": m["new_tokens"], "accepted_per_step": round(m["accepted"] / max(1, m["steps"] - 1), 3),
+                    "tau": round(m["new_tokens"] / max(1, m["steps"] - 1), 3)})
+    return out
+
+
+def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3.0, out=None, seed: int = 0,
+          draft_vocab: int = 16384, check: bool = True, work=None, response_tokens: int = 160, **options):
+    """Prepare the data (cached), train `kind` heads, write them with their manifest to `out`
+    (default: the pair's work folder / "heads") beside report-<kind>.json and .png.
+    Returns (HeadSet, report). `options` are further TrainConfig fields."""
+    from specviz.heads import KINDS, head_fingerprint, save_heads
+    from specviz.models import load_pair
+    from specviz.render.training import report_png
+
+    if kind not in KINDS:
+        raise InputError(f"Unknown heads {kind!r}: choose one of {', '.join(KINDS)}.")
+    if not isinstance(tokens, int) or tokens < 2 * SEGMENT:
+        raise InputError(f"tokens must be a whole number of at least {2 * SEGMENT}, got {tokens!r}.")
+    if not epochs > 0:
+        raise InputError(f"epochs must be positive, got {epochs!r}.")
+    if isinstance(pair, str):
+        pair = load_pair(pair)
+    work = work_dir(pair.name, work)
+    out = Path(out) if out is not None else work / "heads"
+    cfg = TrainConfig(kind, epochs=epochs, seed=seed, draft_vocab=draft_vocab, **options)
+    features = prepare(pair, tokens, work, seed, response_tokens)
+    heads, report = train_heads(pair, features, cfg, work)
+    if check:
+        report["engine"] = engine_check(pair, heads, report["steps"] * report["tokens_per_step"])
+        heads.manifest["engine"] = report["engine"]
+    heads.manifest["command"] = (f"python -m specviz train {kind} --pair {pair.name} --tokens {tokens} "
+                                 f"--epochs {epochs:g} --seed {seed} --draft-vocab {draft_vocab}")
+    save_heads(heads, out, head_fingerprint(pair.target))
+    report["out"] = str(out)
+    _write_json(out / f"report-{kind}.json", report)
+    report_png(report, out / f"report-{kind}.png")
+    return heads, report

@@ -1,0 +1,195 @@
+"""Drafters on the target's hidden states (Medusa heads, EAGLE): trained here in seconds on the
+tiny pair, exact on toy models under sampling, and their files refused clearly when wrong."""
+
+import json
+
+import pytest
+import torch
+
+from specviz import generate, metrics, train
+from specviz.cli import main as cli_main
+from specviz.heads import (EagleNet, HeadSet, HeadsError, MedusaHeads, attach_heads, check_heads_file,
+                           head_fingerprint, heads_folder, load_heads, save_heads)
+from specviz.models import build_tiny_pair
+from specviz.sampling import Warp
+
+from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
+
+HEAD_METHODS = [dict(method="medusa", k=3), dict(method="medusa-tree", tree="3,2,1"),
+                dict(method="eagle", k=5), dict(method="eagle-tree", tree_budget=12, tree_depth=4, tree_width=3)]
+IDS = [kw["method"] for kw in HEAD_METHODS]
+TINY_NET = dict(width=32, attn_heads=4, mlp=64)
+
+
+@pytest.fixture(scope="module")
+def tiny_trained(tmp_path_factory):
+    """Tiny heads of both kinds trained in-process (a few seconds), with their training reports.
+    The draft vocabulary is cut to 60 of the 101 ids, so q = 0 outside it is exercised too."""
+    pair = build_tiny_pair()
+    work = tmp_path_factory.mktemp("heads-work")
+    features = train.prepare(pair, 4096, work, prompts=8, response_tokens=48)
+    out = {}
+    for kind in ("medusa", "eagle"):
+        cfg = train.TrainConfig(kind, epochs=4, batch=256, window=64, eval_every=10_000, draft_vocab=60,
+                                lr=3e-3, **TINY_NET)
+        out[kind] = train.train_heads(pair, features, cfg, work, progress=False)
+        attach_heads(pair, out[kind][0])
+    return pair, out
+
+
+@pytest.mark.parametrize("kw", HEAD_METHODS, ids=IDS)
+@pytest.mark.parametrize("prompt", ["def fibonacci(n):", "Hello, world! "])
+def test_greedy_heads_equal_ar(tiny_trained, kw, prompt):
+    pair, _ = tiny_trained
+    ar = list(generate(pair, prompt, method="ar", max_new_tokens=40))[-1]
+    events = list(generate(pair, prompt, max_new_tokens=40, **kw))
+    assert events[-1].token_ids == ar.token_ids
+    drafted = [e for e in events if e.kind in ("draft_proposed", "tree_built")]
+    assert drafted, "the heads drafted"
+
+
+def test_trained_heads_drafts_are_accepted(tiny_trained):
+    """Not a vacuous equality: drafts of each kind are accepted on the tiny target (a random model,
+    so not often), and the accepted path is the one emitted."""
+    pair, _ = tiny_trained
+    for kind in ("medusa", "eagle"):
+        accepted = sum(metrics.fold(list(generate(pair, p, max_new_tokens=40, **kw))).accepted
+                       for kw in HEAD_METHODS if kw["method"].startswith(kind)
+                       for p in ("def fibonacci(n):", "Hello, world! ", "import os\n"))
+        assert accepted >= 1, kind
+
+
+def test_training_lowers_held_out_loss(tiny_trained):
+    """Measured before and after: held-out cross-entropy falls at every depth (the tiny target is a
+    random model, so Medusa's far guesses stay near chance; EAGLE's depth 1 really improves)."""
+    _, trained = tiny_trained
+    for kind, (heads, report) in trained.items():
+        before, after = report["curve"][0], report["curve"][-1]
+        assert before["tokens"] == 0 and after["tokens"] > 0
+        assert all(a < b - 0.1 for a, b in zip(after["loss"], before["loss"])), (kind, before["loss"], after["loss"])
+        if kind == "eagle":  # it sees the next token: its depth 1 is learnable even on a random target
+            assert after["accuracy"][0] > 3 * before["accuracy"][0], (before["accuracy"], after["accuracy"])
+        assert report["held_out_tokens"] > 0 and report["train_tokens"] > report["held_out_tokens"]
+
+
+def test_events_say_which_head_or_depth_drafted(tiny_trained):
+    pair, _ = tiny_trained
+    chain = list(generate(pair, "def fibonacci(n):", method="medusa", k=3, max_new_tokens=12))
+    sources = {e.source for e in chain if e.kind == "draft_proposed"}
+    assert sources <= {"head 1", "head 2", "head 3"} and "head 1" in sources
+    tree = list(generate(pair, "def fibonacci(n):", method="eagle-tree", max_new_tokens=12))
+    built = [e for e in tree if e.kind == "tree_built"]
+    assert all(n["source"] == f"depth {n['depth']}" for e in built for n in e.nodes)
+    info = [e.info for e in tree if e.kind == "step_finished" and e.info and "heads" in e.info]
+    assert info and info[0]["heads"] == "eagle" and info[0]["draft_vocab"] == 60
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling: exact on toy models, with random heads reading the toy target's "hidden states"
+
+def _toy_heads(pair, seed=0):
+    """Random heads on a toy pair: its 'hidden state' is the logits row (specviz.toy)."""
+    v = pair.target.vocab_size
+    torch.manual_seed(seed)
+    medusa = MedusaHeads(v, heads=3)
+    for block in medusa.blocks:
+        torch.nn.init.normal_(block.weight, std=1.0)
+    eagle = EagleNet(v, width=8, heads=2, mlp=8)
+    attach_heads(pair, HeadSet("medusa", medusa, None, {"hidden": v, "vocab_size": v, "heads": 3}))
+    attach_heads(pair, HeadSet("eagle", eagle, None, {"hidden": v, "vocab_size": v, "width": 8, "heads": 2, "mlp": 8}))
+
+
+SAMPLED = [dict(method="medusa", k=2), dict(method="medusa-tree", tree="2,2"),
+           dict(method="eagle", k=2), dict(method="eagle-tree", tree_budget=6, tree_depth=2, tree_width=2)]
+
+
+@pytest.mark.parametrize("kw", SAMPLED, ids=[kw["method"] for kw in SAMPLED])
+def test_heads_sampling_follows_the_target(toy, kw):  # noqa: F811
+    _toy_heads(toy)
+    warp = Warp(1.0)
+    counts, runs = _first_tokens(toy, warp, runs=RUNS // 2, **kw)
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) > 1e-4
+    rejected = sum(e.kind == "token_rejected" for events in runs for e in events)
+    assert rejected > RUNS // 20  # the heads' drafts really were turned down, and resampled
+
+
+@pytest.mark.parametrize("kw", [dict(method="medusa", k=2), dict(method="eagle", k=2)], ids=["medusa", "eagle"])
+def test_a_broken_rule_fails_with_heads_too(toy, kw):  # noqa: F811
+    _toy_heads(toy)
+    warp = Warp(1.0)
+    counts, _ = _first_tokens(toy, warp, runs=RUNS // 2, verifier=ResampleFromTarget(), **kw)
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) < 1e-4
+
+
+# ---------------------------------------------------------------------------------------------
+# files: saved, loaded, and every way they can be wrong
+
+@pytest.fixture
+def saved(tiny_trained, tmp_path):
+    pair, trained = tiny_trained
+    for kind in ("medusa", "eagle"):
+        save_heads(trained[kind][0], tmp_path, head_fingerprint(pair.target))
+    return pair, trained, tmp_path
+
+
+def test_saved_heads_load_back_exactly(saved):
+    pair, trained, folder = saved
+    for kind in ("medusa", "eagle"):
+        loaded = load_heads(kind, pair, folder)
+        original = trained[kind][0].net.state_dict()
+        for name, tensor in loaded.net.state_dict().items():
+            assert torch.equal(tensor, original[name].to(torch.bfloat16).float()), name
+        assert torch.equal(loaded.vocab_ids, trained[kind][0].vocab_ids)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert set(manifest) == {"medusa", "eagle"}
+    assert manifest["eagle"]["held_out"]["accuracy"] and manifest["eagle"]["seed"] == 0
+
+
+def test_missing_heads_name_the_command_that_trains_them(tmp_path):
+    pair = build_tiny_pair()
+    with pytest.raises(HeadsError, match=r"No medusa heads for the pair 'tiny' .*`python -m specviz train medusa --pair tiny`"):
+        load_heads("medusa", pair, tmp_path)
+
+
+def test_a_corrupt_file_is_refused(saved):
+    pair, _, folder = saved
+    path = folder / "eagle.safetensors"
+    data = bytearray(path.read_bytes())
+    data[-10] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(HeadsError, match=r"eagle heads file .* is corrupt .*`python -m specviz train eagle --pair tiny`"):
+        load_heads("eagle", pair, folder)
+
+
+def test_a_missing_file_is_refused(saved):
+    pair, _, folder = saved
+    (folder / "medusa.safetensors").unlink()
+    with pytest.raises(HeadsError, match=r"medusa heads file .* is missing: retrain it with `python -m specviz train medusa"):
+        load_heads("medusa", pair, folder)
+
+
+def test_heads_of_another_target_are_refused(saved):
+    pair, _, folder = saved
+    other = build_tiny_pair()
+    with torch.no_grad():
+        other.target.get_output_embeddings().weight.normal_()
+    with pytest.raises(HeadsError, match="trained for another target"):
+        load_heads("medusa", other, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["eagle"]["config"]["hidden"] = 128
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(HeadsError, match="hidden size 128"):
+        load_heads("eagle", pair, folder)
+
+
+def test_the_cli_says_what_to_do_in_one_line(capsys):
+    code = cli_main(["generate", "--pair", "tiny", "--method", "eagle", "--prompt", "def f("])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "No eagle heads for the pair 'tiny'" in err and "python -m specviz train eagle --pair tiny" in err
+
+
+def test_too_deep_for_the_heads_is_an_input_error(tiny_trained):
+    pair, _ = tiny_trained
+    with pytest.raises(Exception, match="at most 4 tokens deep"):
+        list(generate(pair, "x", method="medusa", k=6))
