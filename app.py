@@ -178,9 +178,11 @@ def _options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=F
     try:
         return RunConfig.of(method=method, k="auto" if auto else _int(k), temperature=temperature, top_p=top_p,
                             max_new_tokens=_int(max_new_tokens), seed=_int(seed), chat=bool(chat),
-                            record_topk=RECORD_TOPK, acceptance="exact" if method in ("ar", "tree") else acceptance,
+                            record_topk=RECORD_TOPK,
+                            acceptance="exact" if method == "ar" or method in engine.TREE_METHODS else acceptance,
                             auto_rule=auto_rule, confidence=confidence, ngram=_int(ngram),
-                            tree="dynamic" if tree_dynamic else tree_shape, tree_budget=_int(tree_budget))
+                            tree="dynamic" if tree_dynamic and method == "tree" else tree_shape,
+                            tree_budget=_int(tree_budget))
     except SpecvizError as exc:
         raise gr.Error(str(exc)) from exc
 
@@ -437,13 +439,13 @@ def method_setting(started: dict) -> str:
     method = started.get("method", "spec")
     options = started.get("options") or {}
     parts = []
-    if method in ("spec", "pld", "cascade"):
+    if method in ("spec", "pld", "cascade", "medusa", "eagle"):
         k = started.get("k")
         parts.append(f"k auto, {options.get('auto_rule', '')} rule" if k == "auto" else f"k = {k}")
     if method in ("pld", "cascade") and "ngram" in options:
         parts.append(f"n-gram ≤ {options['ngram']}")
-    if method == "tree":
-        shape = options.get("tree", "")
+    if method in ("tree", "medusa-tree", "eagle-tree"):
+        shape = options.get("tree", "dynamic")
         parts.append(f"dynamic, budget {options.get('tree_budget')}" if shape == "dynamic" else f"shape {shape}")
     if started.get("lossless") is False:
         parts.append(f"{started.get('rule', 'typical')} acceptance")
@@ -642,18 +644,24 @@ def method_help(method: str) -> str:
     return engine.METHOD_HELP.get(method, "")
 
 
-def on_method(method, auto_k, auto_rule):
-    """Show the controls the chosen method uses, and what the method does."""
+def on_method(method, auto_k, auto_rule, dynamic=False):
+    """Show the controls the chosen method uses, and what the method does. Trees: the draft
+    model's may be static or dynamic, Medusa's are static (a shape), EAGLE-2's dynamic (a budget)."""
     auto_ok = method in engine.AUTO_METHODS
     auto = bool(auto_k) and auto_ok
+    tree = method in ("tree", "medusa-tree", "eagle-tree")
+    dynamic = method == "eagle-tree" or (method == "tree" and bool(dynamic))
     return {method_dd: gr.Dropdown(info=method_help(method)),
-            k: gr.Slider(visible=method not in ("ar", "tree"), interactive=not auto),
+            k: gr.Slider(visible=method != "ar" and method not in engine.TREE_METHODS, interactive=not auto),
             auto_k_box: gr.Checkbox(visible=auto_ok),
             auto_rule_dd: gr.Dropdown(visible=auto),
             confidence_sl: gr.Slider(visible=auto and auto_rule == "confidence"),
             ngram_sl: gr.Slider(visible=method in ("pld", "cascade")),
-            tree_box: gr.Group(visible=method == "tree"),
-            acceptance_radio: gr.Radio(visible=method not in ("ar", "tree"))}
+            tree_box: gr.Group(visible=tree),
+            tree_dynamic_cb: gr.Checkbox(visible=method == "tree"),
+            tree_shape_tb: gr.Textbox(visible=tree and method != "eagle-tree", interactive=not dynamic),
+            tree_budget_sl: gr.Slider(visible=tree and dynamic),
+            acceptance_radio: gr.Radio(visible=method != "ar" and method not in engine.TREE_METHODS)}
 
 
 def on_tree_kind(dynamic):
@@ -714,6 +722,15 @@ HOW_IT_WORKS = """
   and the pool's n-grams that follow the last token are verified together as one tree, in the one
   target pass. Exact: a kept token is always the target's own greedy choice.
 - **cascade**: prompt lookup speeds up the draft model, which then drafts for the target.
+- **medusa** / **medusa-tree** (Cai et al. 2024): no draft model. Small heads read the target's own
+  last hidden state, from its verification pass: head k guesses the token k places after the one
+  the target itself just chose. One tiny forward drafts k tokens (a chain) or a static tree of the
+  heads' top candidates. The heads were trained here, on the target's own outputs.
+- **eagle** / **eagle-tree** (Li et al. 2024): a one-layer draft network at the target's *feature*
+  level: from the target's hidden state and the next token it predicts the next hidden state, and
+  the target's output head reads a token from it; one small forward per depth. eagle-tree grows a
+  dynamic tree from its likeliest nodes (EAGLE-2). Both methods read only the target's most
+  frequent tokens; a rarer token the target wants is a rejection, never a wrong output.
 - **auto k**: k is chosen every step by a rule (heuristic, confidence or cost); the step panel says why.
 - **typical acceptance** keeps a draft when the target finds it typical enough. It is **LOSSY**:
   the output no longer follows the target's distribution, and every view says so.
@@ -788,7 +805,7 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
                 race_btn = gr.Button("Race", variant="primary", scale=2)
                 race_stop = gr.Button("Stop", variant="stop", scale=1)
             gr.Markdown("Same prompt and settings, autoregressive vs the chosen method (any of them: spec, "
-                        "tree, prompt lookup, lookahead, cascade, auto k; spec when ar is chosen). Only one engine "
+                        "tree, prompt lookup, lookahead, cascade, Medusa, EAGLE, auto k; spec when ar is chosen). Only one engine "
                         "computes at a time (always the one whose own clock is behind), so neither slows the other; "
                         "each lane shows its own measured compute time. The strip in each lane is its stream as a "
                         "reader sees it: one bar per visible update, as wide as the tokens it brought and as tall "
@@ -848,9 +865,10 @@ with gr.Blocks(title="specviz: speculative decoding, step by step", fill_width=T
     gr.api(presets, api_name="presets", **replays)
     gr.api(preset, api_name="preset", **replays)
     clear_btn.click(clear_history, None, [history_state, speedup_plot], **private)
-    method_controls = [method_dd, k, auto_k_box, auto_rule_dd, confidence_sl, ngram_sl, tree_box, acceptance_radio]
+    method_controls = [method_dd, k, auto_k_box, auto_rule_dd, confidence_sl, ngram_sl, tree_box, tree_dynamic_cb,
+                       tree_shape_tb, tree_budget_sl, acceptance_radio]
     for control in (method_dd, auto_k_box, auto_rule_dd):
-        control.change(on_method, [method_dd, auto_k_box, auto_rule_dd], method_controls, **private)
+        control.change(on_method, [method_dd, auto_k_box, auto_rule_dd, tree_dynamic_cb], method_controls, **private)
     tree_dynamic_cb.change(on_tree_kind, tree_dynamic_cb, [tree_shape_tb, tree_budget_sl], **private)
 # Nothing waits long in Gradio's queue now (live runs wait in ENGINE_LINE, replays have no limit):
 # the cap bounds a burst, and a class of 30 asking for presets at once must fit in it

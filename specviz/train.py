@@ -74,12 +74,10 @@ def training_prompts() -> list:
 def target_responses(pair, folder: Path, max_new_tokens: int = 160, batch: int = 20,
                      prompts: Optional[int] = None) -> list:
     """The target's greedy answer (token ids) to each training prompt (the first `prompts` of
-    them, default all), in chat form; cached in responses.json and resumed batch by batch."""
-    path = folder / "responses.json"
+    them, default all), in chat form; cached in responses-<max_new_tokens>.json and resumed batch by batch."""
+    path = folder / f"responses-{max_new_tokens}.json"
     prompts = training_prompts()[:prompts]
     done = json.loads(path.read_text()) if path.exists() else {"max_new_tokens": max_new_tokens, "answers": []}
-    if done.get("max_new_tokens") != max_new_tokens:
-        done = {"max_new_tokens": max_new_tokens, "answers": []}
     answers = done["answers"]
     eos = set(pair.eos_token_ids)
     bar = _progress(len(prompts), "responses", "prompt", initial=len(answers))

@@ -184,6 +184,7 @@ def test_race_returns_both_lanes_and_a_verdict(client):
     (dict(prompt="   "), "The prompt is empty"),
     (dict(max_new_tokens=100_000), "(capped at|greater than maximum value) 256"),
     (dict(prompt="x" * 5000), "at most 4000"),
+    (dict(method="medusa"), "No medusa heads for the pair 'tiny'.*python -m specviz train medusa --pair tiny"),
 ])
 def test_bad_input_returns_the_apps_error_text(client, change, message):
     from gradio_client.exceptions import AppError

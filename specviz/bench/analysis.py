@@ -189,6 +189,7 @@ def targets(report: dict) -> list:
         _target(f"suite wall time, {report['mode']} mode (s)", report["wall_time_s"], plan["budget_s"],
                 lower_is_better=True),
     ]
+    rows += _head_targets(code)
     if not same_kernels:
         rows[0]["name"] += ", both on specviz's gemv kernels (hf-assisted-gemv)"
     for row in rows:
@@ -201,6 +202,24 @@ def targets(report: dict) -> list:
     if rewrite_tokens < 100:  # the rewrite's answer is ~114 tokens: a prefix does not judge it
         rows[3].update(applies=False, why=f"judged on the whole rewrite (full plan); this run stops "
                                           f"after {rewrite_tokens} tokens")
+    return rows
+
+
+def _head_targets(code: dict) -> list:
+    """Drafters on the target's hidden states, greedy code completion: acceptance (tau: tokens per
+    target forward), the cost of an EAGLE draft step against a target forward (c), and whether
+    EAGLE's tree beats the 0.5B draft model. Shown only when those lanes ran."""
+    rows = []
+    eagle, medusa, tree, spec = (code.get(m) for m in ("eagle", "medusa", "eagle-tree", "spec"))
+    if eagle:
+        rows.append(_target("eagle tau on greedy code completion", eagle.get("tau"), 3.0))
+        rows.append(_target("eagle draft step / target forward (c), greedy code completion", eagle.get("c"), 0.2,
+                            lower_is_better=True))
+    if tree and spec:
+        rows.append(_target("eagle-tree speedup / spec speedup, greedy code completion",
+                            tree["speedup"] / spec["speedup"] if spec.get("speedup") else None, 1.0))
+    if medusa:
+        rows.append(_target("medusa tau on greedy code completion", medusa.get("tau"), 2.0))
     return rows
 
 

@@ -68,9 +68,13 @@ class Lane:
             out = {"kind": self.kind, "k": self.k}
         else:  # k for chains (AR has none), the shape for trees
             out = {"method": cfg.method, "k": cfg.k if cfg.draft_k else None,
-                   "tree": cfg.tree if cfg.method == "tree" else None}
+                   "tree": cfg.tree if cfg.method in ("tree", "medusa-tree") else None}
         out.update(draft=None if self.draft == "none" else self.draft, kernel=self.kernel)
         return {"engine": self.engine, **{key: value for key, value in out.items() if value is not None}}
+
+
+HEADS_K = {"medusa": 4, "eagle": 5}  # Medusa: one token per head; EAGLE's drafts cost little, so it drafts deeper
+MEDUSA_TREE = "3,2,1,1"
 
 
 def method_table(k: int, pld_k: int) -> dict:
@@ -88,6 +92,11 @@ def method_table(k: int, pld_k: int) -> dict:
         "pld": Lane(run.replace(method="pld", k=pld_k)),
         "lookahead": Lane(run.replace(method="lookahead")),
         "cascade": Lane(run.replace(method="cascade", k=k)),
+        # drafters on the target's own hidden states, with the heads shipped for the pair
+        "medusa": Lane(run.replace(method="medusa", k=HEADS_K["medusa"])),
+        "medusa-tree": Lane(run.replace(method="medusa-tree", tree=MEDUSA_TREE)),
+        "eagle": Lane(run.replace(method="eagle", k=HEADS_K["eagle"])),
+        "eagle-tree": Lane(run.replace(method="eagle-tree")),
         "hf": Lane(kind="plain"),
         "hf-assisted": Lane(kind="assisted", k=k),
         "hf-assisted-default": Lane(kind="assisted-default"),
@@ -99,6 +108,7 @@ def method_table(k: int, pld_k: int) -> dict:
 
 
 GREEDY_ONLY = frozenset({"lookahead"})
+HEAD_LANES = {"medusa": "medusa", "medusa-tree": "medusa", "eagle": "eagle", "eagle-tree": "eagle"}
 # methods whose draft model runs with int8 weight-only linears (specviz.quant; CPU only): the
 # target is the same bf16 model as everywhere else, so their ratios to AR stay like for like
 INT8_METHODS = frozenset(name for name, lane in method_table(4, 8).items() if lane.draft == "int8")
@@ -467,6 +477,19 @@ def load(spec: str, device=None, dtype=None, cpu_linear=None):
     return load_pair(spec, device=device, dtype=dtype, cpu_linear=cpu_linear)
 
 
+def _missing_heads(pair_name: str) -> set:
+    """The kinds of heads (medusa, eagle) not shipped, or broken, for the pair."""
+    from specviz.heads import KINDS, HeadsError, check_heads_file
+
+    missing = set()
+    for kind in KINDS:
+        try:
+            check_heads_file(kind, pair_name)
+        except HeadsError:
+            missing.add(kind)
+    return missing
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -496,6 +519,11 @@ def _run(args) -> int:
         drop |= INT8_METHODS
     if getattr(pair, "cpu_linear", "aten") != "gemv":  # nothing to separate: both run nn.Linear
         drop.add("hf-assisted-gemv")
+    missing = _missing_heads(pair.name)
+    if missing and any(HEAD_LANES.get(m) in missing for m in plan.methods):
+        say(f"no {' or '.join(sorted(missing))} heads for {pair.name}: their lanes are left out "
+            f"(python -m specviz train {sorted(missing)[0]} --pair {pair.name} trains them)")
+        drop |= {m for m, kind in HEAD_LANES.items() if kind in missing}
     plan = replace(plan, methods=tuple(m for m in plan.methods if m not in drop),
                    sampled_methods=tuple(m for m in plan.sampled_methods if m not in drop))
     report = run_suite(pair, plan, say, static_cache=args.static_cache, load_s=time.perf_counter() - started)
