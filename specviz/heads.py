@@ -26,6 +26,7 @@ of the target's output head); anything wrong is one `HeadsError` naming the comm
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -136,13 +137,27 @@ NETS = {"medusa": MedusaHeads, "eagle": EagleNet}
 # ---------------------------------------------------------------------------------------------
 # a trained set, bound to a target
 
+def output_rows(target, ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Rows `ids` (default: all) of the target's output head as float weights (V', d); an int8
+    head (memory="low", specviz.quant) is de-quantised, only the rows asked for."""
+    head = target.get_output_embeddings()
+    weight = getattr(head, "weight", None)
+    with torch.no_grad():
+        if weight is not None:
+            weight = weight.detach()
+            return weight if ids is None else weight.index_select(0, ids.to(weight.device))
+        q, scale = head.qweight, head.scale
+        if ids is not None:
+            q, scale = q.index_select(0, ids.to(q.device)), scale.index_select(0, ids.to(q.device))
+        return q.float() * scale.float()[:, None]
+
+
 def head_fingerprint(target) -> list:
     """A few entries of the target's output head (8 rows spread over the vocabulary, 16 columns):
     enough to tell a different model from the same one in another dtype or quantisation."""
-    weight = target.get_output_embeddings().weight
-    rows = torch.linspace(0, weight.shape[0] - 1, 8).long().tolist()
-    with torch.no_grad():
-        return [round(float(x), 5) for r in rows for x in weight[r, :16].float().tolist()]
+    _, vocab = hidden_and_vocab(target)
+    rows = output_rows(target, torch.linspace(0, vocab - 1, 8).long())
+    return [round(float(x), 5) for x in rows[:, :16].float().flatten().tolist()]
 
 
 def fingerprint_matches(a: list, b: list) -> bool:
@@ -180,14 +195,13 @@ class HeadSet:
 
 class BoundHeads:
     def __init__(self, heads: HeadSet, target):
-        weight = target.get_output_embeddings().weight
-        self.device, self.dtype = weight.device, weight.dtype
-        self.kind, self.vocab_size = heads.kind, weight.shape[0]
-        self.net = heads.net.to(device=self.device, dtype=self.dtype).eval()
+        self.device, self.dtype = torch.device(target.device), target.dtype
+        self.kind, (_, self.vocab_size) = heads.kind, hidden_and_vocab(target)
+        # a copy: the HeadSet's own network stays as it was (a notebook may train it further)
+        self.net = copy.deepcopy(heads.net).to(device=self.device, dtype=self.dtype).eval()
         ids = heads.vocab_ids
         self.ids = None if ids is None else ids.to(self.device)
-        with torch.no_grad():
-            self.head = weight.detach() if ids is None else weight.detach().index_select(0, self.ids).clone()
+        self.head = output_rows(target, self.ids).to(self.dtype)  # a copy of the rows (a view when all)
         self.embed = target.get_input_embeddings()
         self.draft_vocab = self.vocab_size if ids is None else int(ids.numel())
 
@@ -298,8 +312,11 @@ def make_net(kind: str, config: dict) -> nn.Module:
 
 
 def hidden_and_vocab(target) -> tuple:
-    weight = target.get_output_embeddings().weight
-    return int(weight.shape[1]), int(weight.shape[0])
+    """(hidden size, vocabulary size) as the target's output head sees them."""
+    head = target.get_output_embeddings()
+    if hasattr(head, "in_features"):
+        return int(head.in_features), int(head.out_features)
+    return int(head.weight.shape[1]), int(head.weight.shape[0])
 
 
 def heads_for(pair, kind: str, folder: Optional[Path] = None) -> HeadSet:

@@ -333,11 +333,11 @@ class _Trainer:
     def __init__(self, cfg: TrainConfig, pair, data: _Data, vocab_ids):
         self.cfg, self.data = cfg, data
         device = data.device
-        weight = pair.target.get_output_embeddings().weight.detach()
-        self.vocab = weight.shape[0]
-        self.ids = None if vocab_ids is None else vocab_ids.to(weight.device)
-        head = weight if self.ids is None else weight.index_select(0, self.ids)
-        self.head = head.to(device, torch.float32)  # frozen: the target's own output rows
+        from specviz.heads import hidden_and_vocab, output_rows
+
+        _, self.vocab = hidden_and_vocab(pair.target)
+        self.ids = vocab_ids
+        self.head = output_rows(pair.target, vocab_ids).to(device, torch.float32)  # frozen: the target's own rows
         self.embed = pair.target.get_input_embeddings()
         remap = torch.full((self.vocab,), -100, dtype=torch.long)  # target id -> draft-vocab index
         if self.ids is None:
@@ -463,12 +463,12 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
                 progress: bool = True, on_eval=None):
     """Train `cfg.kind` heads on `features` (checkpointed in `folder`, resumed from it).
     Returns (HeadSet, report dict). `on_eval(report_so_far)` is called after each evaluation."""
-    from specviz.heads import HeadSet, make_net
+    from specviz.heads import HeadSet, hidden_and_vocab, make_net
 
     torch.manual_seed(cfg.seed)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     data = _Data(features, device, torch.float32)
-    hidden, vocab = features.hidden_size, pair.target.get_output_embeddings().weight.shape[0]
+    hidden, vocab = features.hidden_size, hidden_and_vocab(pair.target)[1]
     vocab_ids = draft_vocabulary(features, cfg.draft_vocab, vocab, pair.eos_token_ids)
     net_config = cfg.net_config(hidden, vocab, vocab if vocab_ids is None else len(vocab_ids))
     net = make_net(cfg.kind, net_config).to(device)
@@ -490,7 +490,7 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
               "data": {k: features.meta.get(k) for k in ("pair", "dtype", "seed", "python", "response_tokens",
                                                           "prompts", "tokens")},
               "loss": [], "curve": [], "device": str(device)}
-    folder = Path(folder) if folder is not None else features.folder.parent
+    folder = Path(folder) if folder is not None else features.folder  # beside its data: one checkpoint per corpus
     folder.mkdir(parents=True, exist_ok=True)
     ckpt = folder / f"{cfg.kind}-checkpoint.pt"
     step = 0
@@ -584,7 +584,7 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
     out = Path(out) if out is not None else work / "heads"
     cfg = TrainConfig(kind, epochs=epochs, seed=seed, draft_vocab=draft_vocab, **options)
     features = prepare(pair, tokens, work, seed, response_tokens)
-    heads, report = train_heads(pair, features, cfg, work)
+    heads, report = train_heads(pair, features, cfg)
     if check:
         report["engine"] = engine_check(pair, heads, report["steps"] * report["tokens_per_step"])
         heads.manifest["engine"] = report["engine"]

@@ -53,7 +53,8 @@ class _FeatureDrafter(TreeDrafter):
         return sampling.warp(self.heads.logits(feats), warp)
 
     def _sources(self, tree: DraftTree) -> list:
-        return [f"{self.label} {tree.depth(n)}" for n in range(len(tree))]
+        """Per node: which head (Medusa) or which depth's forward (EAGLE) drafted it."""
+        return [{"kind": self.heads.kind, self.label: tree.depth(n)} for n in range(len(tree))]
 
     def step_info(self) -> dict:
         return {"heads": self.heads.kind, "draft_vocab": self.heads.draft_vocab}

@@ -252,6 +252,10 @@ def source_note(source: dict, texts: list) -> Optional[str]:
         return "an n-gram guess (prompt lookup) that the draft model kept"
     if kind == "draft":
         return "sampled by the draft model"
+    if kind == "medusa":
+        return f"guessed by Medusa head {source.get('head')} from the target's last hidden state"
+    if kind == "eagle":
+        return f"drafted by EAGLE's depth-{source.get('depth')} forward, at the target's feature level"
     return None
 
 
