@@ -39,6 +39,12 @@ def test_the_runner_finds_every_teaching_notebook():
     assert [p.name[:2] for p in execute.notebooks(["03"])] == ["03"]
 
 
+def test_the_runner_finds_notebook_10_after_09():
+    names = [p.name[:2] for p in execute.notebooks()]
+    assert "10" in names and names.index("10") > names.index("09")
+    assert [p.name for p in execute.notebooks(["10"])] == ["10_drafters_from_the_target.ipynb"]
+
+
 def test_the_index_lists_each_copy_with_where_it_ran(tmp_path, monkeypatch):
     monkeypatch.setattr(execute, "OUT", tmp_path)
     nb = nbformat.v4.new_notebook()

@@ -8,6 +8,7 @@ mode with the solutions imported into the exercise cells, every check cell passe
 """
 
 import ast
+import math
 import re
 import sys
 import time
@@ -23,12 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "notebooks" / "solutions"
 sys.path.insert(0, str(ROOT / "notebooks"))  # as the notebooks' kernels have it: they run in notebooks/
 
-from solutions import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08, nb09  # noqa: E402
+from solutions import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08, nb09, nb10  # noqa: E402
 from specviz.render import lessons  # noqa: E402
 
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-9]_*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 CODED = {"02": ("cascade",), "03": ("my_residual",), "04": ("alpha_tau",), "05": ("tree_mask",), "06": ("my_lookup",),
-         "07": ("next_k",), "09": ("stream_waits", "survival_curve", "cost_per_million")}
+         "07": ("next_k",), "09": ("stream_waits", "survival_curve", "cost_per_million"), "10": ("chain_acceptance",)}
 
 
 def outcome(capsys, check, *args, **kwargs):
@@ -267,6 +268,36 @@ WRONG_COSTS = {
     "no guard for a run that made no tokens": (cost_variant(guard=False), "raised ZeroDivisionError"),
 }
 
+
+def chain_variant(chain=True, independent=False, shares=True, depth_zero=False, tau=False):
+    """The solution's chain_acceptance with one thing changed."""
+    def acceptance(hits):
+        if not hits:
+            return [], 0.0
+        n, depths = len(hits), len(hits[0])
+        accuracy = [sum(1 for row in hits if row[d]) / n for d in range(depths)]
+        if independent:
+            survival = [math.prod(accuracy[:d + 1]) for d in range(depths)]
+        elif not chain:
+            survival = accuracy
+        else:
+            survival = [sum(1 for row in hits if all(row[:d + 1])) / n for d in range(depths)]
+        expected = sum(survival) + (1 if tau else 0)
+        if not shares:
+            survival = [s * n for s in survival]
+        return ([1.0] + survival if depth_zero else survival), expected
+
+    return acceptance
+
+
+WRONG_CHAIN_ACCEPTANCE = {
+    "each depth's own accuracy": (chain_variant(chain=False), "first miss"),
+    "the product of the depths' accuracies": (chain_variant(independent=True), "independently"),
+    "counts instead of shares": (chain_variant(shares=False), "return shares"),
+    "depth 0 included": (chain_variant(depth_zero=True), "leave out depth 0"),
+    "tau instead of the accepted drafts": (chain_variant(tau=True), "that is τ"),
+}
+
 CODED_CHECKS = {  # check, the engine's own function, the solution's, the wrong answers
     "cascade": (exercises.check_cascade, exercises.engine_cascade, nb02.cascade, WRONG_CASCADES),
     "residual": (exercises.check_residual, sampling.residual, nb03.my_residual, WRONG_RESIDUALS),
@@ -279,6 +310,8 @@ CODED_CHECKS = {  # check, the engine's own function, the solution's, the wrong 
                      WRONG_STREAM_WAITS),
     "survival": (exercises.check_survival, exercises.engine_survival, nb09.survival_curve, WRONG_SURVIVALS),
     "cost": (exercises.check_cost, lessons.cost_per_million, nb09.cost_per_million, WRONG_COSTS),
+    "chain_acceptance": (exercises.check_chain_acceptance, exercises.engine_chain_acceptance, nb10.chain_acceptance,
+                         WRONG_CHAIN_ACCEPTANCE),
 }
 
 
@@ -533,3 +566,28 @@ def test_09_the_checks_replay_the_students_runs(tiny_runs, capsys):
         assert result is True and "3 of your own runs" in out, out
     result, out = outcome(capsys, exercises.check_survival, nb09.survival_curve, runs=[tiny_runs["tree"]])
     assert result is True and "your own run" not in out, out  # a tree has no single draft length
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 10's reference
+
+def test_10_the_engine_reference_is_the_training_reports_accounting(capsys):
+    """engine_chain_acceptance is specviz.train.summarise_hits (which rounds to 4 digits); the
+    check replays the notebook's own held-out hits when it is given them."""
+    import random
+
+    from specviz.train import summarise_hits
+
+    rng = random.Random(5)
+    for _ in range(20):
+        depths, n = rng.randint(1, 5), rng.randint(1, 30)
+        hits = [[rng.random() < 0.6 for _ in range(depths)] for _ in range(n)]
+        survival, expected = exercises.engine_chain_acceptance(hits)
+        report = summarise_hits(torch.tensor(hits), [0.0] * depths)
+        assert all(abs(a - b) < 1e-4 for a, b in zip(survival, report["survival"])) and len(survival) == depths
+        assert abs(expected - report["accepted"]) < 1e-3
+    assert exercises.engine_chain_acceptance([]) == ([], 0.0)
+    assert summarise_hits(torch.zeros(0, 3), [0.0] * 3)["accepted"] == 0.0
+    result, out = outcome(capsys, exercises.check_chain_acceptance, nb10.chain_acceptance,
+                          hits=torch.tensor([[True, False], [True, True], [False, True]]))
+    assert result is True and "your live heads' held-out hits" in out, out
