@@ -272,6 +272,7 @@ class TrainConfig:
     eval_every: int = 50  # steps between held-out evaluations (the learning curve)
     depths: int = 5  # depths evaluated on held-out data
     seed: int = 0
+    train_tokens: int = 0  # train on the first this many tokens of the training split only (0: all): the data curve
 
     def net_config(self, hidden: int, vocab: int, draft_vocab: int) -> dict:
         base = {"hidden": hidden, "vocab_size": vocab, "draft_vocab": draft_vocab}
@@ -283,10 +284,13 @@ class TrainConfig:
 class _Data:
     """Training and held-out positions of the cached features, as torch tensors on `device`."""
 
-    def __init__(self, features: Features, device, dtype):
+    def __init__(self, features: Features, device, dtype, train_tokens: int = 0):
         self.f = features
         self.device, self.dtype = device, dtype
         self.train_segments = [s for s in features.segments if not s[2]]
+        if train_tokens:  # a prefix of the training split; the held-out split stays whole
+            ends = np.cumsum([n for _, n, _ in self.train_segments])
+            self.train_segments = self.train_segments[:max(1, int(np.searchsorted(ends, train_tokens, "right")))]
         self.held_segments = [s for s in features.segments if s[2]]
         self.rms = float(np.sqrt(np.mean(np.square(
             features.feats[:min(len(features.feats), 20000)].astype(np.float32)))))
@@ -467,7 +471,7 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
 
     torch.manual_seed(cfg.seed)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    data = _Data(features, device, torch.float32)
+    data = _Data(features, device, torch.float32, cfg.train_tokens)
     hidden, vocab = features.hidden_size, hidden_and_vocab(pair.target)[1]
     vocab_ids = draft_vocabulary(features, cfg.draft_vocab, vocab, pair.eos_token_ids)
     net_config = cfg.net_config(hidden, vocab, vocab if vocab_ids is None else len(vocab_ids))

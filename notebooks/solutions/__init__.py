@@ -1,4 +1,4 @@
-"""Solutions to the notebooks' exercises, one module per notebook (nb01.py ... nb09.py).
+"""Solutions to the notebooks' exercises, one module per notebook (nb01.py ... nb10.py).
 
 Try the exercise first; the check cell under it says what is wrong without giving the answer.
 To use a solution in a notebook, replace the body of the exercise cell with an import, e.g.
