@@ -498,14 +498,16 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
     folder.mkdir(parents=True, exist_ok=True)
     ckpt = folder / f"{cfg.kind}-checkpoint.pt"
     step = 0
-    if ckpt.exists():
+    rng = np.random.default_rng(cfg.seed + 1000)  # which positions each step trains on
+    if ckpt.exists():  # resume: weights, optimiser, schedule and both random streams, exactly where they were
         state = torch.load(ckpt, map_location=device, weights_only=False)
         if state["config"] == asdict(cfg) and state["net"] == net_config and state["data"] == report["data"]:
             net.load_state_dict(state["weights"])
             optim.load_state_dict(state["optim"])
             sched.load_state_dict(state["sched"])
+            rng.bit_generator.state = state["rng"]
+            torch.set_rng_state(state["torch_rng"])
             step, report = state["step"], state["report"]
-    rng = np.random.default_rng(cfg.seed + 1000 + step)  # a resumed run continues with fresh, fixed draws
     autocast = torch.autocast(device.type, dtype=torch.bfloat16,
                               enabled=device.type == "cuda" or pair.dtype == torch.bfloat16)
     if step == 0:
@@ -528,11 +530,13 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
         if step % cfg.eval_every == 0 or step == steps:
             with autocast:
                 report["curve"].append({"step": step, "tokens": step * per_step, **trainer.evaluate(net)})
-            if on_eval is not None:
-                on_eval(report)
+            tmp = ckpt.with_suffix(".tmp")
             torch.save({"config": asdict(cfg), "net": net_config, "data": report["data"], "step": step,
                         "weights": net.state_dict(), "optim": optim.state_dict(), "sched": sched.state_dict(),
-                        "report": report}, ckpt)
+                        "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "report": report}, tmp)
+            os.replace(tmp, ckpt)  # an interrupted save leaves the previous checkpoint whole
+            if on_eval is not None:
+                on_eval(report)
     if bar is not None:
         bar.close()
     report["held_out"] = report["curve"][-1]

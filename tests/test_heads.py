@@ -3,6 +3,7 @@ tiny pair, exact on toy models under sampling, and their files refused clearly w
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -194,3 +195,48 @@ def test_too_deep_for_the_heads_is_an_input_error(tiny_trained):
     pair, _ = tiny_trained
     with pytest.raises(Exception, match="at most 4 tokens deep"):
         list(generate(pair, "x", method="medusa", k=6))
+
+
+def test_an_interrupted_training_resumes_exactly(tiny_trained, tmp_path):
+    """Stopped after its first checkpoint and started again, a training ends with exactly the
+    weights of a run that was never interrupted (weights, optimiser and random streams are saved)."""
+    pair, _ = tiny_trained
+    features = train.prepare(pair, 4096, tmp_path / "work", prompts=8, response_tokens=48)
+    cfg = train.TrainConfig("eagle", epochs=2, batch=128, window=64, eval_every=5, draft_vocab=0, **TINY_NET)
+    whole, _ = train.train_heads(pair, features, cfg, tmp_path / "whole", progress=False)
+
+    def stop(report):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train.train_heads(pair, features, cfg, tmp_path / "resumed", progress=False, on_eval=stop)
+    resumed, report = train.train_heads(pair, features, cfg, tmp_path / "resumed", progress=False)
+    assert report["curve"][1]["step"] == 5 and report["steps"] > 5
+    for name, tensor in resumed.net.state_dict().items():
+        assert torch.equal(tensor, whole.net.state_dict()[name]), name
+
+
+def test_interrupted_feature_extraction_resumes(tmp_path):
+    """Features extracted in two sittings (the count of finished segments cut back, as after a
+    crash) equal those of one sitting."""
+    pair = build_tiny_pair()
+    once = train.prepare(pair, 3000, tmp_path / "once", prompts=4, response_tokens=32)
+    meta_path = tmp_path / "twice" / "data-3000-p4" / "features.json"
+    train.prepare(pair, 3000, tmp_path / "twice", prompts=4, response_tokens=32)
+    meta = json.loads(meta_path.read_text())
+    assert meta["done"] == len(meta["segments"]) > 2
+    meta["done"] = 1
+    meta_path.write_text(json.dumps(meta))
+    second = meta["segments"][1][0]
+    partial = train.load_features(meta_path.parent)
+    for name in ("feats", "labels", "tokens"):  # segment 0 marked, the rest lost
+        array = np.memmap(meta_path.parent / {"feats": "feats.f16", "labels": "labels.i32", "tokens": "tokens.i32"}[name],
+                          getattr(partial, name).dtype, "r+", shape=getattr(partial, name).shape)
+        array[0] = -7
+        array[second:] = 0
+        array.flush()
+    twice = train.prepare(pair, 3000, tmp_path / "twice", prompts=4, response_tokens=32)
+    assert twice.meta["done"] == len(meta["segments"])
+    assert twice.tokens[0] == -7, "the finished segment was not run again"
+    for a, b in ((once.feats, twice.feats), (once.labels, twice.labels), (once.tokens, twice.tokens)):
+        assert (a[second:] == b[second:]).all() and (a[1:second] == b[1:second]).all()
