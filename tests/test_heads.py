@@ -240,3 +240,20 @@ def test_interrupted_feature_extraction_resumes(tmp_path):
     assert twice.tokens[0] == -7, "the finished segment was not run again"
     for a, b in ((once.feats, twice.feats), (once.labels, twice.labels), (once.tokens, twice.tokens)):
         assert (a[second:] == b[second:]).all() and (a[1:second] == b[1:second]).all()
+
+
+def test_shipped_heads_fit_the_budget_and_their_manifest():
+    """The heads shipped for the real pair: both kinds, hashes that match, 32 MB at most together,
+    and a manifest that says how they were made (no model is loaded here)."""
+    folder = heads_folder("qwen-coder")
+    manifest = json.loads((folder / "manifest.json").read_text())
+    total = 0
+    for kind in ("medusa", "eagle"):
+        entry, path = check_heads_file(kind, "qwen-coder")
+        total += path.stat().st_size
+        for key in ("command", "data", "train_tokens", "steps", "seed", "held_out", "fingerprint", "config"):
+            assert key in entry, (kind, key)
+        assert entry["command"].startswith(f"python -m specviz train {kind} --pair qwen-coder")
+        assert entry["config"]["hidden"] == 1536 and entry["config"]["vocab_size"] == 151936
+    assert total <= 32 * 2**20
+    assert set(manifest) == {"medusa", "eagle"}
