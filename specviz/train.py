@@ -22,6 +22,7 @@ token is accepted exactly when it is the target's argmax, so that is what the he
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
@@ -461,6 +462,19 @@ def summarise_hits(hits: torch.Tensor, ce_sums: list) -> dict:
     return {"loss": [round(c / n, 4) for c in ce_sums],
             "accuracy": [round(x, 4) for x in hits.float().mean(0).tolist()],
             "survival": [round(x, 4) for x in survival], "accepted": round(sum(survival), 4), "positions": n}
+
+
+def evaluate_heads(pair, heads, features: Features, depths: int = 5) -> dict:
+    """Held-out accuracy per depth (head) of any trained `heads` on the held-out split of
+    `features`: heads trained on different corpora compared on the same positions."""
+    cfg = TrainConfig(heads.kind, depths=depths)
+    data = _Data(features, torch.device("cpu"), torch.float32)
+    trainer = _Trainer(cfg, pair, data, heads.vocab_ids)
+    net = copy.deepcopy(heads.net).float()
+    reach = net.heads + 1 if heads.kind == "medusa" else 1
+    trainer.held_positions = data.positions(data.held_segments, reach)
+    trainer.held_windows = [np.arange(s, s + n) for s, n, _ in data.held_segments if n > depths + 1]
+    return trainer.evaluate(net)
 
 
 def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Path] = None,

@@ -257,3 +257,14 @@ def test_shipped_heads_fit_the_budget_and_their_manifest():
         assert entry["config"]["hidden"] == 1536 and entry["config"]["vocab_size"] == 151936
     assert total <= 32 * 2**20
     assert set(manifest) == {"medusa", "eagle"}
+
+
+def test_evaluating_heads_again_gives_the_reports_numbers(tiny_trained, tmp_path):
+    """evaluate_heads (the notebook's comparison of heads trained on other corpora) measures the
+    same held-out positions the way training did: for the trained heads, the report's numbers."""
+    pair, trained = tiny_trained
+    features = train.prepare(pair, 4096, tmp_path, prompts=8, response_tokens=48)  # the fixture's corpus again
+    for kind, (heads, report) in trained.items():
+        again = train.evaluate_heads(pair, heads, features)
+        assert again["positions"] == report["held_out"]["positions"] > 0
+        assert again["accuracy"] == pytest.approx(report["held_out"]["accuracy"], abs=0.02), kind
