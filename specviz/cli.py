@@ -146,12 +146,13 @@ def cmd_train(args) -> int:
     heads, report = train(args.kind, args.pair or default_pair_name(), tokens=args.tokens, epochs=args.epochs,
                           out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check)
     held = report["held_out"]
-    print(f"{args.kind}: held-out top-1 per depth {held['accuracy']}, a greedy chain accepts "
-          f"{held['accepted']:.2f} tokens per step (held-out estimate)")
+    print(f"{args.kind}: held-out top-1 per depth {held['accuracy']}; E[drafts accepted] of a full chain "
+          f"{held['accepted']:.2f} (teacher-forced on held-out text)")
     for run in report.get("engine", []):
         print(f"  {run['prompt']}: {run['accepted_per_step']:.2f} accepted per step on the pair (k={run['k']})")
     print(f"heads, manifest and report in {report['out']}; use them with "
-          f"`python -m specviz generate --method {args.kind} --heads {report['out']} ...`")
+          f"`python -m specviz generate --pair {report['data']['pair']} --method {args.kind} "
+          f"--heads {report['out']} ...`")
     return 0
 
 

@@ -213,7 +213,8 @@ def _check_tree(cfg: RunConfig) -> None:
             level *= b
             nodes += level
         if not shape or min(shape) < 1 or nodes > MAX_TREE_NODES:
-            raise InputError(f"tree must be 'dynamic' or children per depth like '3,2,1' with at most "
+            either = "" if cfg.method == "medusa-tree" else "'dynamic' or "
+            raise InputError(f"tree must be {either}children per depth like '3,2,1' with at most "
                              f"{MAX_TREE_NODES} nodes in all, got {tree!r}.")
     for name, value, top in (("tree_budget", cfg.tree_budget, MAX_TREE_NODES),
                              ("tree_depth", cfg.tree_depth, MAX_K), ("tree_width", cfg.tree_width, 16)):

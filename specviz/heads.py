@@ -47,8 +47,13 @@ class HeadsError(SpecvizError):
     """Heads that are missing, corrupt or made for another target."""
 
 
-def retrain_hint(kind: str, pair_name: str) -> str:
-    return f"python -m specviz train {kind} --pair {pair_name}"
+def retrain_hint(kind: str, pair_name: str, folder: Optional[Path] = None) -> str:
+    """The command that (re)makes the heads where they are looked for: the pair's default folder
+    needs no --out (the shipped one is named, for a source checkout)."""
+    command = f"python -m specviz train {kind} --pair {pair_name}"
+    if folder is not None and Path(folder) != heads_folder(pair_name) or _packaged(pair_name):
+        command += f" --out {Path(folder) if folder is not None else heads_folder(pair_name)}"
+    return command
 
 
 # ---------------------------------------------------------------------------------------------
@@ -176,7 +181,6 @@ class HeadSet:
     vocab_ids: Optional[torch.Tensor]  # (N,) target token ids the heads can propose; None: all
     config: dict  # the network's constructor arguments, plus hidden and vocab_size
     manifest: dict = field(default_factory=dict)  # how it was made (data, steps, held-out accuracy...)
-    _bound: dict = field(default_factory=dict, repr=False)
 
     @property
     def depth(self) -> int:
@@ -184,13 +188,10 @@ class HeadSet:
         return self.net.heads if self.kind == "medusa" else 32
 
     def bind(self, target) -> "BoundHeads":
-        """The network on the target's device and dtype, with the target's output head (cut to the
-        draft vocabulary) and input embeddings; made once per target."""
-        key = id(target)
-        if key not in self._bound:
-            self._bound.clear()
-            self._bound[key] = BoundHeads(self, target)
-        return self._bound[key]
+        """A copy of the network on the target's device and dtype, with the target's output head
+        (cut to the draft vocabulary) and input embeddings; made for each run (tens of
+        milliseconds, before its clock starts), so a network trained further is seen next run."""
+        return BoundHeads(self, target)
 
 
 class BoundHeads:
@@ -246,8 +247,18 @@ def save_heads(heads: HeadSet, folder: Path, fingerprint: list) -> Path:
     return path
 
 
+def _packaged(pair_name: str) -> bool:
+    return (PACKAGED / pair_name).is_dir()
+
+
 def heads_folder(pair_name: str) -> Path:
-    return PACKAGED / pair_name
+    """Where a pair's heads are looked for by default: the ones shipped with specviz for it, else
+    the ones `python -m specviz train` wrote for it ($SPECVIZ_CACHE/train/<pair>/heads)."""
+    if _packaged(pair_name):
+        return PACKAGED / pair_name
+    from specviz.train import work_dir
+
+    return work_dir(pair_name) / "heads"
 
 
 def check_heads_file(kind: str, pair_name: str, folder: Optional[Path] = None) -> tuple:
@@ -256,7 +267,7 @@ def check_heads_file(kind: str, pair_name: str, folder: Optional[Path] = None) -
     if kind not in KINDS:
         raise HeadsError(f"Unknown heads {kind!r}: choose one of {', '.join(KINDS)}.")
     folder = Path(folder) if folder is not None else heads_folder(pair_name)
-    hint = retrain_hint(kind, pair_name)
+    hint = retrain_hint(kind, pair_name, folder)
     manifest_path = folder / "manifest.json"
     try:
         entry = json.loads(manifest_path.read_text())[kind]
@@ -265,7 +276,12 @@ def check_heads_file(kind: str, pair_name: str, folder: Optional[Path] = None) -
                          f"train them with `{hint}`.") from None
     except (KeyError, ValueError, TypeError, OSError):
         raise HeadsError(f"{manifest_path} has no readable entry for {kind} heads: retrain them with `{hint}`.") from None
-    path = folder / str(entry.get("file", f"{kind}.safetensors"))
+    fields = ("file", "sha256", "config", "fingerprint")
+    if (not isinstance(entry, dict) or any(key not in entry for key in fields)
+            or not isinstance(entry["config"], dict) or Path(str(entry["file"])).name != entry["file"]):
+        raise HeadsError(f"{manifest_path}'s entry for {kind} heads is malformed (it needs {', '.join(fields)}, "
+                         f"the file in the same folder): retrain them with `{hint}`.")
+    path = folder / entry["file"]
     if not path.is_file():
         raise HeadsError(f"The {kind} heads file {path} is missing: retrain it with `{hint}` "
                          "or reinstall specviz.")
@@ -282,7 +298,7 @@ def load_heads(kind: str, pair, folder: Optional[Path] = None) -> HeadSet:
     from safetensors.torch import load_file
 
     entry, path = check_heads_file(kind, pair.name, folder)
-    hint = retrain_hint(kind, pair.name)
+    hint = retrain_hint(kind, pair.name, folder)
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -297,10 +313,10 @@ def load_heads(kind: str, pair, folder: Optional[Path] = None) -> HeadSet:
         raise HeadsError(f"These {kind} heads were trained for another target (its output head differs from "
                          f"{pair.name}'s): train heads for it with `{hint}`.")
     vocab_ids = tensors.pop("vocab_ids", None)
-    net = make_net(kind, config)
     try:
+        net = make_net(kind, config)
         net.load_state_dict({name: t.float() for name, t in tensors.items()})
-    except RuntimeError:
+    except (RuntimeError, TypeError, KeyError, ValueError):
         raise HeadsError(f"The {kind} heads file {path} does not match its manifest's architecture: "
                          f"retrain it with `{hint}`.") from None
     return HeadSet(kind, net.eval(), None if vocab_ids is None else vocab_ids.long(), config, entry)
@@ -332,10 +348,6 @@ def heads_for(pair, kind: str, folder: Optional[Path] = None) -> HeadSet:
 def attach_heads(pair, heads: HeadSet) -> None:
     """Use `heads` for the pair's `heads.kind` method from now on (e.g. heads trained in a notebook)."""
     pair.__dict__.setdefault("_heads", {})[(heads.kind, None)] = heads
-
-
-def size_in_bytes(net: nn.Module) -> int:
-    return sum(p.numel() for p in net.parameters()) * 2  # stored in bf16
 
 
 def param_count(net: nn.Module) -> int:

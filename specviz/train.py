@@ -184,11 +184,6 @@ class Features:
         return self.feats.shape[1]
 
 
-def hidden_size_of(model) -> int:
-    config = getattr(model, "config", None)
-    return getattr(config, "hidden_size", None) or model.hidden_size
-
-
 def extract_features(pair, corpus: Corpus, folder: Path, describe: dict) -> Features:
     """Run the target once over every segment (resuming after the last finished one) and keep
     its last hidden state and argmax at every position."""
@@ -198,7 +193,9 @@ def extract_features(pair, corpus: Corpus, folder: Path, describe: dict) -> Feat
     meta_path = folder / "features.json"
     starts = np.cumsum([0] + [len(s) for s in corpus.segments]).tolist()
     segments = [[starts[i], len(s), bool(h)] for i, (s, h) in enumerate(zip(corpus.segments, corpus.held_out))]
-    n, d = starts[-1], hidden_size_of(pair.target)
+    from specviz.heads import hidden_and_vocab
+
+    n, d = starts[-1], hidden_and_vocab(pair.target)[0]
     meta = {**describe, "tokens": n, "hidden_size": d, "segments": segments, "sources": corpus.sources, "done": 0}
     if meta_path.exists():
         old = json.loads(meta_path.read_text())
@@ -368,7 +365,8 @@ class _Trainer:
     # -- Medusa: head k at position t reads the target's argmax at t + k
     def medusa_loss(self, net, rng) -> torch.Tensor:
         k = net.heads
-        index = rng.choice(self.train_positions, size=self.cfg.batch, replace=False)
+        positions = self.train_positions
+        index = rng.choice(positions, size=self.cfg.batch, replace=len(positions) < self.cfg.batch)
         f, _, _ = self.data.rows(index)
         out = net(f)  # (B, K, d)
         return sum(self.ce(out[:, j], self.data.labels(index + j + 1)) for j in range(k)) / k
@@ -521,6 +519,8 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
             sched.load_state_dict(state["sched"])
             rng.bit_generator.state = state["rng"]
             torch.set_rng_state(state["torch_rng"])
+            if state.get("cuda_rng") is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(state["cuda_rng"])
             step, report = state["step"], state["report"]
     autocast = torch.autocast(device.type, dtype=torch.bfloat16,
                               enabled=device.type == "cuda" or pair.dtype == torch.bfloat16)
@@ -547,7 +547,9 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
             tmp = ckpt.with_suffix(".tmp")
             torch.save({"config": asdict(cfg), "net": net_config, "data": report["data"], "step": step,
                         "weights": net.state_dict(), "optim": optim.state_dict(), "sched": sched.state_dict(),
-                        "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(), "report": report}, tmp)
+                        "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                        "report": report}, tmp)
             os.replace(tmp, ckpt)  # an interrupted save leaves the previous checkpoint whole
             if on_eval is not None:
                 on_eval(report)
@@ -598,8 +600,14 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
         raise InputError(f"Unknown heads {kind!r}: choose one of {', '.join(KINDS)}.")
     if not isinstance(tokens, int) or tokens < 2 * SEGMENT:
         raise InputError(f"tokens must be a whole number of at least {2 * SEGMENT}, got {tokens!r}.")
-    if not epochs > 0:
-        raise InputError(f"epochs must be positive, got {epochs!r}.")
+    if not (isinstance(epochs, (int, float)) and math.isfinite(epochs) and 0 < epochs <= 100):
+        raise InputError(f"epochs must be a number in (0, 100], got {epochs!r}.")
+    if not isinstance(seed, int) or seed < 0:
+        raise InputError(f"seed must be a non-negative whole number, got {seed!r}.")
+    if not isinstance(draft_vocab, int) or draft_vocab < 0:
+        raise InputError(f"draft-vocab must be 0 (every token) or a positive whole number, got {draft_vocab!r}.")
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise InputError(f"--out {out} is a file: give a folder for the heads, their manifest and report.")
     if isinstance(pair, str):
         pair = load_pair(pair)
     work = work_dir(pair.name, work)

@@ -149,8 +149,9 @@ def test_saved_heads_load_back_exactly(saved):
 
 def test_missing_heads_name_the_command_that_trains_them(tmp_path):
     pair = build_tiny_pair()
-    with pytest.raises(HeadsError, match=r"No medusa heads for the pair 'tiny' .*`python -m specviz train medusa --pair tiny`"):
-        load_heads("medusa", pair, tmp_path)
+    with pytest.raises(HeadsError, match=r"No medusa heads for the pair 'tiny' .*`python -m specviz train medusa "
+                                         r"--pair tiny --out " + str(tmp_path) + "`"):
+        load_heads("medusa", pair, tmp_path)  # a folder of one's own: the command writes there
 
 
 def test_a_corrupt_file_is_refused(saved):
@@ -159,7 +160,7 @@ def test_a_corrupt_file_is_refused(saved):
     data = bytearray(path.read_bytes())
     data[-10] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(HeadsError, match=r"eagle heads file .* is corrupt .*`python -m specviz train eagle --pair tiny`"):
+    with pytest.raises(HeadsError, match=r"eagle heads file .* is corrupt .*`python -m specviz train eagle --pair tiny --out "):
         load_heads("eagle", pair, folder)
 
 
@@ -184,7 +185,8 @@ def test_heads_of_another_target_are_refused(saved):
         load_heads("eagle", pair, folder)
 
 
-def test_the_cli_says_what_to_do_in_one_line(capsys):
+def test_the_cli_says_what_to_do_in_one_line(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))  # heads a user trained for tiny live there: none here
     code = cli_main(["generate", "--pair", "tiny", "--method", "eagle", "--prompt", "def f("])
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1
@@ -268,3 +270,24 @@ def test_evaluating_heads_again_gives_the_reports_numbers(tiny_trained, tmp_path
         again = train.evaluate_heads(pair, heads, features)
         assert again["positions"] == report["held_out"]["positions"] > 0
         assert again["accuracy"] == pytest.approx(report["held_out"]["accuracy"], abs=0.02), kind
+
+
+def test_a_malformed_manifest_is_refused(saved):
+    pair, _, folder = saved
+    manifest = json.loads((folder / "manifest.json").read_text())
+    for broken in ("oops", {**manifest["medusa"], "file": "../medusa.safetensors"},
+                   {k: v for k, v in manifest["medusa"].items() if k != "config"}):
+        (folder / "manifest.json").write_text(json.dumps({**manifest, "medusa": broken}))
+        with pytest.raises(HeadsError, match="entry for medusa heads is malformed"):
+            load_heads("medusa", pair, folder)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--epochs", "inf"], "epochs must be a number in"), (["--epochs", "-1"], "epochs must be a number in"),
+    (["--tokens", "10"], "tokens must be a whole number of at least 1024"), (["--seed", "-3"], "seed must be"),
+    (["--draft-vocab", "-5"], "draft-vocab must be"),
+])
+def test_bad_training_options_are_one_line(capsys, argv, message):
+    code = cli_main(["train", "medusa", "--pair", "tiny", *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err

@@ -34,7 +34,7 @@ from specviz.bench import report as rep
 from specviz.bench.controlled import ControlledDrafter
 from specviz.bench.prompts import PROMPTS
 from specviz.bench.synthetic import SIZES
-from specviz.config import RunConfig, vocab_size
+from specviz.config import HEAD_METHODS, RunConfig, vocab_size
 from specviz.engine import generate
 from specviz.errors import InputError, SpecvizError
 from specviz.lm import cuda_graphs_on
@@ -108,7 +108,8 @@ def method_table(k: int, pld_k: int) -> dict:
 
 
 GREEDY_ONLY = frozenset({"lookahead"})
-HEAD_LANES = {"medusa": "medusa", "medusa-tree": "medusa", "eagle": "eagle", "eagle-tree": "eagle"}
+HEAD_LANES = {name: HEAD_METHODS[lane.config.method] for name, lane in method_table(4, 8).items()
+              if lane.config is not None and lane.config.method in HEAD_METHODS}
 # methods whose draft model runs with int8 weight-only linears (specviz.quant; CPU only): the
 # target is the same bf16 model as everywhere else, so their ratios to AR stay like for like
 INT8_METHODS = frozenset(name for name, lane in method_table(4, 8).items() if lane.draft == "int8")
@@ -522,7 +523,8 @@ def _run(args) -> int:
     missing = _missing_heads(pair.name)
     if missing and any(HEAD_LANES.get(m) in missing for m in plan.methods):
         say(f"no {' or '.join(sorted(missing))} heads for {pair.name}: their lanes are left out "
-            f"(python -m specviz train {sorted(missing)[0]} --pair {pair.name} trains them)")
+            f"({' and '.join(f'python -m specviz train {kind} --pair {pair.name}' for kind in sorted(missing))} "
+            "train them)")
         drop |= {m for m, kind in HEAD_LANES.items() if kind in missing}
     plan = replace(plan, methods=tuple(m for m in plan.methods if m not in drop),
                    sampled_methods=tuple(m for m in plan.sampled_methods if m not in drop))

@@ -106,7 +106,7 @@ class EagleDrafter(_FeatureDrafter):
         self.pending.append(rows)
 
     def _ready(self) -> bool:
-        return bool(self.pending) or self.fed > 0
+        return bool(self.pending)  # every step hands over at least one feature; the first step none
 
     def _linear(self, committed) -> int:
         return len(committed) - 1  # pairs (f_j, x_{j+1}) for every cached target token j
