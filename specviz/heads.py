@@ -27,7 +27,6 @@ of the target's output head); anything wrong is one `HeadsError` naming the comm
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specviz.errors import SpecvizError
+from specviz.models import _sha256  # the one file hash of the package (weights and heads alike)
 
 KINDS = ("medusa", "eagle")
 PACKAGED = Path(__file__).parent / "data" / "heads"  # <pair>/manifest.json + <kind>.safetensors
@@ -219,14 +219,6 @@ class BoundHeads:
 
 # ---------------------------------------------------------------------------------------------
 # files
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def save_heads(heads: HeadSet, folder: Path, fingerprint: list) -> Path:
     """Write `<kind>.safetensors` (bf16 weights) and record it in the folder's manifest.json."""
