@@ -46,11 +46,8 @@ class CachedLM:
             extra["position_ids"] = torch.tensor([positions], dtype=torch.long, device=self.device)
         rows = 1 if last_only else keep
         if hidden:
-            states = self.model.get_decoder()(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
-                                              **extra).last_hidden_state[0]
             self.length += len(ids)
-            logits = self.model.get_output_embeddings()(states[-rows:] if rows else states)
-            return logits.float(), states
+            return forward_with_states(self.model, input_ids, self.cache, rows, extra)
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
                          logits_to_keep=rows, **extra)
         self.length += len(ids)
@@ -72,6 +69,15 @@ class CachedLM:
                 layer.keys = layer.keys.index_select(-2, index)
                 layer.values = layer.values.index_select(-2, index)
         self.length = len(index)
+
+
+def forward_with_states(model, input_ids, cache, rows: int, extra: dict) -> tuple:
+    """The model's forward split in two, as the model itself runs it: the decoder over the cache,
+    then the output head on the last `rows` rows (all if 0). Returns (float32 logits, the decoder's
+    last hidden state of every fed token)."""
+    states = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True,
+                                 **extra).last_hidden_state[0]
+    return model.get_output_embeddings()(states[-rows:] if rows else states).float(), states
 
 
 GRAPH_MAX_TOKENS = 16  # feeds of more tokens (a prefill, a catch-up after a long accept) run eagerly
@@ -154,11 +160,8 @@ class GraphLM:
                 extra = {"attention_mask": mask[None, None],
                          "position_ids": torch.tensor([positions], dtype=torch.long, device=self.device)}
             if hidden:
-                states = self.model.get_decoder()(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
-                                                  **extra).last_hidden_state[0]
                 self.length += n
-                logits = self.model.get_output_embeddings()(states[-rows:] if rows else states)
-                return logits.float(), states
+                return forward_with_states(self.model, input_ids, self.cache, rows, extra)
             out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
                              logits_to_keep=rows, **extra).logits
         else:
