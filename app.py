@@ -37,7 +37,7 @@ from gradio.components.plot import PlotData
 import specviz
 from specviz import engine, events as ev, presets as recorded
 from specviz.adaptive import RULES as AUTO_RULES
-from specviz.config import RunConfig
+from specviz.config import DRAFT_TREE_METHODS, RunConfig
 from specviz.errors import SpecvizError
 from specviz.models import default_pair_name, list_pairs
 from specviz.quant import MODES, quantize_draft
@@ -444,7 +444,7 @@ def method_setting(started: dict) -> str:
         parts.append(f"k auto, {options.get('auto_rule', '')} rule" if k == "auto" else f"k = {k}")
     if method in ("pld", "cascade") and "ngram" in options:
         parts.append(f"n-gram ≤ {options['ngram']}")
-    if method in ("tree", "medusa-tree", "eagle-tree"):
+    if method in DRAFT_TREE_METHODS:
         shape = options.get("tree", "dynamic")
         parts.append(f"dynamic, budget {options.get('tree_budget')}" if shape == "dynamic" else f"shape {shape}")
     if started.get("lossless") is False:
@@ -649,7 +649,7 @@ def on_method(method, auto_k, auto_rule, dynamic=False):
     model's may be static or dynamic, Medusa's are static (a shape), EAGLE-2's dynamic (a budget)."""
     auto_ok = method in engine.AUTO_METHODS
     auto = bool(auto_k) and auto_ok
-    tree = method in ("tree", "medusa-tree", "eagle-tree")
+    tree = method in DRAFT_TREE_METHODS
     dynamic = method == "eagle-tree" or (method == "tree" and bool(dynamic))
     return {method_dd: gr.Dropdown(info=method_help(method)),
             k: gr.Slider(visible=method != "ar" and method not in engine.TREE_METHODS, interactive=not auto),

@@ -138,7 +138,8 @@ class RunConfig:
 
 
 MAX_TREE_NODES = 64
-TREE_METHODS = ("tree", "lookahead", "medusa-tree", "eagle-tree")
+DRAFT_TREE_METHODS = ("tree", "medusa-tree", "eagle-tree")  # trees drafted to a shape or a budget
+TREE_METHODS = ("lookahead", *DRAFT_TREE_METHODS)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -173,7 +174,7 @@ def _check(cfg: RunConfig) -> None:
         raise InputError(f"seed must be a non-negative whole number, got {cfg.seed!r}.")
     if not _is_int(cfg.record_topk) or not 0 <= cfg.record_topk <= MAX_TOPK:
         raise InputError(f"record_topk must be from 0 to {MAX_TOPK}, got {cfg.record_topk!r}.")
-    if method in ("tree", "medusa-tree", "eagle-tree"):
+    if method in DRAFT_TREE_METHODS:
         _check_tree(cfg)
     if not isinstance(cfg.heads, str):
         raise InputError(f"heads must be a folder path (or '' for the shipped heads), got {cfg.heads!r}.")
