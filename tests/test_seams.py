@@ -1,7 +1,8 @@
 """Seam rules, checked by parsing imports (no module is imported here):
 
 - renderers (specviz/render/*.py) and app.py import neither torch nor transformers, and the
-  renderers import nothing of the engine's internals (only events, metrics, theory, trace);
+  renderers import nothing of the engine's internals (only events, metrics, theory, trace, and
+  files, which writes a file whole and imports only the standard library);
 - every other specviz module imports no UI library (gradio, plotly, ipywidgets, anywidget).
 """
 
@@ -14,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL_LIBS = {"torch", "transformers"}
 UI_LIBS = {"gradio", "gradio_client", "plotly", "ipywidgets", "anywidget"}
 RENDER_MAY_USE = ("specviz.events", "specviz.metrics", "specviz.theory", "specviz.trace", "specviz.errors",
-                  "specviz.render")
+                  "specviz.files", "specviz.render")
 
 
 def imported_modules(source: str) -> set:
