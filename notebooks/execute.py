@@ -26,6 +26,8 @@ import sys
 import time
 from pathlib import Path
 
+from specviz import files
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = ROOT / "docs" / "notebooks"
@@ -106,11 +108,11 @@ def write_index() -> Path:
         where = f"{found[1]} pair: {found[2]}" if found else "(no header)"
         rows.append(f"| [{page.stem}]({page.name}) | [notebook](../../notebooks/{page.stem}.ipynb) | {where} |")
     index = OUT / "README.md"
-    index.write_text("# Executed notebooks\n\nEach teaching notebook run top to bottom on the real pair, saved as HTML with its "
+    files.write_text(index, "# Executed notebooks\n\nEach teaching notebook run top to bottom on the real pair, saved as HTML with its "
                      "figures as images and the page style in notebook.css beside them (`make executed-notebooks` "
                      "regenerates them; download this folder or open a page through an HTML preview to read it). The timings are the machine's named beside it.\n\n"
                      "| copy | source | where it ran (CPU, cores, device and dtype, date, commit) |\n|---|---|---|\n"
-                     + "\n".join(rows) + "\n", encoding="utf-8")
+                     + "\n".join(rows) + "\n")
     return index
 
 
@@ -145,8 +147,8 @@ def main(argv=None) -> int:
             print(f" failed: {str(exc).strip().splitlines()[-1][:300]}", file=sys.stderr)
             return 1
         page, css = share_css(to_html(nb, path, args.pair))
-        (OUT / STYLESHEET).write_text(css, encoding="utf-8")
-        (OUT / path.with_suffix(".html").name).write_text(page, encoding="utf-8")
+        files.write_text(OUT / STYLESHEET, css)
+        files.write_text(OUT / path.with_suffix(".html").name, page)
         spent.append(time.perf_counter() - start)
         write_index()
         eta = sum(spent) / len(spent) * (len(todo) - i - 1)

@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specviz import files
 from specviz.errors import SpecvizError
 from specviz.models import _sha256  # the one file hash of the package (weights and heads alike)
 
@@ -230,12 +231,14 @@ def save_heads(heads: HeadSet, folder: Path, fingerprint: list) -> Path:
     tensors = {name: t.detach().to("cpu", torch.bfloat16).contiguous() for name, t in heads.net.state_dict().items()}
     if heads.vocab_ids is not None:
         tensors["vocab_ids"] = heads.vocab_ids.to("cpu", torch.int32).contiguous()
-    save_file(tensors, str(path), metadata={"kind": heads.kind, "config": json.dumps(heads.config)})
     manifest_path = folder / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    manifest[heads.kind] = {**heads.manifest, "file": path.name, "sha256": _sha256(path),
-                            "bytes": path.stat().st_size, "config": heads.config, "fingerprint": fingerprint}
-    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    with files.lock(manifest_path, f"writing {heads.kind} heads into {folder}"):  # one manifest, several kinds
+        with files.new_file(path, f"saving {path.name}") as tmp:
+            save_file(tensors, str(tmp), metadata={"kind": heads.kind, "config": json.dumps(heads.config)})
+        manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+        manifest[heads.kind] = {**heads.manifest, "file": path.name, "sha256": _sha256(path),
+                                "bytes": path.stat().st_size, "config": heads.config, "fingerprint": fingerprint}
+        files.write_json(manifest_path, manifest)
     return path
 
 

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from specviz import __version__
+from specviz import __version__, files
 from specviz.config import RunConfig
 from specviz.events import from_dict
 from specviz.trace import dumps
@@ -170,7 +170,7 @@ def record(pair_name: str = "qwen-coder", dtype: Optional[str] = None, folder: P
     entries = [_record_reliably(pair, number, preset, folder, say, tries) for number, preset in enumerate(presets, 1)]
     # other work sharing the cores slows both lanes: the load at the end goes beside the start's
     info = {"recorded": {**where, "loadavg_end": loadavg()}, "presets": entries}
-    (folder / MANIFEST).write_text(json.dumps(info, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    files.write_json(folder / MANIFEST, info)
     say(f"wrote {len(entries)} presets to {folder} ({_size(folder) / 1e3:.0f} kB)")
     return info
 
@@ -220,7 +220,7 @@ def _progress(number: int, lanes: dict) -> None:
 
 def _write_trace(events: list, path: Path) -> None:
     # mtime=0: re-recording the same events gives the same bytes (no spurious diffs in git)
-    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
+    with files.new_file(path) as tmp, open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
         gz.write("".join(dumps(e) + "\n" for e in events).encode("utf-8"))
 
 

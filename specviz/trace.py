@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Iterable, Iterator, Union
 
+from specviz import files
 from specviz.events import Event, from_dict
 
 
@@ -15,9 +16,10 @@ def dumps(event: Union[Event, dict]) -> str:
 
 
 def save(events: Iterable, path) -> int:
-    """Write events to `path`; returns how many were written."""
+    """Write events to `path` (whole or not at all: a run that fails midway leaves no half trace
+    where a whole one is expected); returns how many were written."""
     n = 0
-    with open(path, "w", encoding="utf-8") as fh:
+    with files.new_file(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
         for event in events:
             fh.write(dumps(event) + "\n")
             n += 1

@@ -27,6 +27,7 @@ import json
 import math
 import os
 import random
+import sys
 import sysconfig
 import time
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from specviz import files
 from specviz.errors import InputError
 
 SEGMENT = 512  # tokens per target prefill; each segment is an independent sequence
@@ -58,10 +60,8 @@ def _progress(total: int, desc: str, unit: str = "tok", initial: int = 0):
                 dynamic_ncols=True, disable=os.environ.get("SPECVIZ_QUIET") == "1")
 
 
-def _write_json(path: Path, data) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)  # a crash leaves the old file or the new one, never half of one
+def _say(message: str) -> None:
+    print(f"[specviz] {message}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -95,7 +95,7 @@ def target_responses(pair, folder: Path, max_new_tokens: int = 160, batch: int =
         for prompt_ids, row in zip(encoded, out[:, width:].tolist()):
             cut = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
             answers.append({"prompt": prompt_ids, "answer": row[:cut]})
-        _write_json(path, done)
+        files.write_json(path, done)
         bar.update(len(chunk))
     bar.close()
     return answers[:len(prompts)]
@@ -218,7 +218,7 @@ def extract_features(pair, corpus: Corpus, folder: Path, describe: dict) -> Feat
         if (i + 1) % 8 == 0 or i + 1 == len(segments):  # a checkpoint: flushed arrays, then the count
             for array in (tokens, feats, labels):
                 array.flush()
-            _write_json(meta_path, meta)
+            files.write_json(meta_path, meta)
         bar.update(length)
     bar.close()
     return Features(folder, meta, tokens, feats, labels)
@@ -238,15 +238,18 @@ def prepare(pair, tokens: int, folder: Optional[Path] = None, seed: int = 0,
     the target's answers to the first `prompts` training prompts (default: all) included."""
     folder = work_dir(pair.name, folder)
     folder.mkdir(parents=True, exist_ok=True)
-    answers = target_responses(pair, folder, response_tokens, prompts=prompts)
-    corpus = build_corpus(pair, answers, tokens, seed)
-    describe = {"pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "seed": seed,
-                "python": sysconfig.get_python_version(), "response_tokens": response_tokens}
-    name = f"data-{tokens}"
-    if prompts is not None:  # a smaller corpus (a notebook's live run): its own folder
-        describe["prompts"] = len(answers)
-        name += f"-p{len(answers)}"
-    return extract_features(pair, corpus, folder / name, describe)
+    # one process at a time: a second one (a notebook beside the CLI) waits, then finds the
+    # answers and features the first wrote and resumes past them
+    with files.lock(folder / "data", f"preparing {pair.name}'s training data", _say):
+        answers = target_responses(pair, folder, response_tokens, prompts=prompts)
+        corpus = build_corpus(pair, answers, tokens, seed)
+        describe = {"pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""), "seed": seed,
+                    "python": sysconfig.get_python_version(), "response_tokens": response_tokens}
+        name = f"data-{tokens}"
+        if prompts is not None:  # a smaller corpus (a notebook's live run): its own folder
+            describe["prompts"] = len(answers)
+            name += f"-p{len(answers)}"
+        return extract_features(pair, corpus, folder / name, describe)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -544,13 +547,13 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
         if step % cfg.eval_every == 0 or step == steps:
             with autocast:
                 report["curve"].append({"step": step, "tokens": step * per_step, **trainer.evaluate(net)})
-            tmp = ckpt.with_suffix(".tmp")
-            torch.save({"config": asdict(cfg), "net": net_config, "data": report["data"], "step": step,
-                        "weights": net.state_dict(), "optim": optim.state_dict(), "sched": sched.state_dict(),
-                        "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
-                        "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                        "report": report}, tmp)
-            os.replace(tmp, ckpt)  # an interrupted save leaves the previous checkpoint whole
+            state = {"config": asdict(cfg), "net": net_config, "data": report["data"], "step": step,
+                     "weights": net.state_dict(), "optim": optim.state_dict(), "sched": sched.state_dict(),
+                     "rng": rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
+                     "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                     "report": report}
+            with files.new_file(ckpt, f"saving the {cfg.kind} checkpoint") as tmp:  # an interrupted save
+                torch.save(state, tmp)  # leaves the previous checkpoint whole
             if on_eval is not None:
                 on_eval(report)
     if bar is not None:
@@ -614,7 +617,10 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
     out = Path(out) if out is not None else work / "heads"
     cfg = TrainConfig(kind, epochs=epochs, seed=seed, draft_vocab=draft_vocab, **options)
     features = prepare(pair, tokens, work, seed, response_tokens)
-    heads, report = train_heads(pair, features, cfg)
+    # a second `train` of the same heads on the same data waits, then resumes from the first
+    # one's last checkpoint (its final one: nothing left to train) instead of racing it
+    with files.lock(features.folder / f"{kind}-checkpoint.pt", f"training {kind} heads", _say):
+        heads, report = train_heads(pair, features, cfg)
     if check:
         report["engine"] = engine_check(pair, heads, report["steps"] * report["tokens_per_step"])
         heads.manifest["engine"] = report["engine"]
@@ -622,6 +628,6 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
                                  f"--epochs {epochs:g} --seed {seed} --draft-vocab {draft_vocab}")
     save_heads(heads, out, head_fingerprint(pair.target))
     report["out"] = str(out)
-    _write_json(out / f"report-{kind}.json", report)
+    files.write_json(out / f"report-{kind}.json", report)
     report_png(report, out / f"report-{kind}.png")
     return heads, report

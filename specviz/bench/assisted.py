@@ -25,6 +25,7 @@ from functools import partial
 
 import torch
 
+from specviz import files
 from specviz.argparsing import Parser
 from specviz.bench import analysis, suite
 from specviz.models import load_pair
@@ -92,8 +93,7 @@ def main(argv=None) -> int:
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+        files.write_text(args.out, text + "\n")
     return 0
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+from specviz import files
+
 def _f(value, fmt: str = ".2f", unit: str = "") -> str:
     if value is None:
         return "–"
@@ -256,14 +258,15 @@ def write(report: dict, prefix: Path, png: bool = True, with_figures: bool = Tru
 
         for name, fig in figures(report).items():
             html = prefix.with_name(f"{prefix.name}-{name}.html")
-            fig.write_html(html, include_plotlyjs="cdn")
+            with files.new_file(html) as tmp:
+                fig.write_html(tmp, include_plotlyjs="cdn")
             written[name] = html
             links[name] = html.name
             if png and _write_png(fig, prefix.with_name(f"{prefix.name}-{name}.png")):
                 links[name] = f"{prefix.name}-{name}.png"
-    written["json"].write_text(json.dumps(report, indent=1) + "\n")
+    files.write_text(written["json"], json.dumps(report, indent=1) + "\n")
     written["md"] = prefix.with_name(prefix.name + ".md")
-    written["md"].write_text(markdown(report, links))
+    files.write_text(written["md"], markdown(report, links))
     return written
 
 
@@ -274,5 +277,5 @@ def _write_png(fig, path: Path) -> bool:
 
     png = figure_png(fig)
     if png is not None:
-        path.write_bytes(png)
+        files.write_bytes(path, png)
     return png is not None

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specviz import files
+
 COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2"]
 W, H, PAD = 520, 420, 60
 
@@ -103,5 +105,6 @@ def report_png(report: dict, path) -> Path:
                          COLORS[(i + 1) % len(COLORS)], True))
     _panel(draw, 2 * W, "greedy chain: accepted tokens per step", "training tokens seen", accepted)
     path = Path(path)
-    image.save(path)
+    with files.new_file(path) as tmp:
+        image.save(tmp, format="PNG")
     return path
