@@ -21,7 +21,7 @@ import pytest  # noqa: E402
 # both fit together) and then works through the rest longest first; a worker is handed its next
 # file only as its current one runs out, so the two end close together.
 FIRST = ("test_real_pair.py", "test_low_memory.py", "test_notebooks.py", "test_distribution.py", "test_tree.py", "test_cli.py",
-         "test_jupyter_browser.py", "test_browser.py", "test_methods.py", "test_app_api.py")
+         "test_jupyter_browser.py", "test_browser.py", "test_cache_faults.py", "test_methods.py", "test_app_api.py")
 
 
 def pytest_collection_modifyitems(items):
