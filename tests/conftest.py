@@ -16,11 +16,13 @@ import pytest  # noqa: E402
 
 # `make test` runs two pytest-xdist workers that take whole files (--dist loadfile) in this order
 # (--no-loadscope-reorder): the real pair's file, the longest (five to eight minutes, 8 GB in
-# float32) and the only one that loads that pair in-process, starts at once on one worker while
-# the other takes the low-memory file (the same pair in int8, in a subprocess, under 3.75 GiB:
-# both fit together) and then works through the rest longest first; a worker is handed its next
+# float32) and the only one that loads that pair in-process, starts at once on one worker (on an
+# empty cache it converts the pair first, under the conversion lock) while the other works through
+# the rest longest first: the tiny pair's notebooks and distribution tests, then the low-memory
+# file (the same pair in int8, in a subprocess, under 3.75 GiB: both fit together), by then
+# converted or waiting on that lock rather than converting beside it; a worker is handed its next
 # file only as its current one runs out, so the two end close together.
-FIRST = ("test_real_pair.py", "test_low_memory.py", "test_notebooks.py", "test_distribution.py", "test_tree.py", "test_cli.py",
+FIRST = ("test_real_pair.py", "test_notebooks.py", "test_distribution.py", "test_low_memory.py", "test_tree.py", "test_cli.py",
          "test_jupyter_browser.py", "test_browser.py", "test_cache_faults.py", "test_methods.py", "test_app_api.py")
 
 

