@@ -29,7 +29,6 @@ import os
 import random
 import sys
 import sysconfig
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
