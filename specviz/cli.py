@@ -26,7 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "(default: $SPECVIZ_PAIR or qwen-coder)")
     gen.add_argument("--method", default="spec", help="ar | spec | tree | pld | lookahead | cascade | "
                      "medusa | medusa-tree | eagle | eagle-tree")
-    gen.add_argument("--k", type=_k, default=4, help="draft length per step, or 'auto'")
+    gen.add_argument("--k", type=_k, default=4, help="draft length per step, 'auto' (chosen per step), or 'load' "
+                     "(one k per step for the whole batch, from acceptance and the measured pass cost)")
     gen.add_argument("--auto-rule", default="cost", help="with --k auto: cost | heuristic | confidence")
     gen.add_argument("--acceptance", default="exact", help="exact | typical (LOSSY)")
     gen.add_argument("--ngram", type=int, default=3, help="n-gram size (pld, cascade, lookahead)")
@@ -36,7 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--max-new-tokens", type=int, default=64)
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--prompt", required=True)
+    gen.add_argument("--prompt", required=True, action="append",
+                     help="the prompt; give it several times to decode a batch of prompts together")
+    gen.add_argument("--batch", type=int, default=None,
+                     help="decode this many sequences together in one target pass per step (one --prompt: "
+                          "repeated, each row with its own seed, seed + row); default: the number of prompts")
+    gen.add_argument("--spec-off-batch", type=int, default=0,
+                     help="batched runs: at or above this many live rows, steps are plain autoregressive (0: never)")
     gen.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
     gen.add_argument("--record-topk", type=int, default=10)
     gen.add_argument("--device", default=None)
@@ -68,12 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _k(text: str):
-    if text == "auto":
+    if text in ("auto", "load"):
         return text
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"k must be a whole number or 'auto', got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"k must be a whole number, 'auto' or 'load', got {text!r}") from None
 
 
 def cmd_app(args) -> int:
@@ -113,16 +120,24 @@ def cmd_generate(args) -> int:
     from specviz.metrics import RunStats
     from specviz.models import default_pair_name, load_pair
 
-    check_prompt_text(args.prompt)  # bad input fails here, before gigabytes of weights load
+    for prompt in args.prompt:  # bad input fails here, before gigabytes of weights load
+        check_prompt_text(prompt)
+    prompts = args.prompt
+    if args.batch is not None and len(prompts) > 1 and args.batch != len(prompts):
+        raise SpecvizError(f"--batch {args.batch} with {len(prompts)} prompts: give one prompt, or as many as the batch.")
+    batch = args.batch if args.batch is not None else len(prompts)
     cfg = RunConfig.of(method=args.method, k=args.k, temperature=args.temperature, top_k=args.top_k,
                        top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
                        record_topk=args.record_topk if args.jsonl else 0, auto_rule=args.auto_rule,
-                       acceptance=args.acceptance, ngram=args.ngram, tree=args.tree, heads=args.heads)
+                       acceptance=args.acceptance, ngram=args.ngram, tree=args.tree, heads=args.heads,
+                       batch=batch, spec_off_batch=args.spec_off_batch)
     if cfg.method in HEAD_METHODS:  # a missing or corrupt heads file fails before the weights load
         check_heads_file(HEAD_METHODS[cfg.method], args.pair or default_pair_name(), args.heads or None)
     pair = load_pair(args.pair, device=args.device, dtype=args.dtype, draft_quant=args.draft_quant,
                      cpu_linear=args.cpu_linear, memory=args.memory)
-    stream = engine.generate(pair, args.prompt, cfg)
+    if cfg.batch > 1 or cfg.k == "load":
+        return _print_batch(pair, prompts if len(prompts) > 1 else prompts[0], cfg, args.jsonl)
+    stream = engine.generate(pair, prompts[0], cfg)
     ids, shown = [], ""
     for event in stream:
         if args.jsonl:
@@ -136,6 +151,31 @@ def cmd_generate(args) -> int:
         elif event.kind == "run_finished":
             print(event.text[len(shown):])
             print(RunStats(**event.metrics).line())
+    return 0
+
+
+def _print_batch(pair, prompt, cfg, jsonl: bool) -> int:
+    """A batched run: each row's text when it finishes, then the batch's serving numbers."""
+    from specviz import trace
+    from specviz.batch import generate_batch
+
+    for event in generate_batch(pair, prompt, cfg):
+        if jsonl:
+            print(trace.dumps(event), flush=True)
+        elif event.kind == "batch_step":
+            done = f", finished: row {', '.join(map(str, event.finished))}" if event.finished else ""
+            print(f"step {event.step}: {len(event.rows)} rows, k {max(event.k)}, accepted {event.accepted}, "
+                  f"{event.tokens_fed} tokens in one pass{done}", file=sys.stderr, flush=True)
+        elif event.kind == "run_finished":
+            m = event.metrics
+            print(f"--- row {event.row} ({event.finish_reason}, {len(event.token_ids)} tokens, "
+                  f"{m.get('accepted', 0)}/{m.get('drafted', 0)} drafts accepted)\n{event.text}", flush=True)
+        elif event.kind == "batch_finished":
+            m = event.metrics
+            print(f"batch of {m['rows']}: {m['tokens']} tokens in {m['wall_time']:.2f} s = "
+                  f"{m['tokens_per_s']:.1f} tokens/s in all; median user {m['user_tokens_per_s']:.1f} tokens/s, "
+                  f"inter-token latency p50 {1e3 * m['itl_p50']:.0f} ms, p95 {1e3 * m['itl_p95']:.0f} ms; "
+                  f"{m['steps']} target passes")
     return 0
 
 

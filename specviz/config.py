@@ -48,6 +48,10 @@ METHOD_HELP = {
 }
 HEAD_METHODS = {"medusa": "medusa", "medusa-tree": "medusa", "eagle": "eagle", "eagle-tree": "eagle"}
 AUTO_METHODS = ("spec", "cascade")
+# methods the batched engine (specviz.batch) runs: chains, whose rows verify in one padded pass
+BATCH_METHODS = ("ar", "spec", "pld", "medusa", "eagle")
+LOAD_METHODS = ("spec", "pld", "medusa", "eagle")  # k="load": one k per step for the whole batch
+MAX_BATCH = 64
 ACCEPTANCE = ("exact", "typical")
 MAX_K = 32
 MAX_NEW_TOKENS = 4096
@@ -66,7 +70,7 @@ class RunConfig:
     """
 
     method: str = "spec"
-    k: Union[int, str] = 4  # draft length, or "auto": chosen every step by AdaptiveK
+    k: Union[int, str] = 4  # draft length; "auto": chosen every step by AdaptiveK; "load": by LoadK (specviz.batch)
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: off
     top_p: float = 1.0
@@ -85,6 +89,8 @@ class RunConfig:
     lookahead_window: int = 5
     lookahead_pool: int = 5
     heads: str = ""  # medusa / eagle: a folder of trained heads (manifest.json); "": the ones shipped for the pair
+    batch: int = 1  # sequences decoded together (specviz.batch); a list of prompts sets it to its length
+    spec_off_batch: int = 0  # batched runs: at or above this many live rows, steps are plain AR (vLLM's switch; 0: never)
     warp: Warp = field(init=False, repr=False, compare=False)  # temperature, top_k, top_p together
 
     def __post_init__(self):
@@ -134,6 +140,10 @@ class RunConfig:
             out.update(tree_budget=self.tree_budget, tree_depth=self.tree_depth, tree_width=self.tree_width)
         if self.method in HEAD_METHODS and self.heads:
             out["heads"] = self.heads
+        if self.batch > 1:
+            out["batch"] = self.batch
+        if self.spec_off_batch:
+            out["spec_off_batch"] = self.spec_off_batch
         return out
 
 
@@ -151,8 +161,17 @@ def _check(cfg: RunConfig) -> None:
         raise InputError(f"Unknown method {method!r}: choose one of {', '.join(METHODS)}.")
     if k == "auto" and method not in AUTO_METHODS:
         raise InputError(f"k='auto' works with {', '.join(AUTO_METHODS)}; give {method} a number.")
-    if k != "auto" and (not _is_int(k) or not 1 <= k <= MAX_K):
-        raise InputError(f"k (draft length) must be a whole number from 1 to {MAX_K} or 'auto', got {k!r}.")
+    if k == "load" and method not in LOAD_METHODS:
+        raise InputError(f"k='load' works with {', '.join(LOAD_METHODS)}; give {method} a number.")
+    if k not in ("auto", "load") and (not _is_int(k) or not 1 <= k <= MAX_K):
+        raise InputError(f"k (draft length) must be a whole number from 1 to {MAX_K}, 'auto' or 'load', got {k!r}.")
+    if not _is_int(cfg.batch) or not 1 <= cfg.batch <= MAX_BATCH:
+        raise InputError(f"batch must be a whole number from 1 to {MAX_BATCH}, got {cfg.batch!r}.")
+    if (cfg.batch > 1 or k == "load") and method not in BATCH_METHODS:
+        raise InputError(f"Batched runs take the chain methods {', '.join(BATCH_METHODS)}; "
+                         f"{method} decodes one sequence at a time.")
+    if not _is_int(cfg.spec_off_batch) or cfg.spec_off_batch < 0:
+        raise InputError(f"spec_off_batch must be 0 (never) or a whole number of rows, got {cfg.spec_off_batch!r}.")
     if cfg.acceptance not in ACCEPTANCE:
         raise InputError(f"acceptance must be one of {', '.join(ACCEPTANCE)}, got {cfg.acceptance!r}.")
     if cfg.auto_rule not in RULES:
@@ -257,7 +276,7 @@ def vocab_size(pair) -> int:
 
 def check_context(pair, n_prompt: int, cfg: RunConfig) -> None:
     k = cfg.draft_k
-    lookahead = MAX_TREE_NODES if k is None else (MAX_K if k == "auto" else k)
+    lookahead = MAX_TREE_NODES if k is None else (MAX_K if k in ("auto", "load") else k)
     need = n_prompt + cfg.max_new_tokens + lookahead + 1
     if need > pair.context_length:
         raise InputError(f"The prompt ({n_prompt} tokens) plus max_new_tokens ({cfg.max_new_tokens}) "

@@ -45,11 +45,20 @@ def generate(pair, prompt: Union[str, list], config: Optional[RunConfig] = None,
 
         generate(pair, "def f(", method="tree", temperature=1.0)
         generate(pair, "def f(", RunConfig(method="spec", k="auto"), max_new_tokens=32)
+        generate(pair, ["def f(", "class A:"], method="spec", k="load")   # a batch (specviz.batch)
+
+A list of prompts, batch > 1 or k="load" runs the batched engine (`specviz.batch.generate_batch`):
+every row's events carry `row`, and each shared pass is a batch_step event.
 
     The run is `config` (default: RunConfig()) with `overrides` applied; see RunConfig for every
     option. Bad input fails here, before the first event, with a `specviz.errors.InputError`
     that says what to change. `drafter` and `verifier` replace the method's own, e.g. in tests.
     """
+    if is_batch(prompt) or (config.batch if isinstance(config, RunConfig) else 1) > 1 \
+            or overrides.get("batch", 1) != 1 or "load" in (overrides.get("k"), getattr(config, "k", None)):
+        from specviz.batch import generate_batch
+
+        return generate_batch(pair, prompt, config, drafter=drafter, verifier=verifier, **overrides)
     cfg = _config(config, overrides)
     prompt_ids = prompt_to_ids(pair, prompt, cfg.chat)
     check_context(pair, len(prompt_ids), cfg)
@@ -57,6 +66,12 @@ def generate(pair, prompt: Union[str, list], config: Optional[RunConfig] = None,
     drafter = drafter or make_drafter(pair, cfg, policy)
     verifier = verifier or make_verifier(cfg)
     return _Run(pair, cfg, prompt, prompt_ids, drafter, verifier, policy).events()
+
+
+def is_batch(prompt) -> bool:
+    """A list of prompts (texts, or token-id lists) rather than one prompt (a text or token ids)."""
+    return isinstance(prompt, (list, tuple)) and len(prompt) > 0 and all(
+        isinstance(p, (str, list, tuple)) for p in prompt)
 
 
 def _config(config, overrides: dict) -> RunConfig:
@@ -241,14 +256,19 @@ class _Run:
             self.target.keep(base, [base + n for n in path])
 
     def _started(self) -> ev.RunStarted:
-        cfg, pair = self.cfg, self.pair
-        return ev.RunStarted(
-            pair=pair.name, method=cfg.method, k=cfg.draft_k, temperature=cfg.warp.temperature,
-            top_k=cfg.warp.top_k, top_p=cfg.warp.top_p, max_new_tokens=cfg.max_new_tokens,
-            seed=cfg.seed, chat=cfg.chat, prompt=self.prompt, prompt_ids=self.prompt_ids,
-            prompt_texts=[pair.token_text(t) for t in self.prompt_ids], device=str(pair.device),
-            dtype=str(pair.dtype).replace("torch.", ""), rule=self.verifier.name,
-            lossless=bool(self.verifier.lossless), eos_token_ids=sorted(self.eos),
-            drafter=self.drafter.name, options=cfg.options(),
-            draft_quant=pair.draft_quant, cpu_linear=pair.cpu_linear, target_quant=pair.target_quant,
-            cuda_graphs=cuda_graphs_on(pair.target))
+        return started_event(self.pair, self.cfg, self.prompt, self.prompt_ids, self.verifier, self.drafter.name)
+
+
+def started_event(pair, cfg: RunConfig, prompt: str, prompt_ids: list, verifier, drafter: str,
+                  seed: Optional[int] = None, row: Optional[int] = None) -> ev.RunStarted:
+    """The run_started of one sequence (a batched run has one per row, with the row's seed)."""
+    return ev.RunStarted(
+        pair=pair.name, method=cfg.method, k=cfg.draft_k, temperature=cfg.warp.temperature,
+        top_k=cfg.warp.top_k, top_p=cfg.warp.top_p, max_new_tokens=cfg.max_new_tokens,
+        seed=cfg.seed if seed is None else seed, chat=cfg.chat, prompt=prompt, prompt_ids=list(prompt_ids),
+        prompt_texts=[pair.token_text(t) for t in prompt_ids], device=str(pair.device),
+        dtype=str(pair.dtype).replace("torch.", ""), rule=verifier.name,
+        lossless=bool(verifier.lossless), eos_token_ids=sorted(set(pair.eos_token_ids)),
+        drafter=drafter, options=cfg.options(),
+        draft_quant=pair.draft_quant, cpu_linear=pair.cpu_linear, target_quant=pair.target_quant,
+        cuda_graphs=cuda_graphs_on(pair.target), row=row)

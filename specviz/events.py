@@ -31,9 +31,15 @@ TopK = dict  # {"ids": list[int], "texts": list[str], "probs": list[float]}
 @dataclass(frozen=True)
 class Event:
     kind: ClassVar[str] = "event"
+    # a batched run (specviz.batch): which row (sequence) of the batch the event belongs to.
+    # None in a single-sequence run, and then left out of to_dict(), so those traces are unchanged
+    row: Optional[int] = field(default=None, kw_only=True)
 
     def to_dict(self) -> dict:
-        return {"kind": self.kind, **asdict(self)}
+        data = asdict(self)
+        if data["row"] is None:
+            del data["row"]
+        return {"kind": self.kind, **data}
 
 
 @dataclass(frozen=True)
@@ -214,14 +220,70 @@ class RunFinished(Event):
     metrics: dict
 
 
+@dataclass(frozen=True)
+class BatchStarted(Event):
+    """A batched run begins: `rows` sequences decode together, one target pass per step for
+    all of them (specviz.batch). Each row then has its own run_started (with its prompt and
+    seed), step events and run_finished, all carrying `row`."""
+
+    kind: ClassVar[str] = "batch_started"
+    rows: int
+    pair: str
+    method: str
+    k: Any  # int, "auto" (each row its own AdaptiveK) or "load" (one k for the batch, specviz.batch.LoadK)
+    seeds: list  # each row's seed: generate(pair, prompt_of_row, seed=seed) reproduces the row alone
+    device: str
+    dtype: str
+    spec_off_batch: int = 0  # at or above this many live rows every step is autoregressive (0: never)
+    options: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class BatchStep(Event):
+    """One shared step of a batched run: every live row drafted, then one target pass verified
+    all of them. Per-row lists follow `rows` (the live rows of this step, in order).
+
+    The pass fed `tokens_fed` real tokens; rows are padded to `width` columns each, so the pass
+    cost rows * width token slots (padding rides along unused, as in any padded batch)."""
+
+    kind: ClassVar[str] = "batch_step"
+    step: int
+    rows: list
+    k: list  # draft length asked of each row
+    drafted: list
+    accepted: list
+    emitted: list  # tokens each row committed in this step
+    tokens_fed: int
+    width: int
+    draft_time: float  # seconds for the whole batch's drafting
+    verify_time: float  # seconds of the one target pass
+    draft_forwards: int
+    elapsed: float  # seconds since the batch started, at the end of this step
+    finished: list = field(default_factory=list)  # rows that finished in this step
+    info: Optional[dict] = None  # k="load": the k chosen for the batch and why
+
+
+@dataclass(frozen=True)
+class BatchFinished(Event):
+    """Every row has finished. metrics: specviz.batch.batch_metrics of the run (total tokens/s,
+    each user's tokens/s and inter-token latency, passes and rows per pass)."""
+
+    kind: ClassVar[str] = "batch_finished"
+    rows: int
+    metrics: dict
+
+
 EVENT_TYPES = {
     cls.kind: cls
     for cls in (RunStarted, DraftProposed, TargetScored, TokenAccepted, TokenRejected,
-                ResidualSampled, BonusSampled, TreeBuilt, StepFinished, RunFinished)
+                ResidualSampled, BonusSampled, TreeBuilt, StepFinished, RunFinished,
+                BatchStarted, BatchStep, BatchFinished)
 }
 
 # Fields that hold wall-clock measurements: they differ between otherwise identical runs.
 TIMING_FIELDS = frozenset({"draft_time", "verify_time", "elapsed", "cpu_elapsed"})
+BATCH_TIMING_METRICS = frozenset({"wall_time", "tokens_per_s", "user_tokens_per_s", "itl", "itl_p50", "itl_p95",
+                                  "verify_time", "draft_time", "ttft"})
 
 
 def register(cls):
@@ -249,6 +311,9 @@ def without_timings(event_dict: dict) -> dict:
     if out.get("kind") == "run_finished":
         out["metrics"] = {key: value for key, value in out["metrics"].items()
                           if key not in TIMING_METRICS}
+    if out.get("kind") == "batch_finished":
+        out["metrics"] = {key: value for key, value in out["metrics"].items()
+                          if key not in BATCH_TIMING_METRICS}
     return out
 
 

@@ -48,7 +48,7 @@ def test_generate_jsonl_is_only_events():
     (["--prompt", "x", "--k", "0"], "error: k (draft length)"),
     (["--prompt", "x", "--top-p", "2"], "error: top_p"),
     (["--prompt", "x", "--pair", "gpt5"], "error: Unknown pair 'gpt5'"),
-    (["--prompt", "x", "--k", "2.5"], "error: argument --k: k must be a whole number or 'auto'"),
+    (["--prompt", "x", "--k", "2.5"], "error: argument --k: k must be a whole number, 'auto' or 'load'"),
     (["--prompt", "x", "--method", "lookahead", "--temperature", "1"], "error: lookahead decoding is greedy-only"),
     (["--max-new-tokens", "5"], "error: the following arguments are required: --prompt"),
     (["--prompt", "x", "--draft-quant", "int4"], "error: draft_quant must be one of none, int8"),

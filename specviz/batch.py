@@ -1,0 +1,772 @@
+"""Batched speculation: B sequences decode together, one target pass per step for all rows.
+
+A server never decodes one sequence at a time. Each step here every live row drafts (the draft
+model's forwards are batched too), then ONE target pass verifies every row's chain at once, and
+each row keeps its own result:
+
+    row 0   [pending | x1 x2 x3 x4]   accepted 4 + bonus       -> 5 tokens
+    row 1   [pending | x1 x2 x3 x4]   accepted 1 + residual    -> 2 tokens
+    row 2   [pending | x1 x2 . .  ]   (drafted EOS) ...         rows are padded to the widest
+
+Acceptance is ragged: each row has its own accepted length, its own KV positions (`RowCache`:
+one buffer per layer and a write position per row, so cropping a row back after a rejection is
+setting a number) and its own sampling stream (a torch.Generator per row, seeded per row, drawn in
+the order a single-sequence run draws: a row's output does not depend on which prompts share its
+batch, and `generate(pair, prompt, seed=row_seed)` reproduces it). Rows that finish leave the
+batch and stop costing.
+
+Why batching kills speculation: at batch 1 a forward is bound by reading the weights, so
+verifying k + 1 tokens costs about what one costs. A batch of B rows already feeds B tokens per
+pass; speculation multiplies that by k + 1, and once B(k + 1) tokens make the pass compute-bound,
+every rejected draft is paid for in full. `LoadK` (k="load") is what serving engines do about it:
+choose k each step from the running acceptance rate and the measured cost of a pass over
+B(k + 1) tokens, down to k = 0 (plain autoregressive steps) when the batch is large, plus a fixed
+switch-off batch size like vLLM's `speculative_disable_by_batch_size` (`spec_off_batch`).
+
+Methods: ar, spec (k, "auto" per row, or "load"), pld, medusa and eagle chains. Trees are left to
+the single-sequence engine: a batch of trees needs a tree mask per row over one padded pass,
+which this module's per-row causal mask does not express.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import dataclass, field, replace
+from typing import Iterator, Optional
+
+import torch
+
+from specviz import events as ev
+from specviz import metrics, sampling
+from specviz.adaptive import AdaptiveK
+from specviz.config import MAX_BATCH, RunConfig, check_context, prompt_to_ids
+from specviz.drafters.base import Proposal
+from specviz.errors import InputError
+from specviz.lm import synchronize
+from specviz.record import EventWriter, StepRecord
+
+LOAD_K_MAX = 6  # the deepest k the load policy considers (deeper rarely pays, and each k costs a calibration)
+
+
+# ---------------------------------------------------------------------------------------------
+# the batched KV cache and runners
+
+class RowCache:
+    """A KV cache for B rows of different lengths: one (B, heads, capacity, dim) buffer per layer
+    and `lengths[b]`, the tokens row b holds. A forward feeding T columns per row writes row b's
+    at columns lengths[b] .. lengths[b] + T - 1 (a padded column writes too, past the row's
+    length, where nothing reads it and the next write overwrites it). Cropping a row is setting
+    its length: nothing is copied. transformers' attention layers call `update` as they would on
+    their own caches; the runner passes the per-row causal mask and positions itself."""
+
+    def __init__(self, n_layers: int, rows: int, device):
+        self.keys: list = [None] * n_layers
+        self.values: list = [None] * n_layers
+        self.device = device
+        self.lengths = [0] * rows  # a Python list: cropping a row is one assignment
+        self._index = None
+        self._width = 0
+
+    def begin(self, width: int) -> None:
+        """Before a forward that feeds `width` columns per row."""
+        self._index = (torch.tensor(self.lengths)[:, None] + torch.arange(width)).to(self.device)  # (B, T)
+        self._width = max(self.lengths) + width
+
+    def update(self, key, value, layer_idx: int, *args, **kwargs):
+        buf_k, buf_v = self.keys[layer_idx], self.values[layer_idx]
+        rows, heads, _, dim = key.shape
+        if buf_k is None or buf_k.shape[2] < self._width:
+            capacity = max(self._width, 2 * (0 if buf_k is None else buf_k.shape[2]), 64)
+            new_k = key.new_zeros((rows, heads, capacity, dim))
+            new_v = value.new_zeros((rows, heads, capacity, dim))
+            if buf_k is not None:
+                new_k[:, :, :buf_k.shape[2]] = buf_k
+                new_v[:, :, :buf_v.shape[2]] = buf_v
+            buf_k, buf_v = self.keys[layer_idx], self.values[layer_idx] = new_k, new_v
+        row = torch.arange(rows, device=key.device)[:, None]
+        buf_k[row, :, self._index] = key.transpose(1, 2)  # (B, T, heads, dim) at each row's own columns
+        buf_v[row, :, self._index] = value.transpose(1, 2)
+        return buf_k[:, :, :self._width], buf_v[:, :, :self._width]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return max(self.lengths, default=0)
+
+    def keep_rows(self, rows: list) -> None:
+        """Keep only these rows (batch indices, in order): finished rows stop costing."""
+        self.lengths = [self.lengths[i] for i in rows]
+        dev = torch.tensor(rows, dtype=torch.long, device=self.device)
+        for store in (self.keys, self.values):
+            for i, buf in enumerate(store):
+                if buf is not None:
+                    store[i] = buf.index_select(0, dev)
+
+    def nbytes(self) -> int:
+        return sum(b.numel() * b.element_size() for store in (self.keys, self.values) for b in store if b is not None)
+
+
+class BatchLM:
+    """A Hugging Face causal LM over a RowCache: `forward(feeds, keep)` runs one pass for every
+    row at once, each row feeding its own tokens (ragged: padded to the longest) at its own
+    positions, and returns each row's last `keep[b]` logits rows (the output head reads only
+    those). The batched counterpart of specviz.lm.CachedLM."""
+
+    def __init__(self, model, rows: int):
+        self.model, self.device = model, model.device
+        self.n_layers = model.config.num_hidden_layers
+        self.reset(rows)
+
+    def reset(self, rows: int) -> None:
+        self.cache = RowCache(self.n_layers, rows, self.device)
+
+    @property
+    def lengths(self) -> list:
+        return list(self.cache.lengths)
+
+    @torch.inference_mode()
+    def forward(self, feeds: list, keep: list, hidden: bool = False):
+        """feeds[b]: the tokens row b feeds (may be empty: that row rides along, unchanged);
+        keep[b]: how many of its last rows of logits to return. Returns [logits (keep[b], V)],
+        or with hidden=True ([logits], [states (len(feeds[b]), d)])."""
+        rows, width = len(feeds), max(1, max(len(f) for f in feeds))
+        ids = torch.tensor([list(f) + [f[-1] if f else 0] * (width - len(f)) for f in feeds],
+                           dtype=torch.long, device=self.device)
+        lengths = self.cache.lengths
+        positions = torch.tensor(lengths)[:, None] + torch.arange(width)  # (B, T): each row's own positions
+        columns = torch.arange(max(lengths) + width)
+        mask = columns[None, None, :] <= positions[:, :, None]  # (B, T, W): causal over the row's own cache
+        self.cache.begin(width)
+        states = self.model.get_decoder()(
+            input_ids=ids, attention_mask=mask[:, None].to(self.device), position_ids=positions.to(self.device),
+            past_key_values=self.cache, use_cache=True).last_hidden_state  # (B, T, d)
+        fed = [len(f) for f in feeds]
+        self.cache.lengths = [n + f for n, f in zip(lengths, fed)]
+        flat = [b * width + t for b in range(rows) for t in range(fed[b] - keep[b], fed[b])]
+        out = self.model.get_output_embeddings()(
+            states.reshape(rows * width, -1)[torch.tensor(flat, dtype=torch.long, device=self.device)]).float()
+        logits = list(torch.split(out, list(keep)))
+        if hidden:
+            return logits, [states[b, :fed[b]] for b in range(rows)]
+        return logits
+
+    def crop(self, row: int, length: int) -> None:
+        """Row `row` keeps its first `length` cached tokens."""
+        if length < self.cache.lengths[row]:
+            self.cache.lengths[row] = length
+
+    def keep_rows(self, rows: list) -> None:
+        self.cache.keep_rows(rows)
+
+    def kv_bytes(self) -> int:
+        return self.cache.nbytes()
+
+
+class LoopBatchLM:
+    """BatchLM's interface over models that bring their own single-sequence runner (the exact
+    toy tables of specviz.toy): one runner per row, run in turn. Exact, not fast."""
+
+    def __init__(self, model, rows: int):
+        self.model, self.device = model, model.device
+        self.reset(rows)
+
+    def reset(self, rows: int) -> None:
+        self.runners = [self.model.make_runner() for _ in range(rows)]
+
+    @property
+    def lengths(self) -> list:
+        return [r.length for r in self.runners]
+
+    def forward(self, feeds: list, keep: list, hidden: bool = False):
+        logits, states = [], []
+        for runner, feed, n in zip(self.runners, feeds, keep):
+            if not feed:
+                logits.append(torch.zeros((0, 1)))
+                states.append(None)
+                continue
+            out = runner.forward(list(feed), hidden=True)
+            rows_logits, rows_states = out
+            logits.append(rows_logits[len(rows_logits) - n:])
+            states.append(rows_states)
+        return (logits, states) if hidden else logits
+
+    def crop(self, row: int, length: int) -> None:
+        self.runners[row].crop(length)
+
+    def keep_rows(self, rows: list) -> None:
+        self.runners = [self.runners[i] for i in rows]
+
+    def kv_bytes(self) -> int:
+        return 0
+
+
+def batch_runner_for(model, rows: int):
+    """The batched runner of a model: toy models run a runner per row, HF models a BatchLM.
+    (CUDA graphs are a batch-1 device: batched passes run eagerly.)"""
+    if getattr(model, "make_runner", None) is not None:
+        return LoopBatchLM(model, rows)
+    return BatchLM(model, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# batched drafters
+
+class BatchDrafter:
+    """What the batched engine asks of a drafter; `i` is a row's index in the live batch.
+
+        start(prompts)                                   the rows' prompt ids
+        propose(committed_rows, ks, warp, generators)    -> a Proposal (chain) per row
+        see_features(i, rows) / observe(i, committed, proposal, path, probs)
+        step_info(i)                                     facts for row i's step_finished.info
+        keep_rows(indices)                               finished rows leave
+    """
+
+    name = "drafter"
+    uses_features = False
+    forwards = 0  # batched draft forwards of the last propose
+
+    def start(self, prompts: list) -> None:
+        pass
+
+    def see_features(self, i: int, rows) -> None:
+        pass
+
+    def observe(self, i: int, committed: list, proposal, path, target_probs) -> None:
+        pass
+
+    def step_info(self, i: int) -> dict:
+        return {}
+
+    def keep_rows(self, rows: list) -> None:
+        pass
+
+
+class BatchModelDrafter(BatchDrafter):
+    """The draft model, batched: each of its forwards feeds every row still drafting at once
+    (the first one each row's uncached tail, then one drafted token per row). A row stops at
+    its k, at a drafted end of text or, with a confidence rule, when q(x) falls below it;
+    rows that stopped ride along empty. Each row samples from its own generator, in the order
+    specviz.drafters.ModelDrafter draws."""
+
+    name = "draft model"
+
+    def __init__(self, model, eos_token_ids=(), stop_below=None):
+        self.model, self.eos, self.stop_below = model, set(eos_token_ids), stop_below
+
+    def start(self, prompts: list) -> None:
+        self.runner = batch_runner_for(self.model, len(prompts))
+
+    def propose(self, committed_rows: list, ks: list, warp, generators: list) -> list:
+        start = time.perf_counter()
+        rows = len(committed_rows)
+        tokens, probs = [[] for _ in range(rows)], [[] for _ in range(rows)]
+        live = [k > 0 for k in ks]
+        lengths = self.runner.lengths
+        feeds = [c[lengths[i]:] if live[i] else [] for i, c in enumerate(committed_rows)]
+        self.forwards = 0
+        while any(live):
+            logits = self.runner.forward(feeds, [1 if on else 0 for on in live])
+            self.forwards += 1
+            drafting = [i for i in range(rows) if live[i]]
+            q_rows = sampling.warp(torch.cat([logits[i][-1:] for i in drafting]), warp)
+            feeds = [[] for _ in range(rows)]
+            for q, i in zip(q_rows, drafting):
+                token = sampling.sample(q, warp, generators[i])
+                tokens[i].append(token)
+                probs[i].append(q)
+                if (len(tokens[i]) == ks[i] or token in self.eos
+                        or (self.stop_below is not None and float(q[token]) < self.stop_below)):
+                    live[i] = False
+                else:
+                    feeds[i] = [token]
+        synchronize(getattr(self.runner, "device", "cpu"))
+        seconds = time.perf_counter() - start
+        return [Proposal.chain(tokens[i], torch.stack(probs[i]) if probs[i] else probs[i], self.forwards, seconds)
+                for i in range(rows)]
+
+    def observe(self, i: int, committed: list, proposal, path, target_probs) -> None:
+        self.runner.crop(i, min(self.runner.lengths[i], len(committed) - 1))
+
+    def keep_rows(self, rows: list) -> None:
+        self.runner.keep_rows(rows)
+
+
+class RowDrafters(BatchDrafter):
+    """One single-sequence drafter per row (prompt lookup; Medusa and EAGLE heads, whose small
+    forwards run row after row), behind the batched interface."""
+
+    def __init__(self, make_one):
+        self.make_one = make_one
+        probe = make_one()
+        self.name, self.uses_features = probe.name, probe.uses_features
+
+    def start(self, prompts: list) -> None:
+        self.rows = [self.make_one() for _ in prompts]
+        for drafter, prompt in zip(self.rows, prompts):
+            drafter.start(prompt)
+
+    def propose(self, committed_rows: list, ks: list, warp, generators: list) -> list:
+        out = [d.propose(c, k, warp, g) if k > 0 else Proposal()
+               for d, c, k, g in zip(self.rows, committed_rows, ks, generators)]
+        self.forwards = max((p.forwards for p in out), default=0)
+        return out
+
+    def see_features(self, i: int, rows) -> None:
+        self.rows[i].see_features(rows)
+
+    def observe(self, i: int, committed: list, proposal, path, target_probs) -> None:
+        self.rows[i].observe(committed, proposal, path, target_probs)
+
+    def step_info(self, i: int) -> dict:
+        return self.rows[i].step_info()
+
+    def keep_rows(self, rows: list) -> None:
+        self.rows = [self.rows[i] for i in rows]
+
+
+class NoBatchDrafter(BatchDrafter):
+    name = "none"
+
+    def propose(self, committed_rows, ks, warp, generators) -> list:
+        self.forwards = 0
+        return [Proposal() for _ in committed_rows]
+
+
+def make_batch_drafter(pair, cfg: RunConfig) -> BatchDrafter:
+    from specviz.engine import make_drafter
+
+    if cfg.method == "ar":
+        return NoBatchDrafter()
+    if cfg.method == "spec":
+        stop = cfg.confidence if cfg.k == "auto" and cfg.auto_rule == "confidence" else None
+        return BatchModelDrafter(pair.draft, pair.eos_token_ids, stop)
+    # pld, medusa, eagle: the method's own drafter, one per row (LoadK asks for up to LOAD_K_MAX)
+    one = cfg.replace(k=min(LOAD_K_MAX, cfg_k_max(pair, cfg))) if cfg.k == "load" else cfg
+    return RowDrafters(lambda: make_drafter(pair, one))
+
+
+def cfg_k_max(pair, cfg: RunConfig) -> int:
+    """The deepest chain the method can draft: Medusa heads draft one token per head."""
+    if cfg.method == "medusa":
+        from specviz.heads import heads_for
+
+        return heads_for(pair, "medusa", cfg.heads or None).depth
+    return LOAD_K_MAX
+
+
+# ---------------------------------------------------------------------------------------------
+# the cost of a pass, and the load policy
+
+class CostCurve:
+    """Seconds of one forward of `model` against the tokens it feeds (rows x columns of a pass),
+    measured where asked (`need`) on a 64-token context and interpolated between; kept on the
+    model, so a pair measures each point once. The load policy scales it by what its own passes
+    took (their contexts and padding differ from the measurement's)."""
+
+    GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
+
+    def __init__(self, model, context: int = 64, repeats: int = 2):
+        self.model, self.context, self.repeats = model, context, repeats
+        self.points: dict = {}
+
+    @classmethod
+    def of(cls, model) -> "CostCurve":
+        curve = model.__dict__.get("_specviz_cost_curve")
+        if curve is None:
+            curve = cls(model)
+            model.__dict__["_specviz_cost_curve"] = curve
+        return curve
+
+    def need(self, up_to: int) -> list:
+        """Measure the grid points up to `up_to` tokens not measured yet; returns those measured."""
+        above = [g for g in self.GRID if g >= up_to]
+        wanted = [g for g in self.GRID if g <= up_to] + above[:1]  # and one point past it, to interpolate
+        todo = [n for n in wanted if n not in self.points]
+        if todo:
+            self.points.update(measure_pass(self.model, todo, self.context, self.repeats))
+        return todo
+
+    def __call__(self, tokens: float) -> float:
+        xs = sorted(self.points)
+        if not xs:
+            raise ValueError("no cost measured yet: call need() first")
+        if tokens <= xs[0]:
+            return self.points[xs[0]]
+        if tokens >= xs[-1]:
+            if len(xs) == 1:
+                return self.points[xs[0]] * tokens / xs[0]
+            a, b = xs[-2], xs[-1]  # extrapolate the last segment
+            return self.points[b] + (tokens - b) * (self.points[b] - self.points[a]) / (b - a)
+        j = bisect.bisect_left(xs, tokens)
+        a, b = xs[j - 1], xs[j]
+        return self.points[a] + (tokens - a) * (self.points[b] - self.points[a]) / (b - a)
+
+    def to_dict(self) -> dict:
+        return {str(n): s for n, s in sorted(self.points.items())}
+
+
+@torch.inference_mode()
+def measure_pass(model, tokens: list, context: int = 64, repeats: int = 2) -> dict:
+    """{n: seconds} of one forward feeding n tokens after a `context`-token cache: n rows of one
+    token each for n up to MAX_BATCH, else MAX_BATCH rows of n / MAX_BATCH (a batched pass's
+    shape), best of `repeats`, after one warm-up pass."""
+    out = {}
+    vocab = min(100, getattr(getattr(model, "config", None), "vocab_size", None) or model.vocab_size)
+    for n in tokens:
+        rows = min(n, MAX_BATCH)
+        width = -(-n // rows)
+        runner = batch_runner_for(model, rows)
+        runner.forward([[(7 * i + j) % vocab for j in range(context)] for i in range(rows)], [1] * rows)
+        best = float("inf")
+        for r in range(repeats + 1):
+            feed = [[(3 * i + j) % vocab for j in range(width)] for i in range(rows)]
+            synchronize(runner.device)
+            start = time.perf_counter()
+            runner.forward(feed, [width] * rows)
+            synchronize(runner.device)
+            if r:  # round 0 warms up
+                best = min(best, time.perf_counter() - start)
+            for i in range(rows):
+                runner.crop(i, context)
+        out[n] = best
+    return out
+
+
+class LoadK:
+    """k="load": one draft length for the whole batch, chosen every step to maximise predicted
+    tokens per second of the batch:
+
+        rows * E[tokens per row](alpha, k)  /  (T_target(rows * (k + 1)) + T_draft(rows, k))
+
+    with E = (1 - alpha^(k+1)) / (1 - alpha), alpha the running acceptance rate over every row
+    (exponentially forgetting, Laplace-smoothed), T_target the measured cost curve of a pass over
+    that many tokens and T_draft the draft model's (spec) or the drafter's measured seconds per
+    drafted token and row (pld, heads). k = 0 is a plain autoregressive step (rows / T_target(rows)).
+    When k = 0 wins, a k = 1 probe every `probe_every` steps keeps alpha fresh. At or above
+    `off_batch` live rows (vLLM's speculative_disable_by_batch_size) every step is k = 0."""
+
+    rule = "load"
+
+    def __init__(self, target_cost: CostCurve, draft_cost: Optional[CostCurve], k_max: int = LOAD_K_MAX,
+                 off_batch: int = 0, probe_every: int = 8, memory: float = 0.9):
+        self.target_cost, self.draft_cost = target_cost, draft_cost
+        self.k_max, self.off_batch, self.probe_every, self.memory = k_max, off_batch, probe_every, memory
+        self.accepted = self.evaluated = 0.0
+        self.scale_t = self.scale_d = 1.0  # measured / curve: contexts, padding and this run's machine state
+        self.draft_per_token = 0.0  # seconds per drafted token per row (drafters without a cost curve)
+        self.plain_steps = 0
+
+    def prepare(self, rows: int) -> None:
+        """Measure the cost curves this batch can need (once per model and size)."""
+        self.target_cost.need(rows * (self.k_max + 1))
+        if self.draft_cost is not None:
+            self.draft_cost.need(2 * rows)
+
+    @property
+    def alpha(self) -> float:
+        return (self.accepted + 1) / (self.evaluated + 2)
+
+    def predict(self, rows: int, k: int) -> dict:
+        """Predicted seconds and tokens of one step at this batch and k."""
+        a = min(self.alpha, 0.999)
+        tokens = rows * (1 - a ** (k + 1)) / (1 - a)
+        seconds = self.scale_t * self.target_cost(rows * (k + 1))
+        if k:
+            if self.draft_cost is not None:  # first forward feeds ~2 tokens per row, then one per row
+                seconds += self.scale_d * (self.draft_cost(2 * rows) + (k - 1) * self.draft_cost(rows))
+            else:
+                seconds += self.draft_per_token * rows * k
+        return {"k": k, "seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
+
+    def choose(self, rows: int) -> tuple:
+        """(k for this step, why)."""
+        if self.off_batch and rows >= self.off_batch:
+            return 0, {"k_rule": "load", "k_chosen": 0,
+                       "why": f"{rows} live rows >= spec_off_batch {self.off_batch}: speculation off"}
+        options = [self.predict(rows, k) for k in range(self.k_max + 1)]
+        best = max(options, key=lambda o: o["tokens_per_s"])
+        k = best["k"]
+        why = (f"load: alpha~{self.alpha:.2f}, {rows} rows: best k={k} "
+               f"({best['tokens_per_s']:.1f} tok/s predicted vs {options[0]['tokens_per_s']:.1f} plain)")
+        if k == 0 and self.plain_steps >= self.probe_every:
+            k, why = 1, why + f" (probe after {self.plain_steps} plain steps)"
+        return k, {"k_rule": "load", "k_chosen": k, "why": why,
+                   "predicted": [round(o["tokens_per_s"], 3) for o in options]}
+
+    def update(self, k: int, accepted: int, evaluated: int, rows: int, tokens_fed: int,
+               verify_time: float, draft_time: float, drafted: int, prefill: bool) -> None:
+        m = self.memory
+        self.accepted, self.evaluated = m * self.accepted + accepted, m * self.evaluated + evaluated
+        self.plain_steps = self.plain_steps + 1 if k == 0 else 0
+        if prefill:  # the prompt's pass measures the prefill, not a decoding step's cost
+            return
+        curve = self.target_cost(tokens_fed)
+        if curve > 0:
+            self.scale_t = m * self.scale_t + (1 - m) * verify_time / curve
+        if drafted and k:
+            if self.draft_cost is not None:
+                d = self.draft_cost(2 * rows) + (k - 1) * self.draft_cost(rows)
+                if d > 0:
+                    self.scale_d = m * self.scale_d + (1 - m) * draft_time / d
+            else:
+                per = draft_time / max(1, drafted)
+                self.draft_per_token = per if not self.draft_per_token else m * self.draft_per_token + (1 - m) * per
+
+
+# ---------------------------------------------------------------------------------------------
+# the batched run
+
+@dataclass
+class _Row:
+    prompt: str
+    prompt_ids: list
+    seed: int
+    generator: torch.Generator
+    writer: EventWriter
+    committed: list = field(default_factory=list)
+    finish: Optional[str] = None
+    started: Optional[ev.RunStarted] = None
+    finished: list = field(default_factory=list)  # its step_finished events
+    policy: Optional[AdaptiveK] = None
+    emitted_at: list = field(default_factory=list)  # (elapsed, tokens) per step, for latencies
+
+
+def batch_prompts(prompt, cfg: RunConfig) -> list:
+    """The rows' prompts: a list of prompts as given, or one prompt repeated `cfg.batch` times."""
+    from specviz.engine import is_batch
+
+    prompts = list(prompt) if is_batch(prompt) else [prompt] * cfg.batch
+    if not 1 <= len(prompts) <= MAX_BATCH:
+        raise InputError(f"A batch holds 1 to {MAX_BATCH} prompts, got {len(prompts)}.")
+    return prompts
+
+
+def generate_batch(pair, prompt, config: Optional[RunConfig] = None, *, seeds=None, drafter=None,
+                   verifier=None, **overrides) -> Iterator[ev.Event]:
+    """Stream the events of a batched run (see the module's docstring). `prompt` is a list of
+    prompts (texts or token-id lists), or one prompt decoded `batch` times. Row b's seed is
+    seeds[b] (default: seed + b). Checks everything before the first event."""
+    from specviz.engine import _config, is_batch, make_verifier
+
+    if is_batch(prompt):
+        overrides = {**overrides, "batch": len(prompt)}
+    cfg = _config(config, overrides)
+    prompts = batch_prompts(prompt, cfg)
+    ids = [prompt_to_ids(pair, p, cfg.chat) for p in prompts]
+    for row_ids in ids:
+        check_context(pair, len(row_ids), cfg)
+    seeds = [cfg.seed + b for b in range(len(prompts))] if seeds is None else [int(s) for s in seeds]
+    if len(seeds) != len(prompts) or any(s < 0 for s in seeds):
+        raise InputError(f"seeds must give one non-negative seed per row ({len(prompts)}), got {len(seeds)}.")
+    drafter = drafter or make_batch_drafter(pair, cfg)
+    verifier = verifier or make_verifier(cfg)
+    policy = None
+    if cfg.k == "load":
+        draft_cost = CostCurve.of(pair.draft) if cfg.method == "spec" else None
+        policy = LoadK(CostCurve.of(pair.target), draft_cost, min(LOAD_K_MAX, cfg_k_max(pair, cfg)),
+                       cfg.spec_off_batch)
+    return _BatchRun(pair, cfg, prompts, ids, seeds, drafter, verifier, policy).events()
+
+
+class _BatchRun:
+    def __init__(self, pair, cfg: RunConfig, prompts: list, ids: list, seeds: list, drafter, verifier, policy):
+        from specviz.engine import _Clock
+
+        self.pair, self.cfg, self.drafter, self.verifier, self.policy = pair, cfg, drafter, verifier, policy
+        self.eos = set(pair.eos_token_ids)
+        self.rows = []
+        for text, row_ids, seed in zip(prompts, ids, seeds):
+            row = _Row(text if isinstance(text, str) else pair.decode(row_ids), list(row_ids), seed,
+                       torch.Generator(device=pair.device).manual_seed(seed),
+                       EventWriter(pair.token_text, cfg.record_topk, verifier.name), committed=list(row_ids))
+            if cfg.k == "auto":
+                row.policy = AdaptiveK(cfg.auto_rule, confidence=cfg.confidence)
+            self.rows.append(row)
+        self.live = list(range(len(self.rows)))  # row numbers, in the runners' batch order
+        self.target = batch_runner_for(pair.target, len(self.rows))
+        self.clock = _Clock()
+        self.steps: list = []  # batch_step events
+
+    def events(self) -> Iterator[ev.Event]:
+        from specviz.engine import started_event
+
+        cfg, pair = self.cfg, self.pair
+        yield ev.BatchStarted(rows=len(self.rows), pair=pair.name, method=cfg.method, k=cfg.draft_k,
+                              seeds=[r.seed for r in self.rows], device=str(pair.device),
+                              dtype=str(pair.dtype).replace("torch.", ""), spec_off_batch=cfg.spec_off_batch,
+                              options=cfg.options())
+        for b, row in enumerate(self.rows):
+            row.started = started_event(pair, cfg, row.prompt, row.prompt_ids, self.verifier, self.drafter.name,
+                                        seed=row.seed, row=b)
+            yield row.started
+        if self.policy is not None:
+            self.policy.prepare(len(self.rows))  # before the clock: measuring the curve is not decoding
+        self.clock.start()
+        self.drafter.start([r.prompt_ids for r in self.rows])
+        step = 0
+        while self.live:
+            out = self._step(step)
+            for event in out:
+                paused = self.clock.pause()
+                yield event
+                self.clock.resume(paused)
+            step += 1
+        yield ev.BatchFinished(rows=len(self.rows), metrics=batch_metrics(self.rows_summary(), self.steps))
+
+    def rows_summary(self) -> list:
+        return [{"tokens": len(r.committed) - len(r.prompt_ids), "emitted_at": r.emitted_at} for r in self.rows]
+
+    def _plan(self) -> tuple:
+        cfg, rows = self.cfg, [self.rows[b] for b in self.live]
+        rooms = [cfg.max_new_tokens - (len(r.committed) - len(r.prompt_ids)) - 1 for r in rows]
+        info = None
+        if cfg.method == "ar":
+            ks, whys = [0] * len(rows), [{}] * len(rows)
+        elif self.policy is not None:
+            k, info = self.policy.choose(len(rows))
+            ks, whys = [k] * len(rows), [info] * len(rows)
+        elif cfg.k == "auto":
+            chosen = [r.policy.choose() for r in rows]
+            ks = [k for k, _ in chosen]
+            whys = [{"k_rule": r.policy.rule, "k_chosen": k, "why": why} for r, (k, why) in zip(rows, chosen)]
+        else:
+            ks, whys = [cfg.k] * len(rows), [{}] * len(rows)
+        if cfg.spec_off_batch and self.policy is None and len(rows) >= cfg.spec_off_batch and cfg.method != "ar":
+            ks = [0] * len(rows)
+            info = {"why": f"{len(rows)} live rows >= spec_off_batch {cfg.spec_off_batch}: speculation off"}
+        return [max(0, min(k, room)) for k, room in zip(ks, rooms)], whys, info
+
+    def _step(self, step: int) -> list:
+        cfg, live = self.cfg, self.live
+        rows = [self.rows[b] for b in live]
+        ks, whys, info = self._plan()
+        start = time.perf_counter()
+        proposals = self.drafter.propose([r.committed for r in rows], ks, cfg.warp, [r.generator for r in rows])
+        draft_time = time.perf_counter() - start
+        draft_forwards = self.drafter.forwards
+        proposals = [p.end_at(self.eos) for p in proposals]
+        for p in proposals:  # every row waited for the whole batch's drafting
+            p.seconds, p.forwards = draft_time, draft_forwards if len(p) else p.forwards
+
+        cached = self.target.lengths
+        feeds = [r.committed[c:] + p.tree.tokens for r, c, p in zip(rows, cached, proposals)]
+        keep = [len(p) + 1 for p in proposals]
+        start = time.perf_counter()
+        out = self.target.forward(feeds, keep, hidden=self.drafter.uses_features)
+        logits, states = out if self.drafter.uses_features else (out, None)
+        probs = [sampling.warp(rows_logits, cfg.warp) for rows_logits in logits]
+        synchronize(self.pair.device)
+        verify_time = time.perf_counter() - start
+
+        events, finished, accepted, emitted_n, evaluated = [], [], [], [], 0
+        for i, (b, row, p) in enumerate(zip(live, rows, proposals)):
+            base = len(row.committed)
+            verdict = self.verifier.verify(p.tree, p.dists, probs[i], row.generator, self.eos)
+            emitted = [p.tree.tokens[n] for n in verdict.path]
+            emitted += [] if verdict.next_token is None else [verdict.next_token]
+            row.committed.extend(emitted)
+            self.target.crop(i, base + len(verdict.path))
+            if states is not None:
+                pending = len(feeds[i]) - len(p)
+                self.drafter.see_features(i, states[i][list(range(pending)) + [pending + n for n in verdict.path]])
+            self.drafter.observe(i, row.committed, p, verdict.path, probs[i])
+            row.finish = ("eos" if any(t in self.eos for t in emitted)
+                          else "length" if len(row.committed) - len(row.prompt_ids) >= cfg.max_new_tokens else None)
+            elapsed = self.clock.elapsed()
+            record = StepRecord(step=step, base=base, k=ks[i], proposal=p, cached=cached[i], fed=len(feeds[i]),
+                                target_probs=probs[i], verify_time=verify_time, verdict=verdict, emitted=emitted,
+                                finish=row.finish, elapsed=elapsed, cpu_elapsed=self.clock.cpu(),
+                                why=whys[i] if ks[i] or whys[i].get("k_rule") else {},
+                                drafter_info=self.drafter.step_info(i))
+            if row.policy is not None:
+                row.policy.update(len(p), verdict.accepted, len(verdict.decisions), p.seconds, p.forwards,
+                                  None if record.prefill else verify_time)
+            step_events = [replace(e, row=b) for e in row.writer.step_events(record)]
+            row.finished.append(step_events[-1])
+            row.emitted_at.append((elapsed, len(emitted)))
+            events += step_events
+            accepted.append(verdict.accepted)
+            evaluated += len(verdict.decisions)
+            emitted_n.append(len(emitted))
+            if row.finish is not None:
+                finished.append(i)
+        if self.policy is not None:
+            self.policy.update(max(ks), sum(accepted), evaluated, len(rows), sum(len(f) for f in feeds), verify_time, draft_time,
+                               sum(len(p) for p in proposals), prefill=step == 0)
+        batch_step = ev.BatchStep(step=step, rows=list(live), k=ks, drafted=[len(p) for p in proposals],
+                                  accepted=accepted, emitted=emitted_n, tokens_fed=sum(len(f) for f in feeds),
+                                  width=max(len(f) for f in feeds), draft_time=draft_time, verify_time=verify_time,
+                                  draft_forwards=draft_forwards, elapsed=self.clock.elapsed(),
+                                  finished=[live[i] for i in finished], info=info)
+        self.steps.append(batch_step)
+        events.append(batch_step)
+        for i in finished:
+            b = live[i]
+            row = self.rows[b]
+            generated = row.committed[len(row.prompt_ids):]
+            events.append(ev.RunFinished(text=self.pair.decode(generated), token_ids=generated,
+                                         finish_reason=row.finish, row=b,
+                                         metrics=metrics.fold([row.started, *row.finished]).to_dict()))
+        if finished:
+            keep_i = [i for i in range(len(live)) if i not in finished]
+            self.live = [live[i] for i in keep_i]
+            if self.live:
+                self.target.keep_rows(keep_i)
+                self.drafter.keep_rows(keep_i)
+        return events
+
+
+# ---------------------------------------------------------------------------------------------
+# what a batched run measured, and its events split per row
+
+def batch_metrics(rows: list, steps: list) -> dict:
+    """Serving numbers of a batched run: the batch's total tokens/s, each user's tokens/s and
+    inter-token latency (seconds between a user's tokens: a step that commits n tokens hands
+    them out together, so its latency is spread over them), passes and rows per pass."""
+    wall = steps[-1].elapsed if steps else 0.0
+    total = sum(r["tokens"] for r in rows)
+    user_rates, gaps, ttfts = [], [], []
+    for r in rows:
+        times = r["emitted_at"]
+        if not times:
+            continue
+        end = times[-1][0]
+        user_rates.append(r["tokens"] / end if end > 0 else None)
+        ttfts.append(times[0][0])
+        last = times[0][0]
+        for t, n in times[1:]:
+            if n:
+                gaps += [(t - last) / n] * n
+                last = t
+    rates = [x for x in user_rates if x is not None]
+    return {
+        "rows": len(rows), "tokens": total, "steps": len(steps), "wall_time": wall,
+        "tokens_per_s": total / wall if wall > 0 else None,
+        "user_tokens_per_s": sorted(rates)[len(rates) // 2] if rates else None,  # the median user
+        "user_tokens_per_s_each": rates,
+        "itl": sum(gaps) / len(gaps) if gaps else None,
+        "itl_p50": metrics.percentile(gaps, 50) if gaps else None,
+        "itl_p95": metrics.percentile(gaps, 95) if gaps else None,
+        "ttft": sorted(ttfts)[len(ttfts) // 2] if ttfts else None,
+        "verify_time": sum(s.verify_time for s in steps), "draft_time": sum(s.draft_time for s in steps),
+        "rows_per_pass": sum(len(s.rows) for s in steps) / len(steps) if steps else 0,
+        "tokens_per_pass": sum(s.tokens_fed for s in steps[1:]) / max(1, len(steps) - 1),
+        "accepted": sum(sum(s.accepted) for s in steps), "drafted": sum(sum(s.drafted) for s in steps),
+    }
+
+
+def split_rows(events) -> dict:
+    """{row: that row's events} of a batched run, each list a single run's stream (run_started,
+    its steps, run_finished) that every consumer of single runs (metrics.fold, the renderers)
+    reads as is; batch-level events (batch_started, batch_step, batch_finished) are left out."""
+    out: dict = {}
+    for event in events:
+        row = event.get("row") if isinstance(event, dict) else getattr(event, "row", None)
+        if row is not None:
+            out.setdefault(row, []).append(event)
+    return out
+
+
+def batch_events(events) -> list:
+    """The batch-level events of a run: batch_started, batch_step..., batch_finished."""
+    kinds = ("batch_started", "batch_step", "batch_finished")
+    return [e for e in events if (e.get("kind") if isinstance(e, dict) else e.kind) in kinds]

@@ -1,0 +1,304 @@
+"""Batched speculation (specviz.batch): B sequences share one target pass per step and each row
+is exactly what it would be alone. Greedy: token for token the row's own single-sequence AR
+output. Sampling: the joint law of each row's first tokens is the target's (chi-square on exact
+toy models), and a broken rule fails the same test. A row does not depend on its companions."""
+
+import pytest
+import torch
+
+from specviz import events as ev
+from specviz import generate, metrics, trace
+from specviz.batch import (BatchLM, CostCurve, LoadK, RowCache, batch_events, batch_metrics, generate_batch,
+                           split_rows)
+from specviz.cli import main as cli_main
+from specviz.errors import InputError
+from specviz.models import build_tiny_pair
+from specviz.sampling import Warp
+
+from test_distribution import N_TOKENS, ResampleFromTarget, _p_value, _target_joint, toy  # noqa: F401
+from test_heads import tiny_trained  # noqa: F401
+
+# eight prompts of different lengths (3 to ~40 tokens): rows are padded to the longest every pass
+PROMPTS = ["def f(x):", "Hello, world! ", "import os\nimport sys\n\ndef main():\n    args = sys.argv",
+           "a", "class Stack:\n    def __init__(self):", "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,",
+           "The quick brown fox", "for i in range(10):\n    print(i)\n# now the same in reverse\n"]
+N = 24
+
+
+@pytest.fixture(scope="module")
+def tiny_ar(tiny):
+    return [list(generate(tiny, p, method="ar", max_new_tokens=N))[-1].token_ids for p in PROMPTS]
+
+
+def _rows(events) -> dict:
+    return {row: next(e for e in evs if e.kind == "run_finished") for row, evs in split_rows(events).items()}
+
+
+@pytest.mark.parametrize("kw", [dict(method="ar"), dict(method="spec", k=4), dict(method="spec", k=2),
+                                dict(method="spec", k="auto"), dict(method="spec", k="auto", auto_rule="confidence"),
+                                dict(method="spec", k="load"), dict(method="pld", k=3)],
+                         ids=["ar", "spec4", "spec2", "auto-cost", "auto-confidence", "load", "pld"])
+def test_greedy_rows_equal_their_own_ar(tiny, tiny_ar, kw):
+    events = list(generate(tiny, PROMPTS, max_new_tokens=N, **kw))
+    rows = _rows(events)
+    assert sorted(rows) == list(range(len(PROMPTS)))
+    for b, ref in enumerate(tiny_ar):
+        assert rows[b].token_ids == ref, f"row {b} ({PROMPTS[b]!r})"
+    steps = [e for e in events if e.kind == "batch_step"]
+    assert steps[0].rows == list(range(8)) and steps[0].tokens_fed >= sum(len(tiny.encode(p)) for p in PROMPTS)
+    if kw["method"] != "ar":
+        assert sum(sum(s.drafted) for s in steps) > 0, "the rows drafted"
+
+
+@pytest.mark.parametrize("kw", [dict(method="medusa", k=3), dict(method="eagle", k=4), dict(method="eagle", k="load")],
+                         ids=["medusa", "eagle", "eagle-load"])
+def test_greedy_heads_rows_equal_their_own_ar(tiny_trained, kw):  # noqa: F811
+    pair, _ = tiny_trained
+    prompts = PROMPTS[:4]
+    refs = [list(generate(pair, p, method="ar", max_new_tokens=N))[-1].token_ids for p in prompts]
+    events = list(generate(pair, prompts, max_new_tokens=N, **kw))
+    rows = _rows(events)
+    assert [rows[b].token_ids for b in range(4)] == refs
+    assert sum(e.drafted for e in events if e.kind == "step_finished") > 0
+
+
+def test_batch_one_is_the_single_sequence_run(toy):  # noqa: F811
+    """B = 1 through the batched path on exact models, sampling: the same drafts, draws,
+    decisions, residuals and tokens as the single-sequence engine, event for event."""
+    kw = dict(method="spec", k=3, max_new_tokens=20, temperature=1.0, seed=3)
+    single = [e.to_dict() for e in generate(toy, [2, 3], **kw)]
+    batched = [e.to_dict() for e in generate(toy, [[2, 3]], **kw)]
+    row = [{k: v for k, v in e.items() if k != "row"} for e in batched if "row" in e]
+
+    def same(events):
+        return [ev.without_timings({k: v for k, v in e.items() if k not in ("options", "metrics")})
+                for e in events if e["kind"] not in ("run_finished",)]
+
+    assert same(row) == same(single)
+    assert row[-1]["token_ids"] == single[-1]["token_ids"] and len(single) > 40
+    assert any(e["kind"] == "token_rejected" for e in single) and any(e["kind"] == "residual_sampled" for e in single)
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling: exact per row on toy models
+
+def _batch_first_tokens(pair, warp, prompts, runs, verifier=None, **kw) -> list:
+    """Per row, counts of its first N_TOKENS tokens over `runs` batched runs (row b of run r
+    has seed r * B + b: every row of every run its own stream)."""
+    rows = len(prompts)
+    counts = [dict() for _ in prompts]
+    for r in range(runs):
+        events = generate_batch(pair, [list(p) for p in prompts], seeds=[r * rows + b for b in range(rows)],
+                                temperature=warp.temperature, top_k=warp.top_k, top_p=warp.top_p,
+                                max_new_tokens=N_TOKENS, record_topk=0, verifier=verifier, **kw)
+        for e in events:
+            if e.kind == "run_finished":
+                key = tuple(e.token_ids[:N_TOKENS])
+                counts[e.row][key] = counts[e.row].get(key, 0) + 1
+    return counts
+
+
+TOY_PROMPTS = [(0,), (1,), (2, 3)]
+BATCH_RUNS = 5000
+
+
+@pytest.mark.parametrize("kw", [dict(method="spec", k=2), dict(method="spec", k=3), dict(method="pld", k=2)],
+                         ids=["spec2", "spec3", "pld2"])
+def test_each_row_follows_the_target(toy, kw):  # noqa: F811
+    warp = Warp(1.0)
+    counts = _batch_first_tokens(toy, warp, TOY_PROMPTS, BATCH_RUNS, **kw)
+    for b, prompt in enumerate(TOY_PROMPTS):
+        assert _p_value(counts[b], _target_joint(toy, warp, prompt), BATCH_RUNS) > 1e-4, f"row {b}"
+
+
+def test_a_broken_rule_fails_the_batched_test(toy):  # noqa: F811
+    warp = Warp(1.0)
+    counts = _batch_first_tokens(toy, warp, TOY_PROMPTS, BATCH_RUNS, verifier=ResampleFromTarget(), method="spec", k=2)
+    p_values = [_p_value(counts[b], _target_joint(toy, warp, p), BATCH_RUNS) for b, p in enumerate(TOY_PROMPTS)]
+    assert max(p_values) < 1e-4, p_values
+
+
+def test_a_row_does_not_depend_on_its_companions(toy, tiny):  # noqa: F811
+    """The same prompt and seed give the same row whatever else shares the batch, and the same
+    as the single-sequence run with that seed: exact toy models under sampling, the tiny HF pair
+    greedy (its padded passes differ in shape, not in what a row sees)."""
+    kw = dict(method="spec", k=3, temperature=1.0, max_new_tokens=12)
+    for seed in range(20):
+        alone = list(generate(toy, [2, 3], seed=seed, **kw))[-1].token_ids
+        first = _rows(generate_batch(toy, [[2, 3], [0], [1, 1]], seeds=[seed, 7, 8], **kw))[0].token_ids
+        last = _rows(generate_batch(toy, [[1], [0, 0, 0], [2, 3]], seeds=[5, 6, seed], **kw))[2].token_ids
+        assert alone == first == last, seed
+    greedy = dict(method="spec", k=4, max_new_tokens=N)
+    alone = list(generate(tiny, PROMPTS[4], **greedy))[-1].token_ids
+    for others in (PROMPTS[:3], PROMPTS[5:]):
+        rows = _rows(generate(tiny, [*others, PROMPTS[4]], **greedy))
+        assert rows[len(others)].token_ids == alone
+
+
+# ---------------------------------------------------------------------------------------------
+# events, traces, finished rows
+
+def test_events_say_their_row_and_the_shared_pass(tiny, tmp_path):
+    events = list(generate(tiny, PROMPTS[:3], method="spec", k=4, max_new_tokens=N, temperature=1.0, seed=2))
+    assert events[0].kind == "batch_started" and events[0].rows == 3 and events[0].seeds == [2, 3, 4]
+    assert events[-1].kind == "batch_finished"
+    per_row = [e for e in events if e.kind not in ("batch_started", "batch_step", "batch_finished")]
+    assert all(e.row in (0, 1, 2) for e in per_row)
+    steps = [e for e in events if e.kind == "batch_step"]
+    for s in steps:  # the step event carries the whole pass, and agrees with the rows' own events
+        finished = {e.row: e for e in per_row if e.kind == "step_finished" and e.step == s.step}
+        assert sorted(finished) == s.rows
+        assert [finished[b].accepted for b in s.rows] == s.accepted
+        assert [len(finished[b].emitted_ids) for b in s.rows] == s.emitted
+        assert {finished[b].verify_time for b in s.rows} == {s.verify_time}
+        assert s.width * len(s.rows) >= s.tokens_fed
+    # ragged acceptance: some pass accepted different numbers in different rows
+    assert any(len(set(s.accepted)) > 1 for s in steps)
+    # a saved trace replays to the same events; each row's stream folds like a single run
+    path = tmp_path / "batch.jsonl"
+    trace.save(events, path)
+    replayed = trace.load(path)
+    assert [e.to_dict() for e in replayed] == [e.to_dict() for e in events]
+    for row, evs in split_rows(replayed).items():
+        stats = metrics.fold(evs)
+        assert stats.new_tokens == len(evs[-1].token_ids) == N
+    assert [e.kind for e in batch_events(replayed)][:2] == ["batch_started", "batch_step"]
+    # single-sequence traces are unchanged: no row key at all
+    assert all("row" not in e.to_dict() for e in generate(tiny, "x", method="ar", max_new_tokens=2))
+
+
+def test_finished_rows_leave_the_batch(tiny):
+    """Rows finish at different steps (ragged acceptance) and then stop costing: later passes
+    feed only the live rows."""
+    events = list(generate(tiny, PROMPTS, method="spec", k=4, max_new_tokens=N))
+    steps = [e for e in events if e.kind == "batch_step"]
+    sizes = [len(s.rows) for s in steps]
+    assert sizes[0] == 8 and sizes == sorted(sizes, reverse=True) and sizes[-1] < 8
+    done = set()
+    for s in steps:
+        assert not done & set(s.rows)  # a finished row never comes back
+        assert s.tokens_fed <= len(s.rows) * s.width
+        done |= set(s.finished)
+    assert done == set(range(8))
+    m = events[-1].metrics
+    ends = [e for e in events if e.kind == "run_finished"]
+    assert m["tokens"] == sum(len(e.token_ids) for e in ends) and m["steps"] == len(steps) and len(m["user_tokens_per_s_each"]) == 8
+
+
+def test_batch_metrics_spread_a_steps_tokens_over_its_latency():
+    rows = [{"tokens": 4, "emitted_at": [(1.0, 1), (2.0, 3)]}, {"tokens": 2, "emitted_at": [(1.0, 1), (3.0, 1)]}]
+
+    class S:
+        def __init__(self, elapsed, rows, fed):
+            self.elapsed, self.rows, self.tokens_fed = elapsed, rows, fed
+            self.verify_time = self.draft_time = 0.5
+            self.accepted, self.drafted = [0], [0]
+
+    m = batch_metrics(rows, [S(1.0, [0, 1], 10), S(2.0, [0, 1], 8), S(3.0, [1], 2)])
+    assert m["tokens"] == 6 and m["wall_time"] == 3.0 and m["tokens_per_s"] == 2.0
+    assert m["itl"] == pytest.approx((3 * (1 / 3) + 2.0) / 4)  # row 0: 3 tokens over 1 s; row 1: 1 token over 2 s
+    assert m["user_tokens_per_s_each"] == [2.0, 2 / 3]
+
+
+def test_row_cache_holds_each_row_at_its_own_length(tiny):
+    """Crop one row back, keep feeding: the logits equal a fresh single-sequence pass over the
+    same tokens (the cache really is per row)."""
+    runner = BatchLM(tiny.target, 2)
+    a, b = [5, 6, 7, 8, 9], [11, 12]
+    runner.forward([a, b], [1, 1])
+    runner.crop(0, 3)  # row 0 keeps 5 6 7
+    out = runner.forward([[20, 21], [22]], [2, 1])
+    assert runner.lengths == [5, 3]
+    fresh = BatchLM(tiny.target, 1)
+    ref = fresh.forward([[5, 6, 7, 20, 21]], [2])[0]
+    torch.testing.assert_close(out[0], ref, rtol=1e-4, atol=1e-4)
+    ref_b = BatchLM(tiny.target, 1).forward([[11, 12, 22]], [1])[0]
+    torch.testing.assert_close(out[1], ref_b, rtol=1e-4, atol=1e-4)
+    runner.keep_rows([1])
+    assert runner.lengths == [3] and runner.cache.keys[0].shape[0] == 1
+
+
+def test_kv_memory_is_rows_times_tokens(tiny):
+    cfg = tiny.target.config
+    runner = BatchLM(tiny.target, 4)
+    runner.forward([[1] * 100] * 4, [1] * 4)
+    per_token = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4
+    assert runner.kv_bytes() == 4 * 100 * per_token  # capacity grows to what was asked, no more at first
+
+
+# ---------------------------------------------------------------------------------------------
+# the load policy
+
+def _curve(points: dict) -> CostCurve:
+    curve = CostCurve(None)
+    curve.points = dict(points)
+    return curve
+
+
+def test_load_policy_speculates_when_passes_are_cheap_and_stops_when_they_are_not():
+    # memory-bound up to 16 tokens (flat), compute-bound after (linear): a CPU-like curve
+    target = _curve({1: 0.1, 16: 0.1, 32: 0.2, 64: 0.4, 128: 0.8, 256: 1.6})
+    draft = _curve({1: 0.02, 16: 0.02, 32: 0.04, 64: 0.08, 128: 0.16})
+    policy = LoadK(target, draft, k_max=6)
+    policy.accepted, policy.evaluated = 80, 100  # alpha ~ 0.8
+    k1, why1 = policy.choose(1)
+    k32, why32 = policy.choose(32)
+    assert k1 >= 3 and k32 == 0, (why1, why32)
+    best = max(range(7), key=lambda k: policy.predict(1, k)["tokens_per_s"])
+    assert k1 == best and len(why1["predicted"]) == 7
+    # after k = 0 steps it probes with k = 1 to keep alpha fresh
+    for _ in range(8):
+        policy.update(0, 0, 0, 32, 32, 0.2, 0.0, 0, prefill=False)
+    assert policy.choose(32)[0] == 1
+    # the fixed switch-off batch size wins over any prediction
+    assert LoadK(target, draft, off_batch=4).choose(4)[0] == 0
+    assert "spec_off_batch" in LoadK(target, draft, off_batch=4).choose(8)[1]["why"]
+
+
+def test_load_policy_turns_speculation_off_in_a_real_run(tiny):
+    events = list(generate(tiny, PROMPTS, method="spec", k="load", spec_off_batch=6, max_new_tokens=8))
+    steps = [e for e in events if e.kind == "batch_step"]
+    for s in steps:
+        if len(s.rows) >= 6:
+            assert max(s.k) == 0 and "spec_off_batch" in s.info["why"]
+
+
+def test_cost_curve_interpolates_between_measured_points(tiny):
+    curve = CostCurve(tiny.target, context=8, repeats=1)
+    measured = curve.need(10)
+    assert measured == [1, 2, 3, 4, 6, 8, 12] and all(s > 0 for s in curve.points.values())
+    assert curve(5) == pytest.approx((curve.points[4] + curve.points[6]) / 2)
+    assert curve.need(10) == []  # measured once
+
+
+# ---------------------------------------------------------------------------------------------
+# bad input
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(batch=0), "batch must be"), (dict(batch=65), "batch must be"),
+    (dict(method="tree", batch=2), "chain methods"), (dict(method="ar", k="load"), "k='load' works with"),
+    (dict(spec_off_batch=-1), "spec_off_batch"), (dict(method="lookahead", k="load"), "k='load'"),
+])
+def test_bad_batch_options_say_what_to_change(tiny, kw, message):
+    with pytest.raises(InputError, match=message):
+        generate(tiny, "x", **kw)
+
+
+def test_bad_batches_say_what_to_change(tiny):
+    with pytest.raises(InputError, match="one non-negative seed per row"):
+        generate_batch(tiny, ["a", "b"], seeds=[1])
+    with pytest.raises(InputError, match="empty"):
+        generate(tiny, ["a", "  "])
+    with pytest.raises(InputError, match="batch must be"):
+        generate(tiny, ["a"] * 65)
+
+
+def test_cli_decodes_a_batch(capsys):
+    code = cli_main(["generate", "--pair", "tiny", "--method", "spec", "--prompt", "def f(x):", "--prompt", "Hello",
+                     "--max-new-tokens", "8", "--k", "load"])
+    out = capsys.readouterr()
+    assert code == 0
+    assert "--- row 0" in out.out and "--- row 1" in out.out and "batch of 2" in out.out
+    assert "one pass" in out.err
+    assert cli_main(["generate", "--pair", "tiny", "--prompt", "a", "--prompt", "b", "--batch", "3"]) == 2
+    assert "--batch 3 with 2 prompts" in capsys.readouterr().err
