@@ -356,66 +356,77 @@ def cfg_k_max(pair, cfg: RunConfig) -> int:
 # ---------------------------------------------------------------------------------------------
 # the cost of a pass, and the load policy
 
-class CostCurve:
-    """Seconds of one forward of `model` against the tokens it feeds (rows x columns of a pass),
-    measured where asked (`need`) on a 64-token context and interpolated between; kept on the
-    model, so a pair measures each point once. The load policy scales it by what its own passes
-    took (their contexts and padding differ from the measurement's)."""
+ROW_GRID = (1, 2, 4, 8, 16, 32, 64)  # batch sizes the cost table measures; others interpolate between
 
-    GRID = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
-    def __init__(self, model, context: int = 64, repeats: int = 2):
+class CostTable:
+    """Seconds of one forward of `model` over `rows` rows of `width` tokens each (a batched
+    pass's own shape: B rows of k + 1), measured where asked, on a short context per row, and
+    kept on the model so a pair measures each shape once.
+
+    Measured per shape rather than read off a curve of total tokens: on a CPU a matrix product's
+    cost is not smooth in its row count (kernels block rows by the vector width, so a pass of 16
+    tokens can cost less than one of 12), and interpolating between such points mispredicts the
+    very passes speculation runs. Row counts between measured ones interpolate linearly for the
+    same width. The load policy scales the table by what its own passes really took."""
+
+    def __init__(self, model, context: int = 16, repeats: int = 2):
         self.model, self.context, self.repeats = model, context, repeats
-        self.points: dict = {}
+        self.points: dict = {}  # (rows, width) -> seconds
 
     @classmethod
-    def of(cls, model) -> "CostCurve":
-        curve = model.__dict__.get("_specviz_cost_curve")
-        if curve is None:
-            curve = cls(model)
-            model.__dict__["_specviz_cost_curve"] = curve
-        return curve
+    def of(cls, model) -> "CostTable":
+        table = model.__dict__.get("_specviz_cost_table")
+        if table is None:
+            table = cls(model)
+            model.__dict__["_specviz_cost_table"] = table
+        return table
 
-    def need(self, up_to: int) -> list:
-        """Measure the grid points up to `up_to` tokens not measured yet; returns those measured."""
-        above = [g for g in self.GRID if g >= up_to]
-        wanted = [g for g in self.GRID if g <= up_to] + above[:1]  # and one point past it, to interpolate
-        todo = [n for n in wanted if n not in self.points]
-        if todo:
-            self.points.update(measure_pass(self.model, todo, self.context, self.repeats))
+    def need(self, rows: int, widths) -> list:
+        """Measure (r, w) for every w in `widths` and every grid row count r up to `rows` (and
+        `rows` itself); returns the shapes measured now."""
+        todo = [(r, w) for r in sorted({g for g in ROW_GRID if g <= rows} | {rows}) for w in widths
+                if (r, w) not in self.points]
+        for r in sorted({r for r, _ in todo}):
+            self.points.update(measure_pass(self.model, r, [w for rr, w in todo if rr == r],
+                                            self.context, self.repeats))
         return todo
 
-    def __call__(self, tokens: float) -> float:
-        xs = sorted(self.points)
-        if not xs:
-            raise ValueError("no cost measured yet: call need() first")
-        if tokens <= xs[0]:
-            return self.points[xs[0]]
-        if tokens >= xs[-1]:
-            if len(xs) == 1:
-                return self.points[xs[0]] * tokens / xs[0]
-            a, b = xs[-2], xs[-1]  # extrapolate the last segment
-            return self.points[b] + (tokens - b) * (self.points[b] - self.points[a]) / (b - a)
-        j = bisect.bisect_left(xs, tokens)
-        a, b = xs[j - 1], xs[j]
-        return self.points[a] + (tokens - a) * (self.points[b] - self.points[a]) / (b - a)
+    def __call__(self, rows: int, width: int) -> float:
+        if (rows, width) in self.points:
+            return self.points[(rows, width)]
+        have = sorted(r for r, w in self.points if w == width)
+        if not have:
+            raise ValueError(f"no pass of width {width} measured: call need() first")
+        below = [r for r in have if r <= rows]
+        above = [r for r in have if r >= rows]
+        if below and above:
+            a, b = below[-1], above[0]
+            return self.points[(a, width)] + (rows - a) * (self.points[(b, width)] - self.points[(a, width)]) / (b - a)
+        near = below[-1] if below else above[0]  # outside the measured rows: proportional to rows
+        return self.points[(near, width)] * rows / near
 
     def to_dict(self) -> dict:
-        return {str(n): s for n, s in sorted(self.points.items())}
+        """{rows: {width: seconds}} (JSON keys are strings)."""
+        out: dict = {}
+        for (r, w), s in sorted(self.points.items()):
+            out.setdefault(str(r), {})[str(w)] = s
+        return out
+
+    def load(self, data: dict) -> "CostTable":
+        self.points.update({(int(r), int(w)): s for r, widths in data.items() for w, s in widths.items()})
+        return self
 
 
 @torch.inference_mode()
-def measure_pass(model, tokens: list, context: int = 64, repeats: int = 2) -> dict:
-    """{n: seconds} of one forward feeding n tokens after a `context`-token cache: n rows of one
-    token each for n up to MAX_BATCH, else MAX_BATCH rows of n / MAX_BATCH (a batched pass's
-    shape), best of `repeats`, after one warm-up pass."""
+def measure_pass(model, rows: int, widths: list, context: int = 16, repeats: int = 2) -> dict:
+    """{(rows, w): seconds} of one forward feeding `rows` rows of w tokens after a `context`-token
+    cache per row: best of `repeats` after one warm-up pass, one prefill for all widths."""
     out = {}
     vocab = min(100, getattr(getattr(model, "config", None), "vocab_size", None) or model.vocab_size)
-    for n in tokens:
-        rows = min(n, MAX_BATCH)
-        width = -(-n // rows)
-        runner = batch_runner_for(model, rows)
-        runner.forward([[(7 * i + j) % vocab for j in range(context)] for i in range(rows)], [1] * rows)
+    runner = batch_runner_for(model, rows)
+    runner.forward([[(7 * i + j) % vocab for j in range(context)] for i in range(rows)], [1] * rows)
+    for width in widths:
         best = float("inf")
         for r in range(repeats + 1):
             feed = [[(3 * i + j) % vocab for j in range(width)] for i in range(rows)]
@@ -427,7 +438,7 @@ def measure_pass(model, tokens: list, context: int = 64, repeats: int = 2) -> di
                 best = min(best, time.perf_counter() - start)
             for i in range(rows):
                 runner.crop(i, context)
-        out[n] = best
+        out[(rows, width)] = best
     return out
 
 
@@ -438,15 +449,15 @@ class LoadK:
         rows * E[tokens per row](alpha, k)  /  (T_target(rows * (k + 1)) + T_draft(rows, k))
 
     with E = (1 - alpha^(k+1)) / (1 - alpha), alpha the running acceptance rate over every row
-    (exponentially forgetting, Laplace-smoothed), T_target the measured cost curve of a pass over
-    that many tokens and T_draft the draft model's (spec) or the drafter's measured seconds per
+    (exponentially forgetting, Laplace-smoothed), T_target the measured cost of a pass of that
+    shape (`CostTable`: rows x (k + 1)) and T_draft the draft model's (spec) or the drafter's measured seconds per
     drafted token and row (pld, heads). k = 0 is a plain autoregressive step (rows / T_target(rows)).
     When k = 0 wins, a k = 1 probe every `probe_every` steps keeps alpha fresh. At or above
     `off_batch` live rows (vLLM's speculative_disable_by_batch_size) every step is k = 0."""
 
     rule = "load"
 
-    def __init__(self, target_cost: CostCurve, draft_cost: Optional[CostCurve], k_max: int = LOAD_K_MAX,
+    def __init__(self, target_cost: CostTable, draft_cost: Optional[CostTable], k_max: int = LOAD_K_MAX,
                  off_batch: int = 0, probe_every: int = 8, memory: float = 0.9):
         self.target_cost, self.draft_cost = target_cost, draft_cost
         self.k_max, self.off_batch, self.probe_every, self.memory = k_max, off_batch, probe_every, memory
@@ -456,10 +467,10 @@ class LoadK:
         self.plain_steps = 0
 
     def prepare(self, rows: int) -> None:
-        """Measure the cost curves this batch can need (once per model and size)."""
-        self.target_cost.need(rows * (self.k_max + 1))
+        """Measure the pass shapes this batch can need (once per model and shape)."""
+        self.target_cost.need(rows, range(1, self.k_max + 2))
         if self.draft_cost is not None:
-            self.draft_cost.need(2 * rows)
+            self.draft_cost.need(rows, (1, 2))
 
     @property
     def alpha(self) -> float:
@@ -469,10 +480,10 @@ class LoadK:
         """Predicted seconds and tokens of one step at this batch and k."""
         a = min(self.alpha, 0.999)
         tokens = rows * (1 - a ** (k + 1)) / (1 - a)
-        seconds = self.scale_t * self.target_cost(rows * (k + 1))
+        seconds = self.scale_t * self.target_cost(rows, k + 1)
         if k:
             if self.draft_cost is not None:  # first forward feeds ~2 tokens per row, then one per row
-                seconds += self.scale_d * (self.draft_cost(2 * rows) + (k - 1) * self.draft_cost(rows))
+                seconds += self.scale_d * (self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1))
             else:
                 seconds += self.draft_per_token * rows * k
         return {"k": k, "seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
@@ -492,19 +503,19 @@ class LoadK:
         return k, {"k_rule": "load", "k_chosen": k, "why": why,
                    "predicted": [round(o["tokens_per_s"], 3) for o in options]}
 
-    def update(self, k: int, accepted: int, evaluated: int, rows: int, tokens_fed: int,
+    def update(self, k: int, accepted: int, evaluated: int, rows: int, width: int,
                verify_time: float, draft_time: float, drafted: int, prefill: bool) -> None:
         m = self.memory
         self.accepted, self.evaluated = m * self.accepted + accepted, m * self.evaluated + evaluated
         self.plain_steps = self.plain_steps + 1 if k == 0 else 0
         if prefill:  # the prompt's pass measures the prefill, not a decoding step's cost
             return
-        curve = self.target_cost(tokens_fed)
-        if curve > 0:
-            self.scale_t = m * self.scale_t + (1 - m) * verify_time / curve
+        table = self.target_cost(rows, min(width, self.k_max + 1))
+        if table > 0:
+            self.scale_t = m * self.scale_t + (1 - m) * verify_time / table
         if drafted and k:
             if self.draft_cost is not None:
-                d = self.draft_cost(2 * rows) + (k - 1) * self.draft_cost(rows)
+                d = self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1)
                 if d > 0:
                     self.scale_d = m * self.scale_d + (1 - m) * draft_time / d
             else:
@@ -561,8 +572,8 @@ def generate_batch(pair, prompt, config: Optional[RunConfig] = None, *, seeds=No
     verifier = verifier or make_verifier(cfg)
     policy = None
     if cfg.k == "load":
-        draft_cost = CostCurve.of(pair.draft) if cfg.method == "spec" else None
-        policy = LoadK(CostCurve.of(pair.target), draft_cost, min(LOAD_K_MAX, cfg_k_max(pair, cfg)),
+        draft_cost = CostTable.of(pair.draft) if cfg.method == "spec" else None
+        policy = LoadK(CostTable.of(pair.target), draft_cost, min(LOAD_K_MAX, cfg_k_max(pair, cfg)),
                        cfg.spec_off_batch)
     return _BatchRun(pair, cfg, prompts, ids, seeds, drafter, verifier, policy).events()
 
@@ -690,8 +701,8 @@ class _BatchRun:
             if row.finish is not None:
                 finished.append(i)
         if self.policy is not None:
-            self.policy.update(max(ks), sum(accepted), evaluated, len(rows), sum(len(f) for f in feeds), verify_time, draft_time,
-                               sum(len(p) for p in proposals), prefill=step == 0)
+            self.policy.update(max(ks), sum(accepted), evaluated, len(rows), max(len(p) for p in proposals) + 1,
+                               verify_time, draft_time, sum(len(p) for p in proposals), prefill=step == 0)
         batch_step = ev.BatchStep(step=step, rows=list(live), k=ks, drafted=[len(p) for p in proposals],
                                   accepted=accepted, emitted=emitted_n, tokens_fed=sum(len(f) for f in feeds),
                                   width=max(len(f) for f in feeds), draft_time=draft_time, verify_time=verify_time,

@@ -8,7 +8,7 @@ import torch
 
 from specviz import events as ev
 from specviz import generate, metrics, trace
-from specviz.batch import (BatchLM, CostCurve, LoadK, RowCache, batch_events, batch_metrics, generate_batch,
+from specviz.batch import (BatchLM, CostTable, LoadK, RowCache, batch_events, batch_metrics, generate_batch,
                            split_rows)
 from specviz.cli import main as cli_main
 from specviz.errors import InputError
@@ -99,11 +99,10 @@ def _batch_first_tokens(pair, warp, prompts, runs, verifier=None, **kw) -> list:
 
 
 TOY_PROMPTS = [(0,), (1,), (2, 3)]
-BATCH_RUNS = 5000
+BATCH_RUNS = 3000
 
 
-@pytest.mark.parametrize("kw", [dict(method="spec", k=2), dict(method="spec", k=3), dict(method="pld", k=2)],
-                         ids=["spec2", "spec3", "pld2"])
+@pytest.mark.parametrize("kw", [dict(method="spec", k=2), dict(method="pld", k=2)], ids=["spec2", "pld2"])
 def test_each_row_follows_the_target(toy, kw):  # noqa: F811
     warp = Warp(1.0)
     counts = _batch_first_tokens(toy, warp, TOY_PROMPTS, BATCH_RUNS, **kw)
@@ -229,16 +228,16 @@ def test_kv_memory_is_rows_times_tokens(tiny):
 # ---------------------------------------------------------------------------------------------
 # the load policy
 
-def _curve(points: dict) -> CostCurve:
-    curve = CostCurve(None)
-    curve.points = dict(points)
-    return curve
+def _table(cost, widths=range(1, 8), rows=(1, 4, 32)) -> CostTable:
+    table = CostTable(None)
+    table.points = {(r, w): cost(r * w) for r in rows for w in widths}
+    return table
 
 
 def test_load_policy_speculates_when_passes_are_cheap_and_stops_when_they_are_not():
-    # memory-bound up to 16 tokens (flat), compute-bound after (linear): a CPU-like curve
-    target = _curve({1: 0.1, 16: 0.1, 32: 0.2, 64: 0.4, 128: 0.8, 256: 1.6})
-    draft = _curve({1: 0.02, 16: 0.02, 32: 0.04, 64: 0.08, 128: 0.16})
+    # memory-bound up to 16 tokens in a pass (flat), compute-bound after (linear): a CPU-like cost
+    target = _table(lambda n: 0.1 * max(1.0, n / 16))
+    draft = _table(lambda n: 0.02 * max(1.0, n / 16), widths=(1, 2))
     policy = LoadK(target, draft, k_max=6)
     policy.accepted, policy.evaluated = 80, 100  # alpha ~ 0.8
     k1, why1 = policy.choose(1)
@@ -263,12 +262,17 @@ def test_load_policy_turns_speculation_off_in_a_real_run(tiny):
             assert max(s.k) == 0 and "spec_off_batch" in s.info["why"]
 
 
-def test_cost_curve_interpolates_between_measured_points(tiny):
-    curve = CostCurve(tiny.target, context=8, repeats=1)
-    measured = curve.need(10)
-    assert measured == [1, 2, 3, 4, 6, 8, 12] and all(s > 0 for s in curve.points.values())
-    assert curve(5) == pytest.approx((curve.points[4] + curve.points[6]) / 2)
-    assert curve.need(10) == []  # measured once
+def test_cost_table_measures_each_pass_shape_once(tiny):
+    table = CostTable(tiny.target, context=8, repeats=1)
+    measured = table.need(6, (1, 3))
+    assert measured == [(r, w) for r in (1, 2, 4, 6) for w in (1, 3)] and all(s > 0 for s in table.points.values())
+    assert table(6, 3) == table.points[(6, 3)]  # measured shapes are read, not interpolated
+    assert table(5, 1) == pytest.approx((table.points[(4, 1)] + table.points[(6, 1)]) / 2)
+    assert table(12, 1) == pytest.approx(table.points[(6, 1)] * 2)  # past the measured rows: proportional
+    assert table.need(6, (1, 3)) == []  # measured once
+    assert CostTable(None).load(table.to_dict()).points == table.points
+    with pytest.raises(ValueError, match="width 2"):
+        table(3, 2)
 
 
 # ---------------------------------------------------------------------------------------------

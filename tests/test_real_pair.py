@@ -102,3 +102,22 @@ def test_thirty_visitors_get_presets_while_the_real_pair_computes(qwen, monkeypa
         live_run_and_crowd(f"http://127.0.0.1:{port}/", live, app=app)
     finally:
         app.demo.close()
+
+
+def test_batched_rows_equal_their_own_ar(qwen, ar):
+    """The batched engine on the real pair (float32): three prompts of different lengths share
+    each target pass, and every row is its own single-sequence AR output, token for token, for
+    ar, spec and EAGLE chains (docs/benchmarks/batched-*.md checks B up to 32 the same way)."""
+    from specviz.batch import split_rows
+
+    n = 12
+    prompts = [CODE, "import os\n\n\ndef list_python_files(folder):\n    \"\"\"Return the .py files under folder.\"\"\"\n",
+               "class Stack:"]
+    refs = [ar[False].token_ids[:n]] + [list(generate(qwen, p, method="ar", max_new_tokens=n))[-1].token_ids
+                                        for p in prompts[1:]]
+    for kw in (dict(method="ar"), dict(method="spec", k=4), dict(method="eagle", k=4)):
+        events = list(generate(qwen, prompts, max_new_tokens=n, record_topk=0, **kw))
+        rows = {row: evs[-1].token_ids for row, evs in split_rows(events).items()}
+        assert [rows[b] for b in range(3)] == refs, kw
+        steps = [e for e in events if e.kind == "batch_step"]
+        assert len(steps) <= n and steps[0].rows == [0, 1, 2]

@@ -64,3 +64,42 @@ PROMPTS = {
                        "Write a short poem about a lighthouse keeper who learns to program.", True,
                        "a short poem"),
 }
+
+
+# A bank of requests for the batched (serving) measurements: 32 different code completions, so
+# a batch of B users holds B different prompts of different lengths. Completions without a chat
+# template, like `code` above, where a draft of the same family has something to agree on.
+SERVING_BANK = (
+    'def is_prime(n: int) -> bool:\n    """Return True if n is a prime number."""\n',
+    'def reverse_words(sentence: str) -> str:\n    """Reverse the order of the words in a sentence."""\n',
+    'def fibonacci(n):\n    """Return the n-th Fibonacci number, iteratively."""\n',
+    'def flatten(nested):\n    """Flatten a list of lists into one list."""\n',
+    'def count_vowels(text: str) -> int:\n    """Count the vowels in text."""\n',
+    'def gcd(a: int, b: int) -> int:\n    """Greatest common divisor by Euclid\'s algorithm."""\n',
+    'def binary_search(items, target):\n    """Return the index of target in the sorted list items, or -1."""\n',
+    'def merge_sorted(a, b):\n    """Merge two sorted lists into one sorted list."""\n',
+    'class Stack:\n    """A last-in, first-out stack."""\n\n    def __init__(self):\n',
+    'def celsius_to_fahrenheit(c: float) -> float:\n',
+    'import json\n\ndef load_config(path):\n    """Read a JSON config file and return it as a dict."""\n',
+    'def is_palindrome(s: str) -> bool:\n    """True if s reads the same backwards, ignoring case and spaces."""\n',
+    'def factorial(n: int) -> int:\n    """n! for n >= 0."""\n',
+    'def chunks(items, size):\n    """Yield successive chunks of `size` items."""\n',
+    'def word_count(text):\n    """Return a dict mapping each word to how often it occurs."""\n',
+    'class Point:\n    def __init__(self, x, y):\n        self.x = x\n        self.y = y\n\n    def distance(self, other):\n',
+    'def transpose(matrix):\n    """Transpose a list-of-lists matrix."""\n',
+    'def unique(items):\n    """Return the items without duplicates, keeping their order."""\n',
+    'def read_lines(path):\n    """Return the lines of a text file without trailing newlines."""\n',
+    'def max_subarray(nums):\n    """Largest sum of a contiguous subarray (Kadane)."""\n',
+    'def to_snake_case(name: str) -> str:\n    """Convert CamelCase to snake_case."""\n',
+    'import math\n\ndef circle_area(r):\n',
+    'def bubble_sort(arr):\n    """Sort arr in place with bubble sort and return it."""\n',
+    'def is_anagram(a: str, b: str) -> bool:\n',
+    'class Queue:\n    """A first-in, first-out queue on two stacks."""\n\n    def __init__(self):\n',
+    'def sum_digits(n: int) -> int:\n    """Sum of the decimal digits of n."""\n',
+    'def remove_none(d: dict) -> dict:\n    """Return a copy of d without the keys whose value is None."""\n',
+    'def power_set(items):\n    """All subsets of items, as lists."""\n',
+    'def capitalize_words(s):\n',
+    'def moving_average(values, window):\n    """Averages over a sliding window of the given size."""\n',
+    'def rotate(items, k):\n    """Rotate a list to the right by k places."""\n',
+    'def parse_csv_line(line: str) -> list:\n    """Split one CSV line on commas, stripping whitespace."""\n',
+)

@@ -1,0 +1,423 @@
+"""When batching kills speculation, measured: the batched engine (specviz.batch) on a real pair.
+
+    python -m specviz.bench.batched                       # the real pair, B = 1 .. 32
+    python -m specviz.bench.batched --batches 1,4 --tokens 16 --out /tmp/quick.json
+
+Sections, all in one process, one after the other (nothing else should run on the cores):
+  cost     the cost of one target pass against the tokens it feeds (1 .. 256, as B rows of
+           k + 1), and the draft's: where the pass stops being bound by reading the weights
+           (the knee), which is where speculation's extra tokens stop being free
+  lanes    at B = 1, 2, 4, 8, 16, 32 users (B different prompts of SERVING_BANK), greedy: ar,
+           spec (fixed k), pld, medusa and the load policy (spec, k="load"). Each lane: the
+           batch's decode tokens/s (the prompt's pass left out), each user's tokens/s and
+           inter-token latency, the acceptance rate; every lane's rows are checked token for
+           token against the ar lane's
+  theory   each B's spec speedup predicted from alpha (measured in the spec lane), the cost
+           curve and k, beside the measured one; the batch where speculation stops paying
+  single   spec at B = 1 through the batched path against the single-sequence engine
+  memory   B = 32 rows of 256-token contexts: resident memory added over the loaded pair, and
+           the KV caches' bytes
+
+A JSON report (and a Markdown summary beside it) is written after every lane, and --resume
+continues an interrupted run from it. Progress and an ETA go to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from specviz import files
+from specviz.batch import CostTable, batch_runner_for, generate_batch
+from specviz.bench.prompts import SERVING_BANK
+from specviz.engine import generate
+
+SECTION_VERSION = 1
+BATCHES = (1, 2, 4, 8, 16, 32)
+LANES = {  # name -> generate_batch options
+    "ar": dict(method="ar"),
+    "spec": dict(method="spec", k=4),
+    "pld": dict(method="pld", k=4),
+    "medusa": dict(method="medusa", k=3),
+    "load": dict(method="spec", k="load"),
+}
+WIDTHS = tuple(range(1, 9))  # tokens per row in a pass: k + 1 for k = 0..7
+
+
+def say(text: str) -> None:
+    print(f"[bench.batched] {text}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# measurements
+
+def cost_section(pair, batches: list) -> dict:
+    """The cost table of both models: B rows of w tokens, B on the grid up to the largest batch
+    (and the batches asked for), w = 1..8 (target; 1 and 2 for the draft). 32 rows x 8 = 256 tokens."""
+    target, draft = CostTable.of(pair.target), CostTable.of(pair.draft)
+    for b in sorted(set(batches)):
+        say(f"  cost of a pass at B = {b}, 1..{WIDTHS[-1]} tokens per row")
+        target.need(b, WIDTHS)
+        draft.need(b, (1, 2))
+    by_tokens = tokens_curve(target.points)
+    return {"target": target.to_dict(), "draft": draft.to_dict(), "by_tokens": by_tokens, "knee": knee(by_tokens),
+            "note": f"one forward over B rows of w tokens after a {target.context}-token context per row; "
+                    f"best of {target.repeats} after a warm-up"}
+
+
+def tokens_curve(points: dict) -> dict:
+    """{tokens in the pass: seconds}, the cheapest measured shape for each total (B x w)."""
+    out: dict = {}
+    for (rows, width), s in points.items():
+        n = rows * width
+        out[n] = min(out.get(n, s), s)
+    return {n: out[n] for n in sorted(out)}
+
+
+def knee(points: dict, rise: float = 1.5) -> Optional[int]:
+    """The fewest tokens at which a pass costs `rise` times a one-token pass: below it the pass
+    is bound by reading the weights (extra tokens nearly free), above it by arithmetic."""
+    points = {int(n): s for n, s in points.items()}
+    base = points.get(1)
+    return next((n for n in sorted(points) if base and points[n] >= rise * base), None)
+
+
+def run_lane(pair, prompts: list, options: dict, tokens: int) -> dict:
+    """One batched run: its serving numbers, each row's tokens, alpha and tokens per step."""
+    events = list(generate_batch(pair, prompts, max_new_tokens=tokens, record_topk=0, **options))
+    steps = [e for e in events if e.kind == "batch_step"]
+    rows = {e.row: e.token_ids for e in events if e.kind == "run_finished"}
+    finished = events[-1].metrics
+    decode_tokens = sum(sum(s.emitted) for s in steps[1:])
+    decode_s = steps[-1].elapsed - steps[0].elapsed if len(steps) > 1 else None
+    accepted = sum(sum(s.accepted) for s in steps)
+    evaluated = sum(e.evaluated for e in events if e.kind == "step_finished")
+    row_steps = sum(len(s.rows) for s in steps)
+    ks = [max(s.k) for s in steps[1:]]
+    return {
+        "tokens": finished["tokens"], "wall_s": finished["wall_time"], "steps": len(steps),
+        "decode_tokens_per_s": decode_tokens / decode_s if decode_s else None,
+        "tokens_per_s": finished["tokens_per_s"],
+        "user_tokens_per_s": finished["user_tokens_per_s"], "itl_ms": _ms(finished["itl"]),
+        "itl_p50_ms": _ms(finished["itl_p50"]), "itl_p95_ms": _ms(finished["itl_p95"]),
+        "ttft_s": finished["ttft"], "prefill_s": steps[0].elapsed,
+        "alpha": accepted / evaluated if evaluated else None,
+        "tokens_per_row_step": finished["tokens"] / row_steps if row_steps else None,
+        "verify_s": sum(s.verify_time for s in steps[1:]), "draft_s": sum(s.draft_time for s in steps[1:]),
+        "k_chosen": ks, "k_mean": statistics.fmean(ks) if ks else None,
+        "why_last": (steps[-1].info or {}).get("why") if steps else None,
+        "rows": [rows[b] for b in sorted(rows)],
+    }
+
+
+def _ms(seconds):
+    return None if seconds is None else 1e3 * seconds
+
+
+def predicted_speedup(alpha: float, k: int, rows: int, target: CostTable, draft: CostTable) -> dict:
+    """Spec's speedup over AR at `rows` users from alpha, k and the measured cost table:
+    E[tokens per row per step] x T(B, 1) / (T(B, k + 1) + D(B, 2) + (k - 1) D(B, 1))."""
+    a = min(alpha, 0.999)
+    expected = (1 - a ** (k + 1)) / (1 - a)
+    ar_step = target(rows, 1)
+    spec_step = target(rows, k + 1) + draft(rows, 2) + (k - 1) * draft(rows, 1)
+    return {"expected_tokens": expected, "ar_step_s": ar_step, "spec_step_s": spec_step,
+            "c": draft(rows, 1) / target(rows, 1), "speedup": expected * ar_step / spec_step}
+
+
+def single_section(pair, tokens: int, repeats: int = 3) -> dict:
+    """Spec at B = 1: the batched path against the single-sequence engine, alternating, on the
+    bank's first prompt; decode tokens/s (the prompt's pass left out), median of `repeats`."""
+    prompt = SERVING_BANK[0]
+    out = {"single": [], "batched": []}
+    for r in range(repeats):
+        for name in (("single", "batched") if r % 2 == 0 else ("batched", "single")):
+            if name == "single":
+                events = list(generate(pair, prompt, method="spec", k=4, max_new_tokens=tokens, record_topk=0))
+                steps = [e for e in events if e.kind == "step_finished"]
+                n = sum(len(s.emitted_ids) for s in steps[1:])
+                out[name].append(n / (steps[-1].elapsed - steps[0].elapsed))
+            else:
+                out[name].append(run_lane(pair, [prompt], LANES["spec"], tokens)["decode_tokens_per_s"])
+    single, batched = statistics.median(out["single"]), statistics.median(out["batched"])
+    return {"single_tokens_per_s": single, "batched_tokens_per_s": batched, "ratio": batched / single,
+            "runs": out}
+
+
+class PeakRSS:
+    """The process's resident memory, sampled every 20 ms in a thread (Linux: /proc/self/statm)."""
+
+    def __init__(self):
+        self.peak = self.now()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def now() -> Optional[int]:
+        try:
+            with open("/proc/self/statm") as fh:
+                return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, AttributeError):
+            return None
+
+    def _run(self):
+        while not self._stop.wait(0.02):
+            now = self.now()
+            if now is not None and (self.peak is None or now > self.peak):
+                self.peak = now
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def long_prompts(pair, rows: int, context: int, tokens: int) -> list:
+    """`rows` bank prompts, each led by enough comment lines that prompt + answer fill `context` tokens."""
+    out = []
+    for b in range(rows):
+        body = SERVING_BANK[b % len(SERVING_BANK)]
+        lead, i = "", 0
+        while len(pair.encode(lead + body)) < context - tokens:
+            lead += f"# note {i}: this module is part of a larger project; keep functions small and tested.\n"
+            i += 1
+        ids = pair.encode(lead + body)
+        out.append(ids[len(ids) - (context - tokens):])  # exactly context - tokens prompt tokens
+    return out
+
+
+def memory_section(pair, rows: int = 32, context: int = 256, tokens: int = 32) -> dict:
+    prompts = long_prompts(pair, rows, context, tokens)
+    gc.collect()
+    base = PeakRSS.now()
+    kv = {}
+    with PeakRSS() as peak:
+        steps = sum(e.kind == "batch_step" for e in generate_batch(
+            pair, prompts, method="spec", k=4, max_new_tokens=tokens, record_topk=0))
+    # the KV caches of the same shapes, measured directly
+    for role in ("target", "draft"):
+        runner = batch_runner_for(getattr(pair, role), rows)
+        runner.forward([p + [0] * (context - len(p)) for p in prompts], [1] * rows)
+        kv[role] = runner.kv_bytes()
+        del runner
+    gc.collect()
+    return {"rows": rows, "context": context, "rss_before": base, "rss_peak": peak.peak,
+            "added_bytes": None if base is None or peak.peak is None else peak.peak - base,
+            "kv_bytes": kv, "kv_total": sum(kv.values()), "steps": steps}
+
+
+# ---------------------------------------------------------------------------------------------
+# the run: sections, checkpoints, ETA
+
+def analyse(report: dict) -> dict:
+    """Theory beside measurement, the crossover, the policy's margin, the issue's numbers."""
+    lanes, cost = report.get("lanes", {}), report.get("cost")
+    if not cost:
+        return {}
+    target, draft = CostTable(None).load(cost["target"]), CostTable(None).load(cost["draft"])
+    k = LANES["spec"]["k"]
+    rows_out, crossover = [], None
+    for b in sorted(int(x) for x in lanes):
+        lane = lanes[str(b)]
+        ar, spec = lane.get("ar"), lane.get("spec")
+        if not ar or not spec:
+            continue
+        measured = spec["decode_tokens_per_s"] / ar["decode_tokens_per_s"]
+        theory = predicted_speedup(spec["alpha"], k, b, target, draft)
+        best_fixed = max(ar["decode_tokens_per_s"], spec["decode_tokens_per_s"])
+        load = lane.get("load")
+        row = {"batch": b, "ar_tokens_per_s": ar["decode_tokens_per_s"], "spec_tokens_per_s": spec["decode_tokens_per_s"],
+               "measured_speedup": measured, "theory_speedup": theory["speedup"],
+               "measured_over_theory": measured / theory["speedup"], "alpha": spec["alpha"], "c": theory["c"],
+               "pld_speedup": _ratio(lane.get("pld"), ar), "medusa_speedup": _ratio(lane.get("medusa"), ar),
+               "load_speedup": _ratio(load, ar),
+               "load_over_best": load["decode_tokens_per_s"] / best_fixed if load else None,
+               "load_k_mean": load["k_mean"] if load else None}
+        rows_out.append(row)
+        if crossover is None and measured < 1.0:
+            crossover = b
+    mean_alpha = statistics.fmean(r["alpha"] for r in rows_out) if rows_out else 0.7
+    measured_rows = sorted(int(r) for r in cost["target"])
+    theory_cross = next((b for b in range(1, measured_rows[-1] + 1)
+                         if predicted_speedup(mean_alpha, k, b, target, draft)["speedup"] < 1.0), None)
+    ar_rates = {r["batch"]: r["ar_tokens_per_s"] for r in rows_out}
+    checks = {
+        "ar_16_over_1": ar_rates[16] / ar_rates[1] if 16 in ar_rates and 1 in ar_rates else None,
+        "spec_b1_batched_over_single": (report.get("single") or {}).get("ratio"),
+        "measured_over_theory": [round(r["measured_over_theory"], 3) for r in rows_out],
+        "load_over_best": [None if r["load_over_best"] is None else round(r["load_over_best"], 3) for r in rows_out],
+        "memory_added_gb": ((report.get("memory") or {}).get("added_bytes") or 0) / 1e9 or None,
+    }
+    checks["pass"] = {
+        "ar_16x_at_least_8": checks["ar_16_over_1"] is not None and checks["ar_16_over_1"] >= 8,
+        "spec_b1_within_5pct": checks["spec_b1_batched_over_single"] is not None
+                               and checks["spec_b1_batched_over_single"] >= 0.95,
+        "theory_within_15pct": bool(rows_out) and all(0.85 <= r["measured_over_theory"] <= 1.15 for r in rows_out),
+        "load_at_least_095": bool(rows_out) and all(r["load_over_best"] is not None and r["load_over_best"] >= 0.95
+                                                    for r in rows_out),
+        "memory_under_1_5gb": checks["memory_added_gb"] is not None and checks["memory_added_gb"] <= 1.5,
+    }
+    return {"rows": rows_out, "crossover_measured": crossover, "crossover_theory": theory_cross, "checks": checks}
+
+
+def _ratio(lane, ar):
+    return lane["decode_tokens_per_s"] / ar["decode_tokens_per_s"] if lane and ar else None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specviz.bench.batched", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pair", default=None, help="preset (default: $SPECVIZ_PAIR or qwen-coder)")
+    parser.add_argument("--batches", default=",".join(map(str, BATCHES)))
+    parser.add_argument("--lanes", default=",".join(LANES))
+    parser.add_argument("--tokens", type=int, default=32, help="new tokens per user")
+    parser.add_argument("--out", default=None, help="report path (.json; a .md is written beside it)")
+    parser.add_argument("--resume", action="store_true", help="continue the report at --out")
+    parser.add_argument("--skip", default="", help="sections to leave out: single,memory")
+    args = parser.parse_args(argv)
+    from specviz.bench.suite import environment
+    from specviz.errors import SpecvizError
+    from specviz.models import load_pair
+
+    try:
+        batches = [int(b) for b in args.batches.split(",") if b]
+        lanes = [name for name in args.lanes.split(",") if name]
+        bad = [name for name in lanes if name not in LANES]
+        if bad or not batches or any(not 1 <= b <= len(SERVING_BANK) for b in batches):
+            raise SpecvizError(f"lanes are {', '.join(LANES)} and batches 1..{len(SERVING_BANK)}; got {args.lanes!r}, "
+                               f"{args.batches!r}")
+        pair = load_pair(args.pair)
+    except SpecvizError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    tag = "cuda" if pair.device.type == "cuda" else ("bf16" if "bfloat16" in str(pair.dtype) else "fp32")
+    out = Path(args.out or f"docs/benchmarks/batched-{pair.name}-{tag}.json")
+    report = json.loads(out.read_text(encoding="utf-8")) if args.resume and out.exists() else {}
+    report.setdefault("version", SECTION_VERSION)
+    report["environment"] = environment(pair, False)
+    report["plan"] = {"batches": batches, "lanes": lanes, "tokens": args.tokens, "lane_options": LANES}
+    report.setdefault("lanes", {})
+    started = time.perf_counter()
+
+    def save():
+        report["analysis"] = analyse(report)
+        files.write_json(out, report)
+        files.write_text(out.with_suffix(".md"), markdown(report))
+
+    if "cost" not in report:
+        say("measuring the cost of a pass: B rows of w tokens")
+        report["cost"] = cost_section(pair, batches)
+        save()
+    else:  # resumed: the policy's table comes from the report, not a second measurement
+        for role in ("target", "draft"):
+            CostTable.of(getattr(pair, role)).load(report["cost"][role])
+    work = [(b, name) for b in batches for name in lanes]
+    weight = {b: b for b in batches}
+    done_w = spent = 0.0
+    total_w = sum(weight[b] for b, _ in work)
+    for i, (b, name) in enumerate(work):
+        lane_rows = report["lanes"].setdefault(str(b), {})
+        if name in lane_rows:
+            total_w -= weight[b]
+            continue
+        t0 = time.perf_counter()
+        prompts = [SERVING_BANK[j % len(SERVING_BANK)] for j in range(b)]
+        result = run_lane(pair, prompts, LANES[name], args.tokens)
+        ar_rows = lane_rows.get("ar", {}).get("rows") if name != "ar" else None
+        result["greedy_equal_ar"] = None if ar_rows is None else result["rows"] == ar_rows
+        lane_rows[name] = result
+        spent += time.perf_counter() - t0
+        done_w += weight[b]
+        eta = spent / done_w * (total_w - done_w) if done_w else 0
+        say(f"B={b:>2} {name:6s} {result['decode_tokens_per_s']:7.2f} tok/s, user {result['user_tokens_per_s']:.2f} "
+            f"tok/s, alpha {result['alpha'] if result['alpha'] is not None else float('nan'):.2f}"
+            f"{'' if result['greedy_equal_ar'] in (None, True) else ' ROWS DIFFER FROM AR'}  "
+            f"[{i + 1}/{len(work)}, ETA {eta / 60:.1f} min]")
+        save()
+    skip = set(args.skip.split(","))
+    if "single" not in skip and "single" not in report:
+        say("spec at B = 1: the batched path against the single-sequence engine")
+        report["single"] = single_section(pair, args.tokens)
+        save()
+    if "memory" not in skip and "memory" not in report:
+        say("memory: 32 rows of 256-token contexts")
+        report["memory"] = memory_section(pair)
+        save()
+    report["wall_s"] = report.get("wall_s", 0) + time.perf_counter() - started
+    save()
+    say(f"report: {out} and {out.with_suffix('.md')}")
+    return 0
+
+
+def markdown(report: dict) -> str:
+    env, an = report.get("environment", {}), report.get("analysis") or {}
+    lines = [f"# Batched speculation on {env.get('pair')} ({env.get('device_name')}, {env.get('dtype')}, "
+             f"{env.get('threads')} threads)", "",
+             "Generated by `python -m specviz.bench.batched`; greedy, "
+             f"{report['plan']['tokens']} new tokens per user, B different prompts. "
+             "Tokens/s are the batch's decode rate (the prompts' pass left out).", ""]
+    cost = report.get("cost")
+    if cost:
+        widths = sorted({int(w) for per in cost["target"].values() for w in per})
+        lines += ["## The cost of one target pass (ms): B rows of w tokens", "",
+                  f"Knee (a pass costs 1.5x a one-token pass): {cost['knee']} tokens in the pass.", "",
+                  "| B | " + " | ".join(f"w={w}" for w in widths) + " | draft w=1 | draft w=2 |",
+                  "|---:|" + "---:|" * (len(widths) + 2)]
+        for b, per in sorted(cost["target"].items(), key=lambda kv: int(kv[0])):
+            d = cost["draft"].get(b, {})
+            cells = [f"{1e3 * per[str(w)]:.0f}" if str(w) in per else "" for w in widths]
+            lines.append(f"| {b} | " + " | ".join(cells) + f" | {_f(_ms(d.get('1')), 0)} | {_f(_ms(d.get('2')), 0)} |")
+        lines.append("")
+    rows = an.get("rows") or []
+    if rows:
+        lines += ["## Speedup against batch size", "",
+                  "| B | AR tok/s | spec tok/s | measured | theory | measured/theory | alpha | pld | medusa | "
+                  "load | load / best | load mean k |", "|---:|" + "---:|" * 11]
+        for r in rows:
+            lines.append(f"| {r['batch']} | {r['ar_tokens_per_s']:.2f} | {r['spec_tokens_per_s']:.2f} | "
+                         f"{r['measured_speedup']:.2f}x | {r['theory_speedup']:.2f}x | {r['measured_over_theory']:.2f} | "
+                         f"{r['alpha']:.2f} | {_x(r['pld_speedup'])} | {_x(r['medusa_speedup'])} | "
+                         f"{_x(r['load_speedup'])} | {_f(r['load_over_best'])} | {_f(r['load_k_mean'])} |")
+        lines += ["", f"Speculation stops paying (spec k = {LANES['spec']['k']}): measured at B = "
+                      f"{an.get('crossover_measured') or 'none measured'}, predicted at B = {an.get('crossover_theory')}.", ""]
+        lines += ["## Each user's view", "", "| B | lane | user tok/s | inter-token p50 ms | p95 ms | TTFT s |",
+                  "|---:|---|---:|---:|---:|---:|"]
+        for b, lanes in sorted(report["lanes"].items(), key=lambda kv: int(kv[0])):
+            for name, lane in lanes.items():
+                lines.append(f"| {b} | {name} | {_f(lane['user_tokens_per_s'])} | {_f(lane['itl_p50_ms'], 0)} | "
+                             f"{_f(lane['itl_p95_ms'], 0)} | {_f(lane['ttft_s'])} |")
+        lines.append("")
+    checks = an.get("checks")
+    if checks:
+        lines += ["## The issue's numbers", ""]
+        for key, ok in checks["pass"].items():
+            lines.append(f"- {key}: {'yes' if ok else 'NO'}")
+        lines += ["", f"AR at B = 16 over B = 1: {_f(checks['ar_16_over_1'])}x; spec at B = 1 batched over single: "
+                      f"{_f(checks['spec_b1_batched_over_single'])}; memory added at B = 32, 256-token contexts: "
+                      f"{_f(checks['memory_added_gb'])} GB (KV caches "
+                      f"{_f(((report.get('memory') or {}).get('kv_total') or 0) / 1e9)} GB).", ""]
+    return "\n".join(lines)
+
+
+def _x(v):
+    return "" if v is None else f"{v:.2f}x"
+
+
+def _f(v, digits: int = 2):
+    return "" if v is None else f"{v:.{digits}f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
