@@ -54,12 +54,11 @@ every row's events carry `row`, and each shared pass is a batch_step event.
     option. Bad input fails here, before the first event, with a `specviz.errors.InputError`
     that says what to change. `drafter` and `verifier` replace the method's own, e.g. in tests.
     """
-    if is_batch(prompt) or (config.batch if isinstance(config, RunConfig) else 1) > 1 \
-            or overrides.get("batch", 1) != 1 or "load" in (overrides.get("k"), getattr(config, "k", None)):
+    cfg = _config(config, overrides)
+    if is_batch(prompt) or cfg.batch > 1 or cfg.k == "load":
         from specviz.batch import generate_batch
 
-        return generate_batch(pair, prompt, config, drafter=drafter, verifier=verifier, **overrides)
-    cfg = _config(config, overrides)
+        return generate_batch(pair, prompt, cfg, drafter=drafter, verifier=verifier)
     prompt_ids = prompt_to_ids(pair, prompt, cfg.chat)
     check_context(pair, len(prompt_ids), cfg)
     policy = AdaptiveK(cfg.auto_rule, confidence=cfg.confidence) if cfg.draft_k == "auto" else None
