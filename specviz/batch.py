@@ -30,7 +30,6 @@ which this module's per-row causal mask does not express.
 
 from __future__ import annotations
 
-import bisect
 import time
 from dataclasses import dataclass, field, replace
 from typing import Iterator, Optional
@@ -38,6 +37,7 @@ from typing import Iterator, Optional
 import torch
 
 from specviz import events as ev
+from specviz.events import batch_events, split_rows  # noqa: F401  (part of this module's API)
 from specviz import metrics, sampling
 from specviz.adaptive import AdaptiveK
 from specviz.config import MAX_BATCH, RunConfig, check_context, prompt_to_ids
@@ -45,6 +45,7 @@ from specviz.drafters.base import Proposal
 from specviz.errors import InputError
 from specviz.lm import synchronize
 from specviz.record import EventWriter, StepRecord
+from specviz.run import Clock, config_of, is_batch, make_drafter, make_verifier, started_event
 
 LOAD_K_MAX = 6  # the deepest k the load policy considers (deeper rarely pays, and each k costs a calibration)
 
@@ -332,8 +333,6 @@ class NoBatchDrafter(BatchDrafter):
 
 
 def make_batch_drafter(pair, cfg: RunConfig) -> BatchDrafter:
-    from specviz.engine import make_drafter
-
     if cfg.method == "ar":
         return NoBatchDrafter()
     if cfg.method == "spec":
@@ -449,13 +448,16 @@ class LoadK:
         rows * E[tokens per row](alpha, k)  /  (T_target(rows * (k + 1)) + T_draft(rows, k))
 
     with E = (1 - alpha^(k+1)) / (1 - alpha), alpha the running acceptance rate over every row
-    (exponentially forgetting, Laplace-smoothed), T_target the measured cost of a pass of that
+    (forgetting older steps that judged drafts, never plain ones; it starts from PRIOR_ALPHA, an
+    optimistic guess worth PRIOR_WEIGHT judged drafts, so a batch speculates first and learns
+    whether that pays: a pessimistic start would choose k = 0 and learn only from probes), T_target the measured cost of a pass of that
     shape (`CostTable`: rows x (k + 1)) and T_draft the draft model's (spec) or the drafter's measured seconds per
     drafted token and row (pld, heads). k = 0 is a plain autoregressive step (rows / T_target(rows)).
     When k = 0 wins, a k = 1 probe every `probe_every` steps keeps alpha fresh. At or above
     `off_batch` live rows (vLLM's speculative_disable_by_batch_size) every step is k = 0."""
 
     rule = "load"
+    PRIOR_ALPHA, PRIOR_WEIGHT = 0.8, 2.0
 
     def __init__(self, target_cost: CostTable, draft_cost: Optional[CostTable], k_max: int = LOAD_K_MAX,
                  off_batch: int = 0, probe_every: int = 8, memory: float = 0.9):
@@ -474,7 +476,7 @@ class LoadK:
 
     @property
     def alpha(self) -> float:
-        return (self.accepted + 1) / (self.evaluated + 2)
+        return (self.accepted + self.PRIOR_ALPHA * self.PRIOR_WEIGHT) / (self.evaluated + self.PRIOR_WEIGHT)
 
     def predict(self, rows: int, k: int) -> dict:
         """Predicted seconds and tokens of one step at this batch and k."""
@@ -506,7 +508,8 @@ class LoadK:
     def update(self, k: int, accepted: int, evaluated: int, rows: int, width: int,
                verify_time: float, draft_time: float, drafted: int, prefill: bool) -> None:
         m = self.memory
-        self.accepted, self.evaluated = m * self.accepted + accepted, m * self.evaluated + evaluated
+        if evaluated:  # a plain step says nothing of alpha: the evidence waits, it does not fade
+            self.accepted, self.evaluated = m * self.accepted + accepted, m * self.evaluated + evaluated
         self.plain_steps = self.plain_steps + 1 if k == 0 else 0
         if prefill:  # the prompt's pass measures the prefill, not a decoding step's cost
             return
@@ -543,8 +546,6 @@ class _Row:
 
 def batch_prompts(prompt, cfg: RunConfig) -> list:
     """The rows' prompts: a list of prompts as given, or one prompt repeated `cfg.batch` times."""
-    from specviz.engine import is_batch
-
     prompts = list(prompt) if is_batch(prompt) else [prompt] * cfg.batch
     if not 1 <= len(prompts) <= MAX_BATCH:
         raise InputError(f"A batch holds 1 to {MAX_BATCH} prompts, got {len(prompts)}.")
@@ -556,11 +557,9 @@ def generate_batch(pair, prompt, config: Optional[RunConfig] = None, *, seeds=No
     """Stream the events of a batched run (see the module's docstring). `prompt` is a list of
     prompts (texts or token-id lists), or one prompt decoded `batch` times. Row b's seed is
     seeds[b] (default: seed + b). Checks everything before the first event."""
-    from specviz.engine import _config, is_batch, make_verifier
-
     if is_batch(prompt):
         overrides = {**overrides, "batch": len(prompt)}
-    cfg = _config(config, overrides)
+    cfg = config_of(config, overrides)
     prompts = batch_prompts(prompt, cfg)
     ids = [prompt_to_ids(pair, p, cfg.chat) for p in prompts]
     for row_ids in ids:
@@ -580,8 +579,6 @@ def generate_batch(pair, prompt, config: Optional[RunConfig] = None, *, seeds=No
 
 class _BatchRun:
     def __init__(self, pair, cfg: RunConfig, prompts: list, ids: list, seeds: list, drafter, verifier, policy):
-        from specviz.engine import _Clock
-
         self.pair, self.cfg, self.drafter, self.verifier, self.policy = pair, cfg, drafter, verifier, policy
         self.eos = set(pair.eos_token_ids)
         self.rows = []
@@ -594,12 +591,10 @@ class _BatchRun:
             self.rows.append(row)
         self.live = list(range(len(self.rows)))  # row numbers, in the runners' batch order
         self.target = batch_runner_for(pair.target, len(self.rows))
-        self.clock = _Clock()
+        self.clock = Clock()
         self.steps: list = []  # batch_step events
 
     def events(self) -> Iterator[ev.Event]:
-        from specviz.engine import started_event
-
         cfg, pair = self.cfg, self.pair
         yield ev.BatchStarted(rows=len(self.rows), pair=pair.name, method=cfg.method, k=cfg.draft_k,
                               seeds=[r.seed for r in self.rows], device=str(pair.device),
@@ -727,7 +722,7 @@ class _BatchRun:
 
 
 # ---------------------------------------------------------------------------------------------
-# what a batched run measured, and its events split per row
+# what a batched run measured (its events split per row: specviz.events.split_rows)
 
 def batch_metrics(rows: list, steps: list) -> dict:
     """Serving numbers of a batched run: the batch's total tokens/s, each user's tokens/s and
@@ -763,21 +758,3 @@ def batch_metrics(rows: list, steps: list) -> dict:
         "tokens_per_pass": sum(s.tokens_fed for s in steps[1:]) / max(1, len(steps) - 1),
         "accepted": sum(sum(s.accepted) for s in steps), "drafted": sum(sum(s.drafted) for s in steps),
     }
-
-
-def split_rows(events) -> dict:
-    """{row: that row's events} of a batched run, each list a single run's stream (run_started,
-    its steps, run_finished) that every consumer of single runs (metrics.fold, the renderers)
-    reads as is; batch-level events (batch_started, batch_step, batch_finished) are left out."""
-    out: dict = {}
-    for event in events:
-        row = event.get("row") if isinstance(event, dict) else getattr(event, "row", None)
-        if row is not None:
-            out.setdefault(row, []).append(event)
-    return out
-
-
-def batch_events(events) -> list:
-    """The batch-level events of a run: batch_started, batch_step..., batch_finished."""
-    kinds = ("batch_started", "batch_step", "batch_finished")
-    return [e for e in events if (e.get("kind") if isinstance(e, dict) else e.kind) in kinds]

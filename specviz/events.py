@@ -286,6 +286,26 @@ BATCH_TIMING_METRICS = frozenset({"wall_time", "tokens_per_s", "user_tokens_per_
                                   "verify_time", "draft_time", "ttft"})
 
 
+BATCH_KINDS = ("batch_started", "batch_step", "batch_finished")
+
+
+def split_rows(events) -> dict:
+    """{row: that row's events} of a batched run, each list a single run's stream (run_started,
+    its steps, run_finished) that every consumer of single runs (metrics.fold, the renderers)
+    reads as is; batch-level events (batch_started, batch_step, batch_finished) are left out."""
+    out: dict = {}
+    for event in events:
+        row = event.get("row") if isinstance(event, dict) else getattr(event, "row", None)
+        if row is not None:
+            out.setdefault(row, []).append(event)
+    return out
+
+
+def batch_events(events) -> list:
+    """The batch-level events of a run: batch_started, batch_step..., batch_finished."""
+    return [e for e in events if (e.get("kind") if isinstance(e, dict) else e.kind) in BATCH_KINDS]
+
+
 def register(cls):
     """Add an event type defined elsewhere (e.g. by a method module) to the schema."""
     EVENT_TYPES[cls.kind] = cls

@@ -245,10 +245,19 @@ def test_load_policy_speculates_when_passes_are_cheap_and_stops_when_they_are_no
     assert k1 >= 3 and k32 == 0, (why1, why32)
     best = max(range(7), key=lambda k: policy.predict(1, k)["tokens_per_s"])
     assert k1 == best and len(why1["predicted"]) == 7
-    # after k = 0 steps it probes with k = 1 to keep alpha fresh
+    # after k = 0 steps it probes with k = 1 to keep alpha fresh; plain steps judge no draft, so
+    # the evidence for alpha waits for the probe instead of fading back to the prior
+    alpha = policy.alpha
     for _ in range(8):
         policy.update(0, 0, 0, 32, 32, 0.2, 0.0, 0, prefill=False)
-    assert policy.choose(32)[0] == 1
+    assert policy.choose(32)[0] == 1 and policy.alpha == alpha
+    # a fresh policy starts optimistic: it speculates where passes are cheap, then learns alpha
+    fresh = LoadK(target, draft, k_max=6)
+    assert fresh.choose(1)[0] >= 2
+    for _ in range(20):  # every draft rejected: alpha falls and speculation stops
+        k = fresh.choose(1)[0]
+        fresh.update(k, 0, 1 if k else 0, 1, k + 1, 0.1, 0.02 * k, k, prefill=False)
+    assert fresh.alpha < 0.2 and fresh.choose(1)[0] == 0
     # the fixed switch-off batch size wins over any prediction
     assert LoadK(target, draft, off_batch=4).choose(4)[0] == 0
     assert "spec_off_batch" in LoadK(target, draft, off_batch=4).choose(8)[1]["why"]
