@@ -73,3 +73,30 @@ def alpha_from_tau(tau: float, k: int, tol: float = 1e-10) -> float:
         else:
             hi = mid
     return (lo + hi) / 2
+
+
+def batch_speedup(a: float, k: float, ar_step: float, spec_step: float) -> float:
+    """Speculation's speedup over plain decoding of the same batch: each row gains E[tokens per
+    step] per shared step, and a step costs `spec_step` seconds (the batch's drafting plus one
+    target pass over B rows of k + 1 tokens) against `ar_step` (one pass over B rows of 1 token).
+    As B grows the pass leaves the memory-bound regime, spec_step / ar_step grows towards k + 1,
+    and the speedup falls below 1: the crossover."""
+    return expected_tokens(a, int(round(k))) * ar_step / spec_step
+
+
+def expected_run_time(a: float, k: int, n: int, step_cost: Callable[[int], float]) -> float:
+    """Expected seconds to produce `n` tokens when every step drafts k' = min(k, tokens left - 1)
+    (an engine drafts no further than the budget) and costs step_cost(k') seconds; a step emits
+    j <= k' accepted drafts plus one token, P(j) = a^j (1 - a) for j < k' and a^k' for j = k'.
+    The tail matters for short runs: the last steps draft less and bring fewer tokens than
+    expected_tokens(a, k) says."""
+    a = min(max(a, 0.0), 1.0)
+    memo = [0.0] * (n + 1)
+    for left in range(1, n + 1):
+        kk = min(k, left - 1)
+        total = step_cost(kk)
+        for j in range(kk + 1):  # j accepted drafts, j + 1 tokens
+            p = a ** j * ((1 - a) if j < kk else 1.0)
+            total += p * memo[left - j - 1]
+        memo[left] = total
+    return memo[n]

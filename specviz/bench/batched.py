@@ -35,9 +35,8 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import torch
 
-from specviz import files
+from specviz import files, theory
 from specviz.batch import CostTable, batch_runner_for, generate_batch
 from specviz.bench.prompts import SERVING_BANK
 from specviz.engine import generate
@@ -106,7 +105,7 @@ def run_lane(pair, prompts: list, options: dict, tokens: int) -> dict:
     ks = [max(s.k) for s in steps[1:]]
     return {
         "tokens": finished["tokens"], "wall_s": finished["wall_time"], "steps": len(steps),
-        "decode_tokens_per_s": decode_tokens / decode_s if decode_s else None,
+        "decode_tokens_per_s": decode_tokens / decode_s if decode_s else None, "decode_tokens": decode_tokens,
         "tokens_per_s": finished["tokens_per_s"],
         "user_tokens_per_s": finished["user_tokens_per_s"], "itl_ms": _ms(finished["itl"]),
         "itl_p50_ms": _ms(finished["itl_p50"]), "itl_p95_ms": _ms(finished["itl_p95"]),
@@ -124,15 +123,26 @@ def _ms(seconds):
     return None if seconds is None else 1e3 * seconds
 
 
-def predicted_speedup(alpha: float, k: int, rows: int, target: CostTable, draft: CostTable) -> dict:
-    """Spec's speedup over AR at `rows` users from alpha, k and the measured cost table:
-    E[tokens per row per step] x T(B, 1) / (T(B, k + 1) + D(B, 2) + (k - 1) D(B, 1))."""
+def predicted_speedup(alpha: float, k: int, rows: int, target: CostTable, draft: CostTable,
+                      tokens: Optional[float] = None) -> dict:
+    """Spec's speedup over AR at `rows` users from alpha, k and the measured cost table. A step
+    drafting k' tokens costs T(B, k' + 1) + D(B, 2) + (k' - 1) D(B, 1) (the draft's first forward
+    also feeds the token the last step added); plain decoding costs T(B, 1) per token. With
+    `tokens` (decode tokens per row) the run's tail is modelled too: the last steps draft no further
+    than the budget (theory.expected_run_time); without it, every step drafts k."""
     a = min(alpha, 0.999)
-    expected = (1 - a ** (k + 1)) / (1 - a)
+
+    def step(kk: int) -> float:
+        return target(rows, kk + 1) + (draft(rows, 2) + (kk - 1) * draft(rows, 1) if kk else 0.0)
+
     ar_step = target(rows, 1)
-    spec_step = target(rows, k + 1) + draft(rows, 2) + (k - 1) * draft(rows, 1)
-    return {"expected_tokens": expected, "ar_step_s": ar_step, "spec_step_s": spec_step,
-            "c": draft(rows, 1) / target(rows, 1), "speedup": expected * ar_step / spec_step}
+    if tokens:
+        n = max(1, round(tokens))
+        spec_per_token = theory.expected_run_time(a, k, n, step) / n
+    else:
+        spec_per_token = step(k) / theory.expected_tokens(a, k)
+    return {"expected_tokens": theory.expected_tokens(a, k), "ar_step_s": ar_step, "spec_step_s": step(k),
+            "c": draft(rows, 1) / target(rows, 1), "speedup": ar_step / spec_per_token, "tokens": tokens}
 
 
 def single_section(pair, tokens: int, repeats: int = 3) -> dict:
@@ -236,12 +246,13 @@ def analyse(report: dict) -> dict:
         if not ar or not spec:
             continue
         measured = spec["decode_tokens_per_s"] / ar["decode_tokens_per_s"]
-        theory = predicted_speedup(spec["alpha"], k, b, target, draft)
+        predicted = predicted_speedup(spec["alpha"], k, b, target, draft, decode_tokens(spec) / b)
         best_fixed = max(ar["decode_tokens_per_s"], spec["decode_tokens_per_s"])
         load = lane.get("load")
         row = {"batch": b, "ar_tokens_per_s": ar["decode_tokens_per_s"], "spec_tokens_per_s": spec["decode_tokens_per_s"],
-               "measured_speedup": measured, "theory_speedup": theory["speedup"],
-               "measured_over_theory": measured / theory["speedup"], "alpha": spec["alpha"], "c": theory["c"],
+               "measured_speedup": measured, "theory_speedup": predicted["speedup"],
+               "measured_over_theory": measured / predicted["speedup"], "alpha": spec["alpha"], "c": predicted["c"],
+               "decode_tokens_per_row": decode_tokens(spec) / b,
                "pld_speedup": _ratio(lane.get("pld"), ar), "medusa_speedup": _ratio(lane.get("medusa"), ar),
                "load_speedup": _ratio(load, ar),
                "load_over_best": load["decode_tokens_per_s"] / best_fixed if load else None,
@@ -250,9 +261,10 @@ def analyse(report: dict) -> dict:
         if crossover is None and measured < 1.0:
             crossover = b
     mean_alpha = statistics.fmean(r["alpha"] for r in rows_out) if rows_out else 0.7
+    mean_tokens = statistics.fmean(r["decode_tokens_per_row"] for r in rows_out) if rows_out else None
     measured_rows = sorted(int(r) for r in cost["target"])
     theory_cross = next((b for b in range(1, measured_rows[-1] + 1)
-                         if predicted_speedup(mean_alpha, k, b, target, draft)["speedup"] < 1.0), None)
+                         if predicted_speedup(mean_alpha, k, b, target, draft, mean_tokens)["speedup"] < 1.0), None)
     ar_rates = {r["batch"]: r["ar_tokens_per_s"] for r in rows_out}
     checks = {
         "ar_16_over_1": ar_rates[16] / ar_rates[1] if 16 in ar_rates and 1 in ar_rates else None,
@@ -271,6 +283,13 @@ def analyse(report: dict) -> dict:
         "memory_under_1_5gb": checks["memory_added_gb"] is not None and checks["memory_added_gb"] <= 1.5,
     }
     return {"rows": rows_out, "crossover_measured": crossover, "crossover_theory": theory_cross, "checks": checks}
+
+
+def decode_tokens(lane: dict) -> float:
+    """Tokens the batch committed after its first step (reports before this field: rate x time)."""
+    if lane.get("decode_tokens") is not None:
+        return lane["decode_tokens"]
+    return lane["decode_tokens_per_s"] * (lane["wall_s"] - lane["prefill_s"])
 
 
 def _ratio(lane, ar):
