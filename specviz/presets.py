@@ -9,6 +9,12 @@ where and when: device, CPU, dtype, date, specviz version, and each lane's compu
     python -m specviz.presets list
     python -m specviz.presets record [--pair qwen-coder] [--dtype bfloat16]   # a few minutes on a CPU
 
+The serving view's presets are batched runs (specviz.batch): B users of the serving bank decoded
+together, plain and speculative, at B = 1 .. 32, in specviz/data/serving/, with the measured
+sweep of `python -m specviz.bench.batched` (speedup against batch, theory, crossover) beside them:
+
+    python -m specviz.presets record-serving --sweep docs/benchmarks/batched-qwen-coder-fp32.json
+
 No torch at import (the app imports this module); only `record` loads models.
 """
 
@@ -30,6 +36,7 @@ from specviz.events import from_dict
 from specviz.trace import dumps
 
 DATA = Path(__file__).parent / "data" / "presets"
+SERVING = Path(__file__).parent / "data" / "serving"
 MANIFEST = "manifest.json"
 RECORD_TOPK = 10  # the top-k slices the app records per position: the inspector's bars
 LANES = ("run", "ar")  # the preset's method, and autoregressive decoding with the same sampling
@@ -237,6 +244,73 @@ def _size(folder: Path) -> int:
     return sum(path.stat().st_size for path in Path(folder).iterdir())
 
 
+# ---------------------------------------------------------------------------------------------
+# the serving view's presets: batched runs at B = 1 .. 32 (a visitor needs no live batch of 32)
+
+SERVING_BATCHES = (1, 2, 4, 8, 16, 32)
+SERVING_LANES = {"ar": {"method": "ar"}, "spec": {"method": "spec", "k": 4}, "load": {"method": "spec", "k": "load"}}
+SERVING_TOKENS = 32  # new tokens per user
+SWEEP_KEYS = ("environment", "plan", "analysis", "cost")  # what the app keeps of the bench's report
+
+
+def serving_manifest(folder: Path = SERVING) -> dict:
+    return json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+
+
+def serving_recording(batch: int, lane: str, folder: Path = SERVING) -> list:
+    """The recorded events (dicts) of `lane` ("ar", "spec" or "load") at `batch` users, decoded
+    once per process (KeyError: not recorded)."""
+    with _CACHE_LOCK:
+        key = ("serving", batch, lane, str(folder))
+        if key not in _CACHE:
+            entry = serving_manifest(folder)["runs"][f"{batch}-{lane}"]
+            _CACHE[key] = read_trace(Path(folder) / entry["file"])
+        return _CACHE[key]
+
+
+def record_serving(pair_name: str = "qwen-coder", dtype: Optional[str] = None, folder: Path = SERVING,
+                   sweep: Optional[Path] = None, say: Callable[[str], None] = print,
+                   batches: tuple = SERVING_BATCHES, tokens: int = SERVING_TOKENS) -> dict:
+    """Each lane at each batch size on the first B prompts of the serving bank, greedy, one after
+    another (nothing else should run on the cores), with an ETA; the traces and a manifest that
+    keeps the bench's sweep (`sweep`, a bench.batched report) for the app's chart."""
+    import specviz
+    from specviz.batch import generate_batch
+    from specviz.bench.prompts import SERVING_BANK
+    from specviz.bench.suite import loadavg, environment
+
+    pair = specviz.load_pair(pair_name, dtype=dtype, progress=lambda f, message: say(f"  {message}"))
+    say(f"loaded {pair!r}; warming up")
+    for lane in SERVING_LANES.values():  # off the clock: a fresh model's first passes are slow, and the
+        for _ in generate_batch(pair, SERVING_BANK[:2], max_new_tokens=3, record_topk=0, **lane):  # policy calibrates
+            pass
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    env = environment(pair, static_cache=False)
+    runs, work = {}, [(b, lane) for b in batches for lane in SERVING_LANES]
+    started, weight_done, weight_all = time.perf_counter(), 0, sum(b for b, _ in work)
+    for b, lane in work:
+        events = [e.to_dict() for e in generate_batch(pair, SERVING_BANK[:b], max_new_tokens=tokens, record_topk=0,
+                                                      **SERVING_LANES[lane])]
+        file = f"B{b:02d}-{lane}.jsonl.gz"
+        _write_trace(events, folder / file)
+        runs[f"{b}-{lane}"] = {"file": file, "batch": b, "lane": lane, "options": SERVING_LANES[lane],
+                               "tokens_per_s": events[-1]["metrics"]["tokens_per_s"]}
+        weight_done += b
+        spent = time.perf_counter() - started
+        say(f"B={b:>2} {lane:5s} {events[-1]['metrics']['tokens_per_s']:.2f} tok/s  "
+            f"[ETA {spent / weight_done * (weight_all - weight_done) / 60:.1f} min]")
+    info = {"recorded": {**env, "date": env["date_utc"][:10], "specviz": __version__, "loadavg_end": loadavg()},
+            "tokens": tokens, "batches": list(batches), "lanes": SERVING_LANES, "runs": runs}
+    if sweep is not None:
+        report = json.loads(Path(sweep).read_text(encoding="utf-8"))
+        info["sweep"] = {key: report.get(key) for key in SWEEP_KEYS}
+        info["sweep"]["source"] = Path(sweep).name
+    files.write_json(folder / MANIFEST, info)
+    say(f"wrote {len(runs)} batched runs to {folder} ({_size(folder) / 1e3:.0f} kB)")
+    return info
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specviz.presets", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -246,7 +320,17 @@ def main(argv=None) -> int:
     rec.add_argument("--dtype", default=None, help="default: what specviz.cpu measures best on this machine")
     rec.add_argument("--out", type=Path, default=DATA)
     rec.add_argument("--tries", type=int, default=3, help="recordings of a preset timed on a busy machine")
+    serve = sub.add_parser("record-serving", help="record the serving view's batched runs, B = 1 .. 32 (minutes)")
+    serve.add_argument("--pair", default="qwen-coder")
+    serve.add_argument("--dtype", default=None)
+    serve.add_argument("--out", type=Path, default=SERVING)
+    serve.add_argument("--sweep", type=Path, default=None, help="a python -m specviz.bench.batched report to ship")
+    serve.add_argument("--tokens", type=int, default=SERVING_TOKENS)
     args = parser.parse_args(argv)
+    if args.command == "record-serving":
+        record_serving(args.pair, args.dtype, args.out, args.sweep, say=lambda line: print(line, flush=True),
+                       tokens=args.tokens)
+        return 0
     if args.command == "record":
         record(args.pair, args.dtype, args.out, say=lambda line: print(line, flush=True), tries=args.tries)
         return 0

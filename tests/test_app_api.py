@@ -304,9 +304,9 @@ def test_a_preset_click_shows_its_recording_without_the_queue(server):
     assert replay[0].inputs == [app.examples.dataset]
     shown = app.show_preset((4, app.PRESETS[4]))
     rec = recorded.recording(app.PRESET_LABELS[4])
-    assert shown[app.events_state] == rec.run and 'data-recorded="1"' in shown[app.stats_html]
-    assert shown_text(shown[app.text_html], rec.run[-1]) == rec.run[-1]["text"]
-    assert shown[app.tree_view].visible and "Speculative was" in shown[app.verdict_html]
+    assert shown[app.ui.events_state] == rec.run and 'data-recorded="1"' in shown[app.ui.stats_html]
+    assert shown_text(shown[app.ui.text_html], rec.run[-1]) == rec.run[-1]["text"]
+    assert shown[app.ui.tree_view].visible and "Speculative was" in shown[app.ui.verdict_html]
 
 
 def visitors(url: str, n: int = 30) -> list:

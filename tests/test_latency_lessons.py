@@ -182,7 +182,7 @@ def test_the_apps_race_gives_both_strips_one_scale(app, sampled_lanes):
     lanes = {"ar": {"events": ar, "busy": 1.0, "done": True}, "spec": {"events": spec, "busy": 1.0, "done": True}}
     shown = app.race_view(lanes)
     tallest = f"the tallest {race.gap_scale(ar, spec) * 1000:.0f} ms"
-    assert tallest in shown[app.ar_html] and tallest in shown[app.spec_html]
+    assert tallest in shown[app.ui.ar_html] and tallest in shown[app.ui.spec_html]
 
 
 def test_how_it_works_says_where_chat_loses_and_names_lookahead(app):

@@ -1,7 +1,7 @@
 """Seam rules, checked by parsing imports (no module is imported here):
 
-- renderers (specviz/render/*.py) and app.py import neither torch nor transformers, and the
-  renderers import nothing of the engine's internals (only events, metrics, theory, trace, and
+- renderers (specviz/render/*.py), app.py and its views (webapp/*.py) import neither torch nor
+  transformers, and the renderers import nothing of the engine's internals (only events, metrics, theory, trace, and
   files, which writes a file whole and imports only the standard library);
 - every other specviz module imports no UI library (gradio, plotly, ipywidgets, anywidget), but
   the app's outside clients (bench.classroom), which import no model library and no engine.
@@ -68,11 +68,15 @@ def test_the_parser_catches_every_import_form():
     assert "sibling" not in imported_modules(source)
 
 
+def app_files() -> list:
+    return [ROOT / "app.py"] + sorted((ROOT / "webapp").glob("*.py"))
+
+
 def test_there_are_files_to_check():
-    assert len(render_files()) >= 6 and (ROOT / "app.py").exists() and len(core_files()) >= 8
+    assert len(render_files()) >= 6 and len(app_files()) >= 8 and len(core_files()) >= 8
 
 
-@pytest.mark.parametrize("path", render_files() + [ROOT / "app.py"], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", render_files() + app_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_renderers_and_app_import_no_model_library(path):
     found = top_levels(imported_modules(path.read_text(encoding="utf-8"))) & MODEL_LIBS
     assert not found, f"{path.name} imports {sorted(found)}"

@@ -75,4 +75,11 @@ CSS = r"""
 .sv-node:hover rect, .sv-node:focus rect { filter: brightness(0.92); }
 .sv-node:focus rect { stroke: #0f172a; }
 .sv-n-rejected .sv-svgtok { text-decoration: line-through; }
+.sv-batch { overflow-x: auto; max-height: 640px; overflow-y: auto; }
+.sv-batch table { border-collapse: collapse; font-size: 14px; font-variant-numeric: tabular-nums; }
+.sv-batch th, .sv-batch td { border: 1px solid #e2e8f0; padding: 2px 6px; text-align: center; white-space: nowrap; }
+.sv-batch th { background: rgba(148,163,184,.15); font-weight: 600; position: sticky; top: 0; }
+.sv-batch td.sv-user { text-align: left; max-width: 22em; overflow: hidden; text-overflow: ellipsis; }
+.sv-batch td.sv-gone { color: #cbd5e1; }
+.sv-serving { display: grid; grid-template-columns: 1fr 1fr; gap: 10px; }
 """

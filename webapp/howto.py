@@ -1,0 +1,88 @@
+"""How it works: one step of speculative decoding, the numbers, every method, and batching."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from specviz.render import chips
+
+HOW_IT_WORKS = """
+### One step of speculative decoding (Leviathan et al. 2023, Chen et al. 2023)
+1. **Draft.** The small draft model proposes k tokens one by one, sampling each from its
+   distribution **q** (dashed violet chips).
+2. **Verify.** The big target model scores all k drafts *and* the position after them in **one
+   forward pass**, giving its distribution **p** at each position.
+3. **Accept or reject, left to right.** Draft x is kept with probability min(1, p(x)/q(x)): a
+   uniform draw **u** is compared with it (u < min(1, p/q): green *accepted*). Under greedy decoding
+   (temperature 0) the rule is simply "keep x if it is the target's top token".
+4. **First rejection** (red, struck): stop there. The drafts after it are *wasted* (grey, struck):
+   never judged. The replacement is drawn from the **residual** norm(max(p − q, 0)) (orange): the
+   part of p that q under-covered. This correction makes the output distributed exactly as the
+   target alone would sample it: speculative decoding is lossless.
+5. **All accepted?** The target's pass already computed p at the next position, so one **bonus**
+   token (blue) comes for free.
+
+### The numbers
+- **β = Σ min(p, q)** at a position: the exact probability that a draft from q is accepted there
+  (the overlap bars in the inspector). **α** is its average: measured as accepted / judged.
+- **τ = tokens per target forward** = accepted + 1 per step. Each step costs one target forward
+  plus k draft forwards; **c** = draft forward time / target forward time, measured.
+- Theory: speedup = (1 − α^(k+1)) / ((1 − α)(c·k + 1)). Speculation wins when drafts are easy to
+  guess (code, rewrites: high α) and the draft is cheap (small c); it loses when α is low or c is
+  large (the tiny demo pair: draft and target are the same size, so c is about 1).
+- Where α is low depends on the drafter, not only on the text. With *this* pair on a CPU (a
+  0.5B draft of the same family, c ≈ 0.4-0.5), open-ended chat and creative writing lose at a
+  fixed k = 4 (reference benchmark, greedy: α 0.62 and 0.35, 0.89× and 0.59×). That is this pair,
+  not a law: drafters trained on the target's own features reach high α on chat too (EAGLE
+  reports 2.7-3.5× on MT-bench chat, LLaMA2-Chat 70B on a GPU).
+- **accepted / drafted is not α**: wasted drafts count as drafted but were never judged.
+- **Latency is not only tokens/s.** A speculative step shows several tokens at once, then nothing
+  until the next step: per token it is faster, but the wait between updates is longer, and the
+  first token comes no sooner (the prompt's prefill is the same, and the first step drafts before
+  the target's pass over the prompt checks anything). The strip in each race lane draws those waits.
+
+### Other methods (Method in the settings; the race runs any of them against autoregressive)
+- **tree**: the draft proposes several candidates per position (a tree, e.g. 3,2,1 children per
+  depth, or a dynamic tree grown from its likeliest nodes). One target pass scores every node with a
+  **tree attention mask**: each node sees the committed text, its ancestors and itself, never a
+  sibling branch. The target then walks the tree from the root and keeps at most one path; siblings
+  are judged in the order they were drawn, each against the residual left by the ones rejected
+  before it (or, greedy, against the target's top token). The tree and its mask are drawn under
+  the step panel.
+- **pld** (prompt lookup): no draft model; the draft copies what followed an earlier occurrence of
+  the last n tokens (hover a draft to see the span it was copied from).
+- **lookahead** (Jacobi decoding, Fu et al. 2024; greedy only): no draft model either. The target
+  itself keeps guesses for the next few positions and refines them with every pass (a Jacobi
+  iteration); the n-grams those guesses trace out go into a pool. Each step, the window's guesses
+  and the pool's n-grams that follow the last token are verified together as one tree, in the one
+  target pass. Exact: a kept token is always the target's own greedy choice.
+- **cascade**: prompt lookup speeds up the draft model, which then drafts for the target.
+- **medusa** / **medusa-tree** (Cai et al. 2024): no draft model. Small heads read the target's own
+  last hidden state, from its verification pass: head k guesses the token k places after the one
+  the target itself just chose. One tiny forward drafts k tokens (a chain) or a static tree of the
+  heads' top candidates. The heads were trained here, on the target's own outputs.
+- **eagle** / **eagle-tree** (Li et al. 2024): a one-layer draft network at the target's *feature*
+  level: from the target's hidden state and the next token it predicts the next hidden state, and
+  the target's output head reads a token from it; one small forward per depth. eagle-tree grows a
+  dynamic tree from its likeliest nodes (EAGLE-2). Both methods read only the target's most
+  frequent tokens; a rarer token the target wants is a rejection, never a wrong output.
+- **auto k**: k is chosen every step by a rule (heuristic, confidence or cost); the step panel says why.
+- **typical acceptance** keeps a draft when the target finds it typical enough. It is **LOSSY**:
+  the output no longer follows the target's distribution, and every view says so.
+- The race keeps the comparison fair on a small machine: only one engine computes at a time, and
+  each lane's clock counts only its own compute.
+
+### Serving many users: batching kills speculation
+A server decodes a batch of B users together: one target pass per step for all of them. Plain
+decoding feeds the pass B tokens, speculation B × (k + 1). While the pass is bound by reading the
+weights (few tokens) those extra tokens cost almost nothing; past the knee of the cost curve each
+one costs arithmetic, and every rejected draft is paid for in full. So the speedup falls as B
+grows, and at some batch size speculation loses: the crossover. Serving engines switch it off
+there (vLLM: a fixed batch size) or choose k from acceptance and load; `k = load` does the latter
+here. The Serving tab shows it on the real pair, one row per user, one column per shared pass.
+"""
+
+
+def build() -> None:
+    gr.HTML(chips.legend().html)
+    gr.Markdown(HOW_IT_WORKS)

@@ -1,0 +1,139 @@
+"""The race: autoregressive against any method on the same prompt and settings, lane by lane on
+their own clocks (specviz.render.race: only one engine computes at a time, always the lane whose
+clock is behind, so neither slows the other)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+import specviz
+from specviz import engine, presets as recorded
+from specviz.config import DRAFT_TREE_METHODS
+from specviz.errors import SpecvizError
+from specviz.render import charts as chart_render, steps
+from specviz.render.race import Lane, gap_scale, lane_html, race, race_status, verdict
+from webapp import charts
+from webapp.common import check_request, get_pair, gpu, in_line, options, ui
+from webapp.settings import run_inputs
+
+ar_options = recorded.ar_options  # the race's baseline: one definition for live and recorded races
+
+
+@gpu
+def stream_race(pair_name: str, prompt: str, cfg, draft_quant: str = "none"):
+    """Both lanes' events, one step of one lane per item: whichever lane's own clock is behind.
+    Both lanes run the same target; an int8 draft only changes the speculative lane's drafter."""
+    ar = Lane("ar", specviz.generate(get_pair(pair_name), prompt, ar_options(cfg)))
+    spec = Lane("spec", specviz.generate(get_pair(pair_name, draft_quant=draft_quant), prompt, cfg))
+    for lane, new in race(ar, spec):
+        yield {"lane": lane.name, "events": new, "busy": lane.busy, "done": lane.done}
+
+
+def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=False,
+             auto_rule="cost", confidence=0.4, acceptance="exact", ngram=3, tree_shape="3,2,1", tree_dynamic=False,
+             tree_budget=16, draft_quant="none", history=None, progress=gr.Progress()):
+    """Autoregressive vs the selected method ("spec" when "ar" is selected), with all its settings
+    (tree, prompt lookup, cascade, auto k, typical acceptance), streamed lane by lane on their own
+    clocks."""
+    history = history or []
+    check_request(pair_name, prompt, max_new_tokens, progress, draft_quant)
+    cfg = options("spec" if method == "ar" else method, k, temperature, top_p, max_new_tokens, seed, chat,
+                  auto_k, auto_rule, confidence, acceptance, ngram, tree_shape, tree_dynamic, tree_budget)
+    lanes = {"ar": {"events": [], "busy": 0.0, "done": False}, "spec": {"events": [], "busy": 0.0, "done": False}}
+    try:
+        for update in stream_race(pair_name, prompt, cfg, draft_quant):
+            lane = lanes[update["lane"]]
+            lane["events"] = lane["events"] + update["events"]
+            lane["busy"], lane["done"] = update["busy"], update["done"]
+            yield race_view(lanes)
+    except SpecvizError as exc:
+        raise gr.Error(str(exc)) from exc
+    ar, spec = race_summaries(lanes, cfg.method)
+    history = history + [ar, spec]
+    yield {**race_view(lanes, ar, spec), **charts.chart_view(lanes["spec"]["events"], history),
+           ui.history_state: history}
+
+
+def race_view(lanes: dict, ar: dict = None, spec: dict = None) -> dict:
+    # one bar scale for both lanes' waits between updates, so their strips compare
+    scale = gap_scale(lanes["ar"]["events"], lanes["spec"]["events"])
+    out = {ui.ar_html: lane_html(lanes["ar"]["events"], lanes["ar"]["busy"], "Autoregressive",
+                                 "target only: one forward per token", lanes["ar"]["done"], scale).html,
+           ui.spec_html: lane_html(lanes["spec"]["events"], lanes["spec"]["busy"], "Speculative",
+                                   _method_line(lanes["spec"]["events"]), lanes["spec"]["done"], scale).html}
+    if ar and spec:
+        out[ui.verdict_html] = verdict(ar, spec, _same_text(lanes)).html
+    else:
+        out[ui.verdict_html] = race_status(lanes["ar"]["busy"], lanes["spec"]["busy"]).html
+    return out
+
+
+def race_summaries(lanes: dict, method: str, prefix: str = "") -> tuple:
+    """A finished race's two records for the charts: the speculative lane measured against the
+    autoregressive one, each on its own compute clock."""
+    ar = chart_render.summarize(lanes["ar"]["events"], lanes["ar"]["busy"], label=f"{prefix}race: autoregressive")
+    lossy = "" if steps.build(lanes["spec"]["events"][:1]).lossless else " (LOSSY)"
+    spec = chart_render.summarize(lanes["spec"]["events"], lanes["spec"]["busy"],
+                                  label=f"{prefix}race: {method}{lossy}", baseline=ar)
+    return ar, spec
+
+
+def _method_line(events: list) -> str:
+    return method_setting(steps.build(events[:1]).started or {})
+
+
+def method_setting(started: dict) -> str:
+    """The method of a run with its settings, from run_started, e.g. 'tree (static 3,2,1): ...'."""
+    method = started.get("method", "spec")
+    opts = started.get("options") or {}
+    parts = []
+    if method in ("spec", "pld", "cascade", "medusa", "eagle"):
+        k = started.get("k")
+        parts.append(f"k auto, {opts.get('auto_rule', '')} rule" if k == "auto" else f"k = {k}")
+    if method in ("pld", "cascade") and "ngram" in opts:
+        parts.append(f"n-gram ≤ {opts['ngram']}")
+    if method in DRAFT_TREE_METHODS:
+        shape = opts.get("tree", "dynamic")
+        parts.append(f"dynamic, budget {opts.get('tree_budget')}" if shape == "dynamic" else f"shape {shape}")
+    if started.get("lossless") is False:
+        parts.append(f"{started.get('rule', 'typical')} acceptance")
+    if started.get("draft_quant", "none") != "none":
+        parts.append(f"{started['draft_quant']} draft")
+    help_text = engine.METHOD_HELP.get(method, "draft, then verify in one target pass")
+    return f"{method}" + (f" ({', '.join(parts)})" if parts else "") + f": {help_text}"
+
+
+def _same_text(lanes: dict):
+    """At temperature 0 both lanes must produce the same tokens (a lossy rule need not); None when
+    sampling."""
+    runs = [steps.build(lane["events"]) for lane in lanes.values()]
+    if not all(run.finished and run.deterministic for run in runs):
+        return None
+    return runs[0].finished["token_ids"] == runs[1].finished["token_ids"]
+
+
+def build() -> None:
+    with gr.Row():
+        ui.race_btn = gr.Button("Race", variant="primary", scale=2)
+        ui.race_stop = gr.Button("Stop", variant="stop", scale=1)
+    gr.Markdown("Same prompt and settings, autoregressive vs the chosen method (any of them: spec, "
+                "tree, prompt lookup, lookahead, cascade, Medusa, EAGLE, auto k; spec when ar is chosen). Only one engine "
+                "computes at a time (always the one whose own clock is behind), so neither slows the other; "
+                "each lane shows its own measured compute time. The strip in each lane is its stream as a "
+                "reader sees it: one bar per visible update, as wide as the tokens it brought and as tall "
+                "as the wait before it (both lanes on one scale; hover a bar).")
+    with gr.Row(equal_height=True):
+        ui.ar_html = gr.HTML(label="autoregressive lane", elem_id="sv-lane-ar")
+        ui.spec_html = gr.HTML(label="speculative lane", elem_id="sv-lane-spec")
+    ui.verdict_html = gr.HTML(label="verdict", elem_id="sv-verdict")
+
+
+def outputs() -> list:
+    return [ui.ar_html, ui.spec_html, ui.verdict_html]
+
+
+def wire(engine_queue: dict):
+    """The race's listener; returns its event (Stop cancels it)."""
+    return ui.race_btn.click(in_line(race_run, ui.verdict_html), run_inputs(),
+                             outputs() + [ui.history_state] + charts.outputs(),
+                             api_name="race", show_progress="minimal", **engine_queue)

@@ -1,0 +1,101 @@
+"""The sidebar (pair, method and the controls it uses, sampling) and the prompt with its presets.
+Shared by the step view and the race; the serving view has its own controls (webapp.serving)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from specviz import engine, presets as recorded
+from specviz.adaptive import RULES as AUTO_RULES
+from specviz.config import DRAFT_TREE_METHODS
+from webapp.common import ALLOW_CUSTOM, DEFAULT_PAIR, DRAFT_WEIGHTS, MAX_TOKENS, PRESET_PAIRS, ui
+
+# Presets: what gr.Examples fills in the sidebar; each was also recorded once on the real pair
+# (specviz.presets) and clicking one replays that recording at once, without the engine.
+PRESETS = [preset.example() for preset in recorded.PRESETS]
+PRESET_LABELS = recorded.LABELS
+ACCEPTANCE_CHOICES = [("exact (lossless)", "exact"), ("typical (LOSSY)", "typical")]
+
+
+def build_sidebar() -> None:
+    with gr.Sidebar(open=True, width=330, label="Settings"):
+        gr.Markdown("### Settings")
+        ui.pair = gr.Dropdown(sorted(set(PRESET_PAIRS) | {DEFAULT_PAIR}), value=DEFAULT_PAIR, label="Model pair",
+                              allow_custom_value=ALLOW_CUSTOM)
+        ui.method_dd = gr.Dropdown(list(engine.METHODS), value="spec", label="Method (the race runs it against ar)",
+                                   info=method_help("spec"))
+        ui.k = gr.Slider(1, 16, value=4, step=1, label="k: draft tokens per step")
+        with gr.Row():
+            ui.auto_k_box = gr.Checkbox(False, label="auto k", scale=1, min_width=80)
+            ui.auto_rule_dd = gr.Dropdown(list(AUTO_RULES), value="cost", label="rule choosing k", visible=False,
+                                          scale=2, min_width=120)
+        ui.confidence_sl = gr.Slider(0.05, 0.95, value=0.4, step=0.05, visible=False,
+                                     label="confidence: stop drafting when q(x) <")
+        ui.ngram_sl = gr.Slider(1, 8, value=3, step=1, visible=False, label="n-gram size (prompt lookup)")
+        with gr.Group(visible=False) as ui.tree_box:
+            ui.tree_shape_tb = gr.Textbox("3,2,1", label="Tree shape: children per node at each depth")
+            ui.tree_dynamic_cb = gr.Checkbox(False, label="dynamic tree (EAGLE-2: grow the likeliest nodes)")
+            ui.tree_budget_sl = gr.Slider(1, 64, value=16, step=1, visible=False, label="dynamic tree budget (nodes)")
+        ui.acceptance_radio = gr.Radio(ACCEPTANCE_CHOICES, value="exact", label="Acceptance rule",
+                                       info="typical (Medusa) accepts more but is LOSSY: the output no longer "
+                                            "follows the target's distribution")
+        ui.draft_radio = gr.Radio(list(DRAFT_WEIGHTS), value="none", label="Draft weights",
+                                  info="int8: the draft model's linear weights in int8 (CPU). Cheaper drafts, "
+                                       "the same output: only the draft's q changes, the target is untouched")
+        ui.temperature = gr.Slider(0.0, 2.0, value=0.0, step=0.05, label="Temperature (0 = greedy)")
+        ui.top_p = gr.Slider(0.05, 1.0, value=1.0, step=0.05, label="Top-p")
+        ui.max_new_tokens = gr.Slider(1, MAX_TOKENS, value=min(64, MAX_TOKENS), step=1, label="Max new tokens")
+        ui.seed = gr.Number(0, precision=0, minimum=0, label="Seed")
+        ui.chat = gr.Checkbox(False, label="Chat template")
+
+
+def build_prompt() -> None:
+    ui.prompt = gr.Textbox(PRESETS[0][0], lines=3, max_lines=12, label="Prompt")
+    ui.examples = gr.Examples(PRESETS, [ui.prompt, ui.method_dd, ui.k, ui.temperature, ui.chat, ui.acceptance_radio],
+                              example_labels=PRESET_LABELS,
+                              label="Presets: a recorded run at once (Run or Race computes it live)")
+
+
+def run_inputs() -> list:
+    """The settings every live run (Run, Race) reads, in the handlers' argument order."""
+    return [ui.prompt, ui.pair, ui.method_dd, ui.k, ui.temperature, ui.top_p, ui.max_new_tokens, ui.seed, ui.chat,
+            ui.auto_k_box, ui.auto_rule_dd, ui.confidence_sl, ui.acceptance_radio, ui.ngram_sl, ui.tree_shape_tb,
+            ui.tree_dynamic_cb, ui.tree_budget_sl, ui.draft_radio, ui.history_state]
+
+
+def method_help(method: str) -> str:
+    return engine.METHOD_HELP.get(method, "")
+
+
+def on_method(method, auto_k, auto_rule, dynamic=False):
+    """Show the controls the chosen method uses, and what the method does. Trees: the draft
+    model's may be static or dynamic, Medusa's are static (a shape), EAGLE-2's dynamic (a budget)."""
+    auto_ok = method in engine.AUTO_METHODS
+    auto = bool(auto_k) and auto_ok
+    tree = method in DRAFT_TREE_METHODS
+    dynamic = method == "eagle-tree" or (method == "tree" and bool(dynamic))
+    return {ui.method_dd: gr.Dropdown(info=method_help(method)),
+            ui.k: gr.Slider(visible=method != "ar" and method not in engine.TREE_METHODS, interactive=not auto),
+            ui.auto_k_box: gr.Checkbox(visible=auto_ok),
+            ui.auto_rule_dd: gr.Dropdown(visible=auto),
+            ui.confidence_sl: gr.Slider(visible=auto and auto_rule == "confidence"),
+            ui.ngram_sl: gr.Slider(visible=method in ("pld", "cascade")),
+            ui.tree_box: gr.Group(visible=tree),
+            ui.tree_dynamic_cb: gr.Checkbox(visible=method == "tree"),
+            ui.tree_shape_tb: gr.Textbox(visible=tree and method != "eagle-tree", interactive=not dynamic),
+            ui.tree_budget_sl: gr.Slider(visible=tree and dynamic),
+            ui.acceptance_radio: gr.Radio(visible=method != "ar" and method not in engine.TREE_METHODS)}
+
+
+def on_tree_kind(dynamic):
+    return {ui.tree_shape_tb: gr.Textbox(interactive=not dynamic), ui.tree_budget_sl: gr.Slider(visible=bool(dynamic))}
+
+
+def wire() -> None:
+    private = dict(api_visibility="private", show_progress="hidden")
+    method_controls = [ui.method_dd, ui.k, ui.auto_k_box, ui.auto_rule_dd, ui.confidence_sl, ui.ngram_sl, ui.tree_box,
+                       ui.tree_dynamic_cb, ui.tree_shape_tb, ui.tree_budget_sl, ui.acceptance_radio]
+    for control in (ui.method_dd, ui.auto_k_box, ui.auto_rule_dd):
+        control.change(on_method, [ui.method_dd, ui.auto_k_box, ui.auto_rule_dd, ui.tree_dynamic_cb], method_controls,
+                       **private)
+    ui.tree_dynamic_cb.change(on_tree_kind, ui.tree_dynamic_cb, [ui.tree_shape_tb, ui.tree_budget_sl], **private)
