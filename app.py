@@ -20,15 +20,17 @@ from __future__ import annotations
 import os
 import threading
 
-# the app's API for tests and scripts: the page, its components (ui) and the views' functions
+# the app's API for tests and scripts: the page, its components (ui), the views' modules and functions
+from webapp import common, presets as preset_view, serving, traces  # noqa: F401
 from webapp.common import (  # noqa: F401
-    _PAIRS, DEFAULT_PAIR, ENGINE_LINE, RECORD_TOPK, check_request, engine, get_pair, live_waiting, ui)
+    _PAIRS, ALLOW_CUSTOM, DEFAULT_PAIR, ENGINE_LINE, RECORD_TOPK, check_request, engine, get_pair, live_waiting, ui)
 from webapp.common import options as _options  # noqa: F401
 from webapp.howto import HOW_IT_WORKS  # noqa: F401
-from webapp.page import demo, launch, preload  # noqa: F401
+from webapp.page import LAUNCH_KWARGS, demo, launch, preload  # noqa: F401
 from webapp.presets import preset_views, show_preset  # noqa: F401
 from webapp.race import ar_options, race_view  # noqa: F401
 from webapp.settings import PRESET_LABELS, PRESETS  # noqa: F401
+from webapp.traces import MAX_TRACE_BYTES  # noqa: F401
 
 examples = ui.examples
 

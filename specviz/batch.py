@@ -369,7 +369,7 @@ class CostTable:
     very passes speculation runs. Row counts between measured ones interpolate linearly for the
     same width. The load policy scales the table by what its own passes really took."""
 
-    def __init__(self, model, context: int = 16, repeats: int = 2):
+    def __init__(self, model, context: int = 16, repeats: int = 3):
         self.model, self.context, self.repeats = model, context, repeats
         self.points: dict = {}  # (rows, width) -> seconds
 
@@ -418,27 +418,28 @@ class CostTable:
 
 
 @torch.inference_mode()
-def measure_pass(model, rows: int, widths: list, context: int = 16, repeats: int = 2) -> dict:
+def measure_pass(model, rows: int, widths: list, context: int = 16, repeats: int = 3) -> dict:
     """{(rows, w): seconds} of one forward feeding `rows` rows of w tokens after a `context`-token
-    cache per row: best of `repeats` after one warm-up pass, one prefill for all widths."""
-    out = {}
+    cache per row: the fastest of `repeats` rounds after a warm-up round, one prefill for all
+    widths. A round times every width once, so each shape's samples are spread over the whole
+    measurement: a slow spell of the machine (another program, the clock speed) slows one sample
+    of every shape, not every sample of one shape."""
     vocab = min(100, getattr(getattr(model, "config", None), "vocab_size", None) or model.vocab_size)
     runner = batch_runner_for(model, rows)
     runner.forward([[(7 * i + j) % vocab for j in range(context)] for i in range(rows)], [1] * rows)
-    for width in widths:
-        best = float("inf")
-        for r in range(repeats + 1):
+    best = {(rows, width): float("inf") for width in widths}
+    for r in range(repeats + 1):
+        for width in widths:
             feed = [[(3 * i + j) % vocab for j in range(width)] for i in range(rows)]
             synchronize(runner.device)
             start = time.perf_counter()
             runner.forward(feed, [width] * rows)
             synchronize(runner.device)
             if r:  # round 0 warms up
-                best = min(best, time.perf_counter() - start)
+                best[(rows, width)] = min(best[(rows, width)], time.perf_counter() - start)
             for i in range(rows):
                 runner.crop(i, context)
-        out[(rows, width)] = best
-    return out
+    return best
 
 
 class LoadK:
@@ -453,11 +454,15 @@ class LoadK:
     whether that pays: a pessimistic start would choose k = 0 and learn only from probes), T_target the measured cost of a pass of that
     shape (`CostTable`: rows x (k + 1)) and T_draft the draft model's (spec) or the drafter's measured seconds per
     drafted token and row (pld, heads). k = 0 is a plain autoregressive step (rows / T_target(rows)).
-    When k = 0 wins, a k = 1 probe every `probe_every` steps keeps alpha fresh. At or above
+    When k = 0 wins, a k = 1 probe every `probe_every` steps keeps alpha fresh; when speculation
+    wins by less than PLAIN_PROBE_MARGIN and this run has not timed a plain pass of the batch's
+    shape, one plain step times it (the table was measured minutes earlier; a machine's speed
+    drifts). A shape this run has timed is predicted by its own running time. At or above
     `off_batch` live rows (vLLM's speculative_disable_by_batch_size) every step is k = 0."""
 
     rule = "load"
     PRIOR_ALPHA, PRIOR_WEIGHT = 0.8, 2.0
+    PLAIN_PROBE_MARGIN = 1.3
 
     def __init__(self, target_cost: CostTable, draft_cost: Optional[CostTable], k_max: int = LOAD_K_MAX,
                  off_batch: int = 0, probe_every: int = 8, memory: float = 0.9):
@@ -467,6 +472,8 @@ class LoadK:
         self.scale_t = self.scale_d = 1.0  # measured / curve: contexts, padding and this run's machine state
         self.draft_per_token = 0.0  # seconds per drafted token per row (drafters without a cost curve)
         self.plain_steps = 0
+        self.seen: dict = {}  # (rows, width) -> this run's running seconds for a target pass of that shape
+        self.spec_steps = 0  # speculative steps since the last plain one
 
     def prepare(self, rows: int) -> None:
         """Measure the pass shapes this batch can need (once per model and shape)."""
@@ -482,7 +489,8 @@ class LoadK:
         """Predicted seconds and tokens of one step at this batch and k."""
         a = min(self.alpha, 0.999)
         tokens = rows * (1 - a ** (k + 1)) / (1 - a)
-        seconds = self.scale_t * self.target_cost(rows, k + 1)
+        seen = self.seen.get((rows, k + 1))
+        seconds = seen if seen is not None else self.scale_t * self.target_cost(rows, k + 1)
         if k:
             if self.draft_cost is not None:  # first forward feeds ~2 tokens per row, then one per row
                 seconds += self.scale_d * (self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1))
@@ -502,6 +510,9 @@ class LoadK:
                f"({best['tokens_per_s']:.1f} tok/s predicted vs {options[0]['tokens_per_s']:.1f} plain)")
         if k == 0 and self.plain_steps >= self.probe_every:
             k, why = 1, why + f" (probe after {self.plain_steps} plain steps)"
+        elif (k and (rows, 1) not in self.seen and self.spec_steps >= 1
+              and best["tokens_per_s"] < self.PLAIN_PROBE_MARGIN * options[0]["tokens_per_s"]):
+            k, why = 0, why + " (a plain step, to time the plain pass in this run: the margin is small)"
         return k, {"k_rule": "load", "k_chosen": k, "why": why,
                    "predicted": [round(o["tokens_per_s"], 3) for o in options]}
 
@@ -511,8 +522,11 @@ class LoadK:
         if evaluated:  # a plain step says nothing of alpha: the evidence waits, it does not fade
             self.accepted, self.evaluated = m * self.accepted + accepted, m * self.evaluated + evaluated
         self.plain_steps = self.plain_steps + 1 if k == 0 else 0
+        self.spec_steps = self.spec_steps + 1 if k else 0
         if prefill:  # the prompt's pass measures the prefill, not a decoding step's cost
             return
+        shape = (rows, width)
+        self.seen[shape] = verify_time if shape not in self.seen else m * self.seen[shape] + (1 - m) * verify_time
         table = self.target_cost(rows, min(width, self.k_max + 1))
         if table > 0:
             self.scale_t = m * self.scale_t + (1 - m) * verify_time / table

@@ -253,18 +253,20 @@ SERVING_TOKENS = 32  # new tokens per user
 SWEEP_KEYS = ("environment", "plan", "analysis", "cost")  # what the app keeps of the bench's report
 
 
-def serving_manifest(folder: Path = SERVING) -> dict:
-    return json.loads((Path(folder) / MANIFEST).read_text(encoding="utf-8"))
+def serving_manifest(folder: Optional[Path] = None) -> dict:
+    """The serving recordings' manifest (folder: SERVING, read when called)."""
+    return json.loads((Path(folder or SERVING) / MANIFEST).read_text(encoding="utf-8"))
 
 
-def serving_recording(batch: int, lane: str, folder: Path = SERVING) -> list:
+def serving_recording(batch: int, lane: str, folder: Optional[Path] = None) -> list:
     """The recorded events (dicts) of `lane` ("ar", "spec" or "load") at `batch` users, decoded
     once per process (KeyError: not recorded)."""
     with _CACHE_LOCK:
+        folder = Path(folder or SERVING)
         key = ("serving", batch, lane, str(folder))
         if key not in _CACHE:
             entry = serving_manifest(folder)["runs"][f"{batch}-{lane}"]
-            _CACHE[key] = read_trace(Path(folder) / entry["file"])
+            _CACHE[key] = read_trace(folder / entry["file"])
         return _CACHE[key]
 
 

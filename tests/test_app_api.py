@@ -422,7 +422,7 @@ def test_a_live_run_beyond_the_line_is_told_busy_at_once(server, client, monkeyp
     from gradio_client.exceptions import AppError
 
     app = server[0]
-    monkeypatch.setattr(app, "MAX_LIVE_WAITING", 1)
+    monkeypatch.setattr(app.common, "MAX_LIVE_WAITING", 1)  # read by webapp.common.in_line
     long_run = {**RUN, "k": 1, "temperature": 0.0, "max_new_tokens": 256}
     computing = client.submit(**long_run, api_name="/run")
     waiting = None
@@ -514,7 +514,7 @@ def test_an_oversized_trace_gets_one_sentence(server, client, tmp_path, monkeypa
     from gradio_client.exceptions import AppError
 
     assert server[0].LAUNCH_KWARGS["max_file_size"] == server[0].MAX_TRACE_BYTES
-    monkeypatch.setattr(server[0], "MAX_TRACE_BYTES", 2_000)
+    monkeypatch.setattr(server[0].traces, "MAX_TRACE_BYTES", 2_000)  # read by webapp.traces
     plain, packed = tmp_path / "big.jsonl", tmp_path / "bomb.jsonl.gz"
     plain.write_bytes(_golden())
     packed.write_bytes(gzip.compress(b" " * 100_000))
@@ -562,6 +562,6 @@ def test_a_stale_recording_is_refused_in_one_sentence(server, monkeypatch):
     changed = dataclasses.replace(recorded.PRESETS[0], temperature=0.5)
     monkeypatch.setattr(recorded, "PRESETS", (changed,) + recorded.PRESETS[1:])
     monkeypatch.setattr(recorded, "_CACHE", {})
-    monkeypatch.setattr(app, "_PRESET_VIEWS", {})
+    monkeypatch.setattr(app.preset_view, "_PRESET_VIEWS", {})
     with pytest.raises(Exception, match="The recording of this preset cannot be shown .*has other settings"):
         app.preset_views(app.PRESET_LABELS[0])

@@ -61,7 +61,9 @@ def batch_summary(events) -> dict:
         "user_tokens_per_s": met.get("user_tokens_per_s"), "itl_p50": met.get("itl_p50"),
         "itl_p95": met.get("itl_p95"), "ttft": met.get("ttft"),
         "alpha": accepted / evaluated if evaluated else None,
-        "k_mean": statistics.fmean(ks) if ks else None, "k_varies": len(set(ks)) > 1,
+        "k_mean": statistics.fmean(ks) if ks else None,
+        "k_varies": started["k"] in ("load", "auto"),  # chosen step by step (a fixed k only shrinks at the budget)
+        "decode_tokens_per_row": decode_tokens / started["rows"] if decode else None,
         "tokens_per_row_pass": (sum(sum(s["emitted"]) for s in decode) / sum(len(s["rows"]) for s in decode)
                                 if decode else None),
         "pass_s": statistics.fmean(s["verify_time"] for s in decode) if decode else None,
@@ -74,14 +76,20 @@ def batch_summary(events) -> dict:
 def compare(ar: dict, run: dict) -> dict:
     """A method's batch summary against plain decoding's, both at the same B: the measured
     speedup and the one theory predicts from the run's alpha and k and the two lanes' measured
-    step costs (E[tokens per step] x plain step / speculative step). With k chosen per step
-    (k="load") no single k predicts the run: theory is left out and says why."""
+    step costs (E[tokens per step] x plain step / speculative step, with the run's tail: its last
+    steps draft no further than the budget, theory.expected_run_time). With k chosen per step
+    (k="load" or "auto") no single k predicts the run: theory is left out."""
     measured = (run["decode_tokens_per_s"] / ar["decode_tokens_per_s"]
                 if run.get("decode_tokens_per_s") and ar.get("decode_tokens_per_s") else None)
     predicted = None
-    if run.get("alpha") is not None and run.get("k_mean") and not run["k_varies"] and ar.get("step_s") \
-            and run.get("step_s"):
-        predicted = theory.batch_speedup(min(run["alpha"], 0.999), run["k_mean"], ar["step_s"], run["step_s"])
+    if (run.get("alpha") is not None and isinstance(run["k"], int) and run["k"] > 0 and ar.get("step_s")
+            and run.get("step_s") and run.get("decode_tokens_per_row")):
+        k, n = run["k"], max(1, round(run["decode_tokens_per_row"]))
+
+        def step(kk: int) -> float:  # the last steps draft less (the budget): cost in proportion
+            return ar["step_s"] + (run["step_s"] - ar["step_s"]) * kk / k
+
+        predicted = ar["step_s"] / (theory.expected_run_time(min(run["alpha"], 0.999), k, n, step) / n)
     return {"batch": run["rows"], "method": run["method"], "k": run["k"], "speedup": measured, "theory": predicted,
             "alpha": run.get("alpha"), "pass_ratio": (run["step_s"] / ar["step_s"]
                                                      if run.get("step_s") and ar.get("step_s") else None),

@@ -13,6 +13,9 @@ Every widget draws with the same renderers as the app (`chips`, `panel`, `inspec
                             (specviz.render.race); Replay re-plays both lanes side by side at
                             the times they were computed. On a busy machine its verdict is the
                             note saying so (`timing_note()`), not faster/slower.
+    BatchWidget()           a batch of users sharing one target pass per step: plain decoding,
+                            then a method, the rows of every shared pass (who accepted how
+                            many) as they are computed, and a slider to replay the passes.
 
 Each widget has a static fallback: `_repr_mimebundle_` adds `text/html` (and the inspector a
 PNG when kaleido can draw one), so a saved notebook shows something meaningful on GitHub or
@@ -35,6 +38,7 @@ from specviz.render import tree as tree_render
 from specviz.render.charts import summarize
 from specviz.render.html import CSS, Rendered
 from specviz.render.race import Lane, busy_note, gap_scale, lane_html, race, verdict
+from specviz.render.serving import batch_summary, compare, rows_table, serving_html
 
 WIDGET_CSS = CSS + r"""
 .sv-controls { display: flex; flex-wrap: wrap; gap: 8px; align-items: center; margin: 4px 0 8px 0; }
@@ -566,6 +570,68 @@ class RaceWidget(ipw.VBox):
         lanes = (f'<div style="display:flex;gap:12px"><div style="flex:1">{self._lane_html("ar", None)}</div>'
                  f'<div style="flex:1">{self._lane_html("spec", None)}</div></div>')
         return lanes + self.verdict_html()
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        data["text/html"] = self.static_html()
+        return data, meta
+
+
+# ---------------------------------------------------------------------------------------------
+# a batch of users
+
+class BatchWidget(ipw.VBox):
+    """A batched run beside plain decoding of the same batch (specviz.batch).
+
+    `run(ar_events, run_events)` computes plain decoding first, then the method (one after the
+    other: two batches at once would compete for the same cores), and redraws the two lanes'
+    serving numbers and the rows of each shared pass after every pass. The slider then replays
+    the method's passes one by one. `comparison()` is the measured speedup beside the theory."""
+
+    passes = t.Int(0)  # shared passes of the method shown (0: all)
+
+    def __init__(self, **kwargs):
+        self.lanes = {"ar": [], "run": []}
+        self._summary, self._rows = ipw.HTML(), ipw.HTML()
+        self._slider = ipw.IntSlider(min=0, max=0, description="passes", disabled=True,
+                                     tooltip="replay the method's shared passes (0: all)")
+        self._slider.observe(lambda change: setattr(self, "passes", change["new"]), names="value")
+        super().__init__([self._summary, self._slider, self._rows], **kwargs)
+        self._draw()
+
+    def run(self, ar_events: Iterable, run_events: Iterable) -> Optional[dict]:
+        for name, events in (("ar", ar_events), ("run", run_events)):
+            for event in events:
+                data = st.as_dict(event)
+                self.lanes[name].append(data)
+                if data["kind"] in ("batch_step", "batch_finished"):
+                    self._draw()
+        n = sum(e["kind"] == "batch_step" for e in self.lanes["run"])
+        self._slider.max, self._slider.disabled = n, False
+        return self.comparison()
+
+    def comparison(self) -> Optional[dict]:
+        """compare() of the finished lanes (None while either runs)."""
+        if not all(any(e["kind"] == "batch_finished" for e in lane) for lane in self.lanes.values()):
+            return None
+        return compare(batch_summary(self.lanes["ar"]), batch_summary(self.lanes["run"]))
+
+    @t.observe("passes")
+    def _on_passes(self, change) -> None:
+        self._draw()
+
+    def _draw(self) -> None:
+        shown = self.lanes["run"] or self.lanes["ar"]
+        if not shown:
+            self._summary.value = Rendered('<div class="sv-muted">run(ar_events, run_events) to serve a '
+                                           'batch.</div>')._repr_html_()
+            return
+        self._summary.value = serving_html(self.lanes["ar"], self.lanes["run"])._repr_html_()
+        self._rows.value = rows_table(shown, self.passes or None)._repr_html_()
+
+    def static_html(self) -> str:
+        return self._summary.value + self._rows.value
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
