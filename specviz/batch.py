@@ -124,11 +124,41 @@ class BatchLM:
     def lengths(self) -> list:
         return list(self.cache.lengths)
 
-    @torch.inference_mode()
+    CHUNK_TOKENS = 2048  # a pass feeding more (a batch's prompts) runs in chunks of columns
+
     def forward(self, feeds: list, keep: list, hidden: bool = False):
         """feeds[b]: the tokens row b feeds (may be empty: that row rides along, unchanged);
         keep[b]: how many of its last rows of logits to return. Returns [logits (keep[b], V)],
-        or with hidden=True ([logits], [states (len(feeds[b]), d)])."""
+        or with hidden=True ([logits], [states (len(feeds[b]), d)]).
+
+        Chunked prefill, as serving engines do it: a pass of more than CHUNK_TOKENS tokens (B
+        rows x the longest feed) runs as several passes of fewer columns each, every row feeding
+        its next slice, so the activations of a batch's prompts stay bounded (32 prompts of 224
+        tokens in one pass would hold gigabytes of MLP activations); the cache and the logits
+        are those of one pass."""
+        rows, width = len(feeds), max(1, max(len(f) for f in feeds))
+        step = max(1, self.CHUNK_TOKENS // max(1, rows))
+        if width <= step:
+            return self._forward(feeds, keep, hidden)
+        logits, states = [[] for _ in range(rows)], [[] for _ in range(rows)]
+        for start in range(0, width, step):
+            part = [f[start:start + step] for f in feeds]
+            # the row's kept positions (its last keep[b]) that fall in this slice
+            wanted = [max(0, min(len(f), start + step) - max(start, len(f) - n)) if start < len(f) else 0
+                      for f, n in zip(feeds, keep)]
+            out = self._forward(part, wanted, hidden)
+            got, hid = out if hidden else (out, None)
+            for b in range(rows):
+                logits[b].append(got[b])
+                if hid is not None:
+                    states[b].append(hid[b])
+        logits = [torch.cat(parts) for parts in logits]
+        if hidden:
+            return logits, [torch.cat(parts) for parts in states]
+        return logits
+
+    @torch.inference_mode()
+    def _forward(self, feeds: list, keep: list, hidden: bool = False):
         rows, width = len(feeds), max(1, max(len(f) for f in feeds))
         ids = torch.tensor([list(f) + [f[-1] if f else 0] * (width - len(f)) for f in feeds],
                            dtype=torch.long, device=self.device)
@@ -286,6 +316,12 @@ class BatchModelDrafter(BatchDrafter):
 
     def observe(self, i: int, committed: list, proposal, path, target_probs) -> None:
         self.runner.crop(i, min(self.runner.lengths[i], len(committed) - 1))
+
+    def backlog(self, committed_rows: list) -> float:
+        """Tokens per row (mean) the draft model has not seen: after plain steps (or a plain
+        prompt pass) its next forward catches up on them before it drafts."""
+        lengths = self.runner.lengths
+        return sum(max(0, len(c) - 1 - lengths[i]) for i, c in enumerate(committed_rows)) / max(1, len(committed_rows))
 
     def keep_rows(self, rows: list) -> None:
         self.runner.keep_rows(rows)
@@ -454,15 +490,25 @@ class LoadK:
     whether that pays: a pessimistic start would choose k = 0 and learn only from probes), T_target the measured cost of a pass of that
     shape (`CostTable`: rows x (k + 1)) and T_draft the draft model's (spec) or the drafter's measured seconds per
     drafted token and row (pld, heads). k = 0 is a plain autoregressive step (rows / T_target(rows)).
-    When k = 0 wins, a k = 1 probe every `probe_every` steps keeps alpha fresh; when speculation
+    When k = 0 wins, a k = 1 probe every `probe_every` steps keeps alpha fresh, unless plain decoding
+    would win even if every draft were accepted (then no alpha could change the choice); a probe
+    after which plain decoding still wins doubles the wait for the next. Speculating after plain
+    steps first costs the draft model's catch-up on the tokens it did not see (its prompt too, when
+    the prompt's pass was plain): that forward is predicted from the draft's table and what this
+    run's catch-ups took, and charged over HORIZON steps of speculation. When speculation
     wins by less than PLAIN_PROBE_MARGIN and this run has not timed a plain pass of the batch's
     shape, one plain step times it (the table was measured minutes earlier; a machine's speed
-    drifts). A shape this run has timed is predicted by its own running time. At or above
+    drifts). A shape this run has timed is predicted by its own running time; a time far above its
+    estimate counts as CLIP times it (a slow spell of the machine), and the draft model's catch-up
+    after plain steps is not taken for its drafting cost. At or above
     `off_batch` live rows (vLLM's speculative_disable_by_batch_size) every step is k = 0."""
 
     rule = "load"
     PRIOR_ALPHA, PRIOR_WEIGHT = 0.8, 2.0
     PLAIN_PROBE_MARGIN = 1.3
+    CLIP = 1.5  # a pass timed slower than this many times its estimate counts as this many
+    HORIZON = 4  # steps of speculation a switch from plain decoding is expected to last
+    PROBE_WAIT_MAX = 64  # plain steps between probes, at most
 
     def __init__(self, target_cost: CostTable, draft_cost: Optional[CostTable], k_max: int = LOAD_K_MAX,
                  off_batch: int = 0, probe_every: int = 8, memory: float = 0.9):
@@ -474,6 +520,10 @@ class LoadK:
         self.plain_steps = 0
         self.seen: dict = {}  # (rows, width) -> this run's running seconds for a target pass of that shape
         self.spec_steps = 0  # speculative steps since the last plain one
+        self.scale_c = 1.0  # the draft's catch-up forwards: measured / predicted
+        self.backlog = 0.0  # tokens per row the draft model has not seen, at the last choice
+        self.probe_wait = probe_every  # plain steps before the next probe
+        self.probed = False  # the last step was a probe
 
     def prepare(self, rows: int) -> None:
         """Measure the pass shapes this batch can need (once per model and shape)."""
@@ -485,21 +535,39 @@ class LoadK:
     def alpha(self) -> float:
         return (self.accepted + self.PRIOR_ALPHA * self.PRIOR_WEIGHT) / (self.evaluated + self.PRIOR_WEIGHT)
 
-    def predict(self, rows: int, k: int) -> dict:
-        """Predicted seconds and tokens of one step at this batch and k."""
-        a = min(self.alpha, 0.999)
+    def predict(self, rows: int, k: int, alpha: Optional[float] = None, backlog: Optional[float] = None) -> dict:
+        """Predicted seconds and tokens of one step at this batch and k (at the running alpha, or
+        `alpha`), with the draft's catch-up on `backlog` unseen tokens per row (default: the last
+        choice's) spread over HORIZON steps."""
+        a = min(self.alpha if alpha is None else alpha, 0.999)
         tokens = rows * (1 - a ** (k + 1)) / (1 - a)
         seen = self.seen.get((rows, k + 1))
         seconds = seen if seen is not None else self.scale_t * self.target_cost(rows, k + 1)
         if k:
             if self.draft_cost is not None:  # first forward feeds ~2 tokens per row, then one per row
                 seconds += self.scale_d * (self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1))
+                seconds += self.catch_up(rows, self.backlog if backlog is None else backlog) / self.HORIZON
             else:
                 seconds += self.draft_per_token * rows * k
         return {"k": k, "seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
 
-    def choose(self, rows: int) -> tuple:
-        """(k for this step, why)."""
+    def catch_up(self, rows: int, backlog: float) -> float:
+        """Predicted extra seconds of the draft's first forward when it has `backlog` unseen
+        tokens per row (beyond the one a drafting step feeds anyway). The draft's table stops at
+        2 tokens per row, so the shape's cost comes from the target's table (as wide as it goes,
+        then in proportion: a wide pass is bound by arithmetic) times the draft's cost against
+        the target's at 2 tokens; scaled by what this run's catch-ups took."""
+        if self.draft_cost is None or backlog <= 1:
+            return 0.0
+        width = backlog + 1
+        widest = max(1, min(int(width), self.k_max + 1))
+        target = self.target_cost(rows, widest) * width / widest
+        ratio = self.draft_cost(rows, 2) / max(self.target_cost(rows, 2), 1e-9)
+        return self.scale_c * max(0.0, ratio * target - self.draft_cost(rows, 2))
+
+    def choose(self, rows: int, backlog: float = 0.0) -> tuple:
+        """(k for this step, why). `backlog`: tokens per row the draft model has not seen."""
+        self.backlog = backlog
         if self.off_batch and rows >= self.off_batch:
             return 0, {"k_rule": "load", "k_chosen": 0,
                        "why": f"{rows} live rows >= spec_off_batch {self.off_batch}: speculation off"}
@@ -508,8 +576,20 @@ class LoadK:
         k = best["k"]
         why = (f"load: alpha~{self.alpha:.2f}, {rows} rows: best k={k} "
                f"({best['tokens_per_s']:.1f} tok/s predicted vs {options[0]['tokens_per_s']:.1f} plain)")
-        if k == 0 and self.plain_steps >= self.probe_every:
-            k, why = 1, why + f" (probe after {self.plain_steps} plain steps)"
+        if backlog > 1 and self.draft_cost is not None:
+            why += f"; the draft catches up on {backlog:.0f} tokens per row first"
+        if self.probed and k == 0:  # the last probe did not make speculation pay: wait longer
+            self.probe_wait = min(2 * self.probe_wait, self.PROBE_WAIT_MAX)
+        elif k:
+            self.probe_wait = self.probe_every
+        self.probed = False
+        if k == 0 and self.plain_steps >= self.probe_wait:
+            # a probe is worth its cost only if a higher alpha could change the choice
+            if max(self.predict(rows, kk, alpha=1.0)["tokens_per_s"] for kk in range(1, self.k_max + 1)) \
+                    > options[0]["tokens_per_s"]:
+                k, why, self.probed = 1, why + f" (probe after {self.plain_steps} plain steps)", True
+            else:
+                why += " (no probe: plain wins here even if every draft were accepted)"
         elif (k and (rows, 1) not in self.seen and self.spec_steps >= 1
               and best["tokens_per_s"] < self.PLAIN_PROBE_MARGIN * options[0]["tokens_per_s"]):
             k, why = 0, why + " (a plain step, to time the plain pass in this run: the margin is small)"
@@ -521,20 +601,34 @@ class LoadK:
         m = self.memory
         if evaluated:  # a plain step says nothing of alpha: the evidence waits, it does not fade
             self.accepted, self.evaluated = m * self.accepted + accepted, m * self.evaluated + evaluated
+        # after plain steps the draft model first catches up on the tokens it did not see: that
+        # forward is dearer than a step's drafting and says nothing of it
+        catching_up = k and self.spec_steps == 0
         self.plain_steps = self.plain_steps + 1 if k == 0 else 0
         self.spec_steps = self.spec_steps + 1 if k else 0
         if prefill:  # the prompt's pass measures the prefill, not a decoding step's cost
             return
         shape = (rows, width)
-        self.seen[shape] = verify_time if shape not in self.seen else m * self.seen[shape] + (1 - m) * verify_time
         table = self.target_cost(rows, min(width, self.k_max + 1))
+        # other work on the machine only adds time: one slow pass moves an estimate by a bounded
+        # step (a lasting slowdown still shows, over a few steps), so a slow spell cannot switch
+        # speculation off for the rest of the run
+        expected = self.seen.get(shape, self.scale_t * table)
+        observed = min(verify_time, self.CLIP * expected) if expected > 0 else verify_time
+        self.seen[shape] = observed if shape not in self.seen else m * self.seen[shape] + (1 - m) * observed
         if table > 0:
-            self.scale_t = m * self.scale_t + (1 - m) * verify_time / table
-        if drafted and k:
+            self.scale_t = m * self.scale_t + (1 - m) * min(verify_time / table, self.CLIP * self.scale_t)
+        if drafted and k and self.draft_cost is not None and catching_up and self.backlog > 1:
+            # what the catch-up took beyond a step's own drafting, against its prediction
+            d = self.scale_d * (self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1))
+            predicted = self.catch_up(rows, self.backlog) / self.scale_c
+            if predicted > 0:
+                self.scale_c = 0.5 * self.scale_c + 0.5 * max(0.0, draft_time - d) / predicted
+        elif drafted and k and not catching_up:
             if self.draft_cost is not None:
                 d = self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1)
                 if d > 0:
-                    self.scale_d = m * self.scale_d + (1 - m) * draft_time / d
+                    self.scale_d = m * self.scale_d + (1 - m) * min(draft_time / d, self.CLIP * self.scale_d)
             else:
                 per = draft_time / max(1, drafted)
                 self.draft_per_token = per if not self.draft_per_token else m * self.draft_per_token + (1 - m) * per
@@ -642,7 +736,8 @@ class _BatchRun:
         if cfg.method == "ar":
             ks, whys = [0] * len(rows), [{}] * len(rows)
         elif self.policy is not None:
-            k, info = self.policy.choose(len(rows))
+            backlog = getattr(self.drafter, "backlog", None)
+            k, info = self.policy.choose(len(rows), backlog([r.committed for r in rows]) if backlog else 0.0)
             ks, whys = [k] * len(rows), [info] * len(rows)
         elif cfg.k == "auto":
             chosen = [r.policy.choose() for r in rows]

@@ -46,8 +46,29 @@ def test_greedy_rows_equal_their_own_ar(tiny, tiny_ar, kw):
         assert rows[b].token_ids == ref, f"row {b} ({PROMPTS[b]!r})"
     steps = [e for e in events if e.kind == "batch_step"]
     assert steps[0].rows == list(range(8)) and steps[0].tokens_fed >= sum(len(tiny.encode(p)) for p in PROMPTS)
-    if kw["method"] != "ar":
+    if kw["method"] != "ar" and kw.get("k") != "load":  # load drafts when its timings say so: below
         assert sum(sum(s.drafted) for s in steps) > 0, "the rows drafted"
+    if kw.get("k") == "load":
+        assert all(s.info["k_rule"] == "load" and s.info["why"] for s in steps)
+
+
+def test_load_rows_equal_their_own_ar_when_the_policy_speculates(tiny, tiny_ar, monkeypatch):
+    """The load policy with cost tables where passes are free of their width (a deep memory wall):
+    it speculates at every step, and every row still equals its own AR output."""
+    from specviz.batch import ROW_GRID
+
+    flat = {}
+    for model, seconds in ((tiny.target, 0.01), (tiny.draft, 0.001)):
+        table = CostTable(None)
+        table.points = {(r, w): seconds for r in set(ROW_GRID) | set(range(1, 9)) for w in range(1, 9)}
+        flat[id(model)] = table
+    monkeypatch.setattr(CostTable, "of", classmethod(lambda cls, model: flat[id(model)]))
+    events = list(generate(tiny, PROMPTS, method="spec", k="load", max_new_tokens=N))
+    rows = _rows(events)
+    for b, ref in enumerate(tiny_ar):
+        assert rows[b].token_ids == ref, f"row {b} ({PROMPTS[b]!r})"
+    steps = [e for e in events if e.kind == "batch_step"]
+    assert all(max(s.k) > 0 for s in steps[:3]) and sum(sum(s.drafted) for s in steps) > 0
 
 
 @pytest.mark.parametrize("kw", [dict(method="medusa", k=3), dict(method="eagle", k=4), dict(method="eagle", k="load")],
@@ -217,6 +238,22 @@ def test_row_cache_holds_each_row_at_its_own_length(tiny):
     assert runner.lengths == [3] and runner.cache.keys[0].shape[0] == 1
 
 
+def test_chunked_prefill_equals_one_pass(tiny):
+    """A pass over more than CHUNK_TOKENS tokens runs as slices of columns: the same logits,
+    hidden states and cache as one pass (ragged rows, a row riding along, kept positions that
+    fall in different slices)."""
+    feeds, keep = [list(range(3, 16)), [40, 41, 42, 43], [], [7, 8, 9, 10, 11, 12]], [3, 4, 0, 6]
+    whole, sliced = BatchLM(tiny.target, 4), BatchLM(tiny.target, 4)
+    sliced.CHUNK_TOKENS = 8  # 2 columns per slice for 4 rows: 7 slices
+    (ref, ref_states), (out, states) = whole.forward(feeds, keep, hidden=True), sliced.forward(feeds, keep, hidden=True)
+    assert [o.shape[0] for o in out] == keep and sliced.lengths == whole.lengths == [13, 4, 0, 6]
+    for a, b in zip(out + states, ref + ref_states):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    more = [[1], [2], [3], [4]]
+    for a, b in zip(sliced.forward(more, [1] * 4), whole.forward(more, [1] * 4)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
 def test_kv_memory_is_rows_times_tokens(tiny):
     cfg = tiny.target.config
     runner = BatchLM(tiny.target, 4)
@@ -247,10 +284,13 @@ def test_load_policy_speculates_when_passes_are_cheap_and_stops_when_they_are_no
     assert k1 == best and len(why1["predicted"]) == 7
     # after k = 0 steps it probes with k = 1 to keep alpha fresh; plain steps judge no draft, so
     # the evidence for alpha waits for the probe instead of fading back to the prior
-    alpha = policy.alpha
+    low = LoadK(target, draft, k_max=6)
+    low.accepted, low.evaluated = 5, 100  # alpha ~ 0.06: plain wins at B = 1, every draft accepted would not
+    assert low.choose(1)[0] == 0
+    alpha = low.alpha
     for _ in range(8):
-        policy.update(0, 0, 0, 32, 32, 0.2, 0.0, 0, prefill=False)
-    assert policy.choose(32)[0] == 1 and policy.alpha == alpha
+        low.update(0, 0, 0, 1, 1, 0.1, 0.0, 0, prefill=False)
+    assert low.choose(1)[0] == 1 and low.alpha == alpha
     # a fresh policy starts optimistic: it speculates where passes are cheap, then learns alpha
     fresh = LoadK(target, draft, k_max=6)
     assert fresh.choose(1)[0] >= 2
@@ -258,9 +298,63 @@ def test_load_policy_speculates_when_passes_are_cheap_and_stops_when_they_are_no
         k = fresh.choose(1)[0]
         fresh.update(k, 0, 1 if k else 0, 1, k + 1, 0.1, 0.02 * k, k, prefill=False)
     assert fresh.alpha < 0.2 and fresh.choose(1)[0] == 0
+    # where plain decoding wins even at alpha = 1, a probe could change nothing: none is run
+    costly = LoadK(_table(lambda n: 0.1 * n), _table(lambda n: 0.05 * n, widths=(1, 2)), k_max=6)
+    for _ in range(8):
+        costly.update(0, 0, 0, 4, 1, 0.4, 0.0, 0, prefill=False)
+    k, why = costly.choose(4)
+    assert k == 0 and "no probe" in why["why"]
     # the fixed switch-off batch size wins over any prediction
     assert LoadK(target, draft, off_batch=4).choose(4)[0] == 0
     assert "spec_off_batch" in LoadK(target, draft, off_batch=4).choose(8)[1]["why"]
+
+
+def test_load_policy_survives_a_slow_spell_and_the_drafts_catch_up():
+    # 8 rows, memory-bound up to 48 tokens: k = 4 pays at alpha ~ 0.9
+    target = _table(lambda n: 0.1 * max(1.0, n / 48), rows=(1, 4, 8, 32))
+    draft = _table(lambda n: 0.02 * max(1.0, n / 48), widths=(1, 2), rows=(1, 4, 8, 32))
+    policy = LoadK(target, draft, k_max=6)
+    policy.accepted, policy.evaluated = 90, 100
+    k = policy.choose(8)[0]
+    assert k >= 3
+    # one step ten times slower than its shape (other work on the machine), drafting too
+    policy.update(k, 4 * 8, 5 * 8, 8, k + 1, 10 * target(8, k + 1), 10 * 0.08, 8 * k, prefill=False)
+    assert policy.choose(8)[0] >= 3, "one slow spell switched speculation off"
+    assert policy.seen[(8, k + 1)] <= LoadK.CLIP * target(8, k + 1) * 1.0001
+    # after plain steps, the draft model's first forward catches up on every token it missed:
+    # dear, but not what drafting costs; it must not make speculation look dear
+    for _ in range(8):
+        policy.update(0, 0, 0, 8, 1, target(8, 1), 0.0, 0, prefill=False)
+    scale = policy.scale_d
+    policy.update(1, 8, 8, 8, 2, target(8, 2), 30 * draft(8, 2), 8, prefill=False)
+    assert policy.scale_d == scale
+    policy.update(4, 32, 40, 8, 5, target(8, 5), draft(8, 2) + 3 * draft(8, 1), 32, prefill=False)
+    assert policy.scale_d == pytest.approx(scale * 0.9 + 0.1)  # a step's own drafting is learnt
+    # the catch-up is a cost of switching back on: charged (over HORIZON steps) when the draft is behind
+    behind, level = policy.predict(8, 4, backlog=40), policy.predict(8, 4, backlog=0)
+    assert behind["seconds"] == pytest.approx(level["seconds"] + policy.catch_up(8, 40) / LoadK.HORIZON)
+    assert policy.catch_up(8, 40) > 0 and policy.predict(8, 0, backlog=40) == policy.predict(8, 0)
+    # and learnt from what catch-ups take
+    policy.update(0, 0, 0, 8, 1, target(8, 1), 0.0, 0, prefill=False)
+    policy.choose(8, backlog=21.0)
+    before = policy.scale_c
+    normal = policy.scale_d * (draft(8, 2) + draft(8, 1))
+    policy.update(2, 16, 16, 8, 3, target(8, 3), normal + 2 * policy.catch_up(8, 21.0), 16, prefill=False)
+    assert policy.scale_c == pytest.approx(0.5 * before + 0.5 * 2 * before)
+
+
+def test_a_probe_that_does_not_pay_doubles_the_wait_for_the_next():
+    target = _table(lambda n: 0.1 * max(1.0, n / 16))
+    draft = _table(lambda n: 0.02 * max(1.0, n / 16), widths=(1, 2))
+    low = LoadK(target, draft, k_max=6, probe_every=4)
+    low.accepted, low.evaluated = 5, 100
+    chosen = []
+    for _ in range(40):
+        k = low.choose(1)[0]
+        chosen.append(k)
+        low.update(k, 0, k, 1, k + 1, 0.1, 0.02 * k, k, prefill=False)  # every probe's draft rejected
+    probes = [i for i, k in enumerate(chosen) if k]
+    assert probes[:3] == [4, 4 + 1 + 8, 4 + 1 + 8 + 1 + 16], chosen
 
 
 def test_load_policy_turns_speculation_off_in_a_real_run(tiny):
