@@ -14,6 +14,8 @@ together, plain and speculative, at B = 1 .. 32, in specviz/data/serving/, with 
 sweep of `python -m specviz.bench.batched` (speedup against batch, theory, crossover) beside them:
 
     python -m specviz.presets record-serving --sweep docs/benchmarks/batched-qwen-coder-fp32.json
+    python -m specviz.presets record-serving --sweep <report.json> --traces <dir>   # the bench's own runs
+      (python -m specviz.bench.batched --traces <dir> keeps each lane's kept run)
 
 No torch at import (the app imports this module); only `record` loads models.
 """
@@ -209,7 +211,7 @@ def _record_preset(pair, number: int, preset: Preset, folder: Path, say) -> dict
     entry = {"label": preset.label, "settings": asdict(preset)}
     for name, lane in lanes.items():
         file = f"{number:02d}-{name}.jsonl.gz"
-        _write_trace(lane.events, folder / file)
+        write_trace(lane.events, folder / file)
         entry[name] = {"file": file, "busy": round(lane.busy, 4), "tokens": len(lane.events[-1]["token_ids"]),
                        "timing_note": timing_note(lane.events)}
     print(file=sys.stderr)
@@ -225,7 +227,9 @@ def _progress(number: int, lanes: dict) -> None:
     print(f"\r[{number}/{len(PRESETS)}] {done}", end="", file=sys.stderr, flush=True)
 
 
-def _write_trace(events: list, path: Path) -> None:
+def write_trace(events: list, path: Path) -> None:
+    """Events (dicts) as a gzip-compressed JSONL trace, written whole."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     # mtime=0: re-recording the same events gives the same bytes (no spurious diffs in git)
     with files.new_file(path) as tmp, open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as gz:
         gz.write("".join(dumps(e) + "\n" for e in events).encode("utf-8"))
@@ -270,6 +274,34 @@ def serving_recording(batch: int, lane: str, folder: Optional[Path] = None) -> l
         return _CACHE[key]
 
 
+def serving_from_bench(report_path: Path, traces: Path, folder: Path = SERVING,
+                       say: Callable[[str], None] = print) -> dict:
+    """The serving presets from a `python -m specviz.bench.batched --traces DIR` run: the lanes
+    it kept (the fastest of its repeats) are the recorded runs, so the app's recorded points and
+    the shipped sweep are the same measurement."""
+    report = json.loads(Path(report_path).read_text(encoding="utf-8"))
+    env, plan = report["environment"], report["plan"]
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    runs = {}
+    for b in plan["batches"]:
+        for lane in SERVING_LANES:
+            source = Path(traces) / f"B{b:02d}-{lane}.jsonl.gz"
+            events = read_trace(source)  # checked against the schema on the way
+            if events[0]["kind"] != "batch_started" or events[0]["rows"] != b:
+                raise ValueError(f"{source} is not a batched run of {b} rows")
+            file = f"B{b:02d}-{lane}.jsonl.gz"
+            write_trace(events, folder / file)
+            runs[f"{b}-{lane}"] = {"file": file, "batch": b, "lane": lane, "options": SERVING_LANES[lane],
+                                   "tokens_per_s": events[-1]["metrics"]["tokens_per_s"]}
+    info = {"recorded": {**env, "date": env["date_utc"][:10], "specviz": __version__},
+            "tokens": plan["tokens"], "batches": list(plan["batches"]), "lanes": SERVING_LANES, "runs": runs,
+            "sweep": {**{key: report.get(key) for key in SWEEP_KEYS}, "source": Path(report_path).name}}
+    files.write_json(folder / MANIFEST, info)
+    say(f"wrote {len(runs)} batched runs from {report_path} to {folder} ({_size(folder) / 1e3:.0f} kB)")
+    return info
+
+
 def record_serving(pair_name: str = "qwen-coder", dtype: Optional[str] = None, folder: Path = SERVING,
                    sweep: Optional[Path] = None, say: Callable[[str], None] = print,
                    batches: tuple = SERVING_BATCHES, tokens: int = SERVING_TOKENS) -> dict:
@@ -295,7 +327,7 @@ def record_serving(pair_name: str = "qwen-coder", dtype: Optional[str] = None, f
         events = [e.to_dict() for e in generate_batch(pair, SERVING_BANK[:b], max_new_tokens=tokens, record_topk=0,
                                                       **SERVING_LANES[lane])]
         file = f"B{b:02d}-{lane}.jsonl.gz"
-        _write_trace(events, folder / file)
+        write_trace(events, folder / file)
         runs[f"{b}-{lane}"] = {"file": file, "batch": b, "lane": lane, "options": SERVING_LANES[lane],
                                "tokens_per_s": events[-1]["metrics"]["tokens_per_s"]}
         weight_done += b
@@ -328,10 +360,18 @@ def main(argv=None) -> int:
     serve.add_argument("--out", type=Path, default=SERVING)
     serve.add_argument("--sweep", type=Path, default=None, help="a python -m specviz.bench.batched report to ship")
     serve.add_argument("--tokens", type=int, default=SERVING_TOKENS)
+    serve.add_argument("--traces", type=Path, default=None,
+                       help="take the runs from a bench.batched --traces folder (with --sweep, its report) instead "
+                            "of running them")
     args = parser.parse_args(argv)
     if args.command == "record-serving":
-        record_serving(args.pair, args.dtype, args.out, args.sweep, say=lambda line: print(line, flush=True),
-                       tokens=args.tokens)
+        say = lambda line: print(line, flush=True)  # noqa: E731
+        if args.traces:
+            if args.sweep is None:
+                parser.error("--traces needs --sweep, the bench report that made them")
+            serving_from_bench(args.sweep, args.traces, args.out, say)
+        else:
+            record_serving(args.pair, args.dtype, args.out, args.sweep, say=say, tokens=args.tokens)
         return 0
     if args.command == "record":
         record(args.pair, args.dtype, args.out, say=lambda line: print(line, flush=True), tries=args.tries)

@@ -14,7 +14,7 @@ from specviz.bench import analysis, hf
 from specviz.bench.controlled import ControlledDrafter
 
 SECTIONS = ("suite_version", "mode", "plan", "environment", "prompts", "methods", "results", "ratios",
-            "cost_curve", "batch_proxy", "controlled", "ranking", "targets", "wall_time_s")
+            "cost_curve", "batch", "controlled", "ranking", "targets", "wall_time_s")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +37,7 @@ def test_report_files_and_sections(written, report):
     md = written.with_name(written.name + ".md").read_text()
     for heading in ("## Targets", "## Speedup over AR", "## Engine efficiency", "## Model fit",
                     "## Memory-bandwidth limit", "## Controlled acceptance", "## Verify-cost curve",
-                    "## Batch-size effect", "## Ranking", "## Per group"):
+                    "## Batch size: B users decoded together", "## Ranking", "## Per group"):
         assert heading in md
     for fig in ("speedup", "memory-wall", "alpha", "batch"):
         assert written.with_name(f"{written.name}-{fig}.html").stat().st_size > 1000
@@ -110,12 +110,14 @@ def test_roofline_batch_and_targets_consistent(report):
     t = roof["target"]
     assert t["limit_tokens_per_s"] == pytest.approx(roof["bandwidth_bytes_per_s"] / t["weight_bytes_per_token"])
     assert roof["ar_vs_limit"] == pytest.approx(roof["ar_decode_tokens_per_s"] / t["limit_tokens_per_s"])
-    bp = report["batch_proxy"]
-    k = bp["k"]
-    assert [r["batch"] for r in bp["rows"]] == list(report["plan"]["batches"])
-    for r in bp["rows"]:
-        expected = theory.expected_tokens(bp["alpha"], k) / (r["c"] * k + r["verify_cost"])
+    batch = report["batch"]
+    k = batch["k"]
+    assert [r["batch"] for r in batch["rows"]] == list(report["plan"]["batches"])
+    for r in batch["rows"]:
+        expected = theory.expected_tokens(min(r["alpha"], 0.999), k) / (r["c"] * k + r["verify_cost"])
         assert r["predicted_speedup"] == pytest.approx(expected)
+        # measured with real batches: every row equal to its own AR text, the speedup their ratio
+        assert r["greedy_equal_ar"] and r["measured_speedup"] == pytest.approx(r["spec_tokens_per_s"] / r["ar_tokens_per_s"])
     names = [t["name"] for t in report["targets"]]
     assert len(names) == 5 and not any(t["applies"] for t in report["targets"])  # tiny: not judged
     pld = next(t for t in report["targets"] if t["name"].startswith("pld"))

@@ -261,3 +261,21 @@ def test_a_preset_shows_its_recording_at_once(ui):
     expect(ui.locator("#sv-stats [data-recorded]")).to_contain_text("recorded on")
     expect(ui.locator("#sv-text .sv-lossy")).to_be_visible()
     expect(ui.locator("#sv-text .sv-chip.sv-accepted").first).to_be_visible()
+
+
+def test_the_serving_view_shows_a_recorded_batch_then_serves_a_live_one(ui):
+    tab(ui, "Serving: batches")
+    ui.get_by_role("button", name="Show recorded").click()
+    # the recorded batches (real pair): one table row per user, and the sweep's chart
+    rows = ui.locator("#sv-rows tbody tr")
+    expect(rows.first).to_be_visible()
+    assert rows.count() == 8  # the slider starts at B = 8, a recorded batch size
+    expect(ui.locator("#sv-serving [data-recorded]")).to_contain_text("recorded on")
+    expect(ui.locator("#sv-serving")).to_contain_text("Plain decoding, B = 8")
+    shot(ui, "serving")
+    # a live batch of the same 8 users on the tiny pair (method k = load): its passes replace the recording
+    ui.get_by_role("button", name="Serve live").click()
+    expect(ui.locator("#sv-serving [data-recorded]")).to_have_count(0, timeout=RUN_TIMEOUT)
+    expect(ui.locator("#sv-serving .sv-verdict")).to_contain_text("At B = 8", timeout=RUN_TIMEOUT)
+    assert rows.count() == 8 and ui.locator("#sv-rows td[data-accepted]").count() >= 8
+    assert ui.evaluate("window.__pwned") is None

@@ -180,5 +180,51 @@ def test_recorded_batches_snap_to_the_nearest_and_say_so(app, tiny, tmp_path, mo
     assert "k chosen each step from α" in shown[ui.serving_html]
     other = app.serving.recorded_view(2, "pld")
     assert "pld is not recorded batch by batch" in other[ui.serving_html]
+    import gradio as gr
+
+    for bad in (("<img src=x onerror=1>", "spec"), (0, "spec"), ("8", "spec"), (2, "<b>pld</b>")):
+        with pytest.raises(gr.Error, match="(serving methods are|A batch holds)"):
+            app.serving.recorded_view(*bad)
     api = app.serving.serving_preset(1, "spec")
     assert set(api) == {"summary", "rows", "chart"} and "Plain decoding, B = 1" in api["summary"]
+
+
+def test_the_bench_keeps_its_runs_and_the_app_ships_them(tiny, tmp_path):
+    """bench.batched --traces keeps each lane's fastest run; record-serving --traces ships those
+    very runs beside the sweep, so the app's recorded points are the sweep's measurement."""
+    import json
+
+    from specviz.bench import batched
+
+    report = tmp_path / "sweep.json"
+    assert batched.main(["--pair", "tiny", "--batches", "1,2", "--tokens", "10", "--lanes", "ar,spec,load",
+                         "--repeats", "2", "--skip", "single,memory", "--out", str(report),
+                         "--traces", str(tmp_path / "traces")]) == 0
+    data = json.loads(report.read_text())
+    assert len(data["done"]) == 2 * 3 * 2 and all(len(lane["rates"]) == 2 for b in data["lanes"].values()
+                                                  for lane in b.values())
+    for lanes in data["lanes"].values():  # greedy: every run of every lane equals AR, row for row
+        assert all(lane["greedy_equal_ar"] is not False for lane in lanes.values())
+        for lane in lanes.values():  # the kept run is the fastest
+            assert lane["decode_tokens_per_s"] == max(lane["rates"])
+    info = recorded.serving_from_bench(report, tmp_path / "traces", tmp_path / "serving", say=lambda line: None)
+    assert sorted(info["runs"]) == ["1-ar", "1-load", "1-spec", "2-ar", "2-load", "2-spec"]
+    assert info["sweep"]["analysis"] == data["analysis"]
+    events = recorded.serving_recording(2, "spec", tmp_path / "serving")
+    kept = data["lanes"]["2"]["spec"]
+    finished = {e["row"]: e["token_ids"] for e in events if e["kind"] == "run_finished"}
+    assert [finished[row] for row in sorted(finished)] == kept["rows"]
+
+
+def test_a_batched_trace_opens_in_the_step_view_as_its_first_user(app, batched, tmp_path):
+    from specviz.trace import dumps
+    from webapp import step
+
+    _, spec = batched
+    path = tmp_path / "batch.jsonl"
+    path.write_text("".join(dumps(e) + "\n" for e in spec), encoding="utf-8")
+    shown = step.open_trace(str(path), [])
+    ui = app.ui
+    assert "A batched run of 3 users: this is user 1" in shown[ui.stats_html]
+    first = split_rows(spec)[0]
+    assert shown[ui.events_state] == first  # the step view replays user 1's own stream

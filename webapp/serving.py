@@ -31,6 +31,7 @@ MAX_SERVE_TOKENS = min(64, MAX_TOKENS)
 MAX_SERVE_K = 8
 METHOD_CHOICES = [("spec, k chosen each step from load (k = load)", "load"), ("spec: draft model, fixed k", "spec"),
                   ("pld: prompt lookup", "pld"), ("medusa heads", "medusa"), ("eagle head", "eagle")]
+METHODS = [value for _, value in METHOD_CHOICES]
 RECORDED_LANES = ("spec", "load")  # the methods recorded at every batch size
 
 _VIEWS: dict = {}
@@ -71,6 +72,10 @@ def nearest(batch: int, batches: list) -> int:
 def recorded_view(batch, method) -> dict:
     """The recorded batch nearest to `batch` for `method` (spec or load; another method shows
     spec's recording and says so), rendered once per process."""
+    if method not in METHODS:
+        raise gr.Error(f"The serving methods are {', '.join(METHODS)}; got {str(method)[:40]!r}.")
+    if isinstance(batch, bool) or not isinstance(batch, (int, float)) or not 1 <= batch <= MAX_SERVE_BATCH:
+        raise gr.Error(f"A batch holds 1 to {MAX_SERVE_BATCH} users, got {str(batch)[:40]!r}.")
     batches = recorded_batches()
     if not batches:
         raise gr.Error("This installation has no recorded serving runs (specviz/data/serving): press Serve live, or "
@@ -126,8 +131,8 @@ def check_serving(pair_name, batch, method, k, tokens) -> tuple:
     if batch > MAX_LIVE_BATCH:
         raise gr.Error(f"Live batches are capped at {MAX_LIVE_BATCH} users on this server (a bigger one would hold "
                        f"the engine for minutes): Show recorded replays B up to {MAX_SERVE_BATCH} at once.")
-    if method not in dict((v, v) for _, v in METHOD_CHOICES):
-        raise gr.Error(f"The serving methods are {', '.join(v for _, v in METHOD_CHOICES)}; got {method!r}.")
+    if method not in METHODS:
+        raise gr.Error(f"The serving methods are {', '.join(METHODS)}; got {str(method)[:40]!r}.")
     if method != "load" and (not isinstance(k, int) or not 1 <= k <= MAX_SERVE_K):
         raise gr.Error(f"k must be a whole number from 1 to {MAX_SERVE_K}, got {k}.")
     if not isinstance(tokens, int) or not 1 <= tokens <= MAX_SERVE_TOKENS:

@@ -147,16 +147,22 @@ def _decided(ratio: float, tolerance: float) -> bool:
     return ratio > 1 + tolerance or ratio < 1 / (1 + tolerance)
 
 
-def batch_proxy(target_cost: dict, draft_cost: dict, alpha: float, k: int) -> list:
-    """Predicted spec speedup at each batch size from forward costs measured at that batch
-    (the engine decodes batch 1 only: this is the cost-curve proxy of the batch-size effect)."""
+def batch_rows(target_cost: dict, draft_cost: dict, lanes: dict, k: int) -> list:
+    """At each batch size: plain and speculative decoding of B users together, measured
+    (`lanes[b]`: bench.batched.run_lane results for "ar" and "spec"), beside the speedup the
+    theory predicts from the spec lane's alpha and the forward costs measured at that batch."""
     rows = []
-    for b in sorted(target_cost):
-        t1, tk = target_cost[b][1], target_cost[b][k + 1]
-        c = draft_cost[b][1] / t1
-        rows.append({"batch": b, "target_1_s": t1, f"target_{k + 1}_s": tk, "draft_1_s": draft_cost[b][1],
-                     "c": c, "verify_cost": tk / t1, "ar_tokens_per_s": b / t1,
-                     "predicted_speedup": theory.expected_tokens(alpha, k) / (c * k + tk / t1)})
+    for b in sorted(lanes):
+        t1, tk, d1 = target_cost[b][1], target_cost[b][k + 1], draft_cost[b][1]
+        ar, spec = lanes[b]["ar"], lanes[b]["spec"]
+        alpha = spec["alpha"] if spec["alpha"] is not None else 0.0
+        measured = (spec["decode_tokens_per_s"] / ar["decode_tokens_per_s"]
+                    if spec["decode_tokens_per_s"] and ar["decode_tokens_per_s"] else None)
+        rows.append({"batch": b, "target_1_s": t1, f"target_{k + 1}_s": tk, "draft_1_s": d1, "c": d1 / t1,
+                     "verify_cost": tk / t1, "alpha": spec["alpha"],
+                     "predicted_speedup": theory.batch_speedup(min(alpha, 0.999), k, t1, tk + k * d1),
+                     "ar_tokens_per_s": ar["decode_tokens_per_s"], "spec_tokens_per_s": spec["decode_tokens_per_s"],
+                     "measured_speedup": measured, "greedy_equal_ar": spec["rows"] == ar["rows"]})
     return rows
 
 

@@ -184,7 +184,9 @@ def cost_tables(report: dict) -> list:
              "| n | target ms | target / 1 token | draft ms |", "|---|---|---|---|"]
     for n in t:
         lines.append(f"| {n} | {_ms(t[n])} | {_f(t[n] / base)} | {_ms(d.get(n))} |")
-    bp = report["batch_proxy"]
+    if "batch" in report:
+        return lines + batch_table(report["batch"])
+    bp = report["batch_proxy"]  # reports before the batched engine: the proxy from forward costs
     k = bp["k"]
     lines += ["", "## Batch-size effect (proxy)", "", bp["note"] + f" (alpha = {_f(bp['alpha'])}, k = {k})", "",
               f"| batch | target 1-token ms | target {k + 1}-token ms | verify cost | c | "
@@ -193,6 +195,20 @@ def cost_tables(report: dict) -> list:
         lines.append(f"| {r['batch']} | {_ms(r['target_1_s'])} | {_ms(r[f'target_{k + 1}_s'])} | "
                      f"{_f(r['verify_cost'])} | {_f(r['c'])} | {_f(r['ar_tokens_per_s'])} | "
                      f"{_f(r['predicted_speedup'])} |")
+    return lines + [""]
+
+
+def batch_table(batch: dict) -> list:
+    k = batch["k"]
+    lines = ["", "## Batch size: B users decoded together", "", batch["note"] + f" (k = {k}, {batch['tokens']} new "
+             "tokens per user)", "",
+             f"| batch | target 1-token ms | target {k + 1}-token ms | verify cost | c | alpha | AR tok/s | "
+             "spec tok/s | measured speedup | predicted | rows equal AR |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in batch["rows"]:
+        lines.append(f"| {r['batch']} | {_ms(r['target_1_s'])} | {_ms(r[f'target_{k + 1}_s'])} | "
+                     f"{_f(r['verify_cost'])} | {_f(r['c'])} | {_f(r['alpha'])} | {_f(r['ar_tokens_per_s'])} | "
+                     f"{_f(r['spec_tokens_per_s'])} | {_f(r['measured_speedup'])} | {_f(r['predicted_speedup'])} | "
+                     f"{'yes' if r['greedy_equal_ar'] else 'NO'} |")
     return lines + [""]
 
 

@@ -70,13 +70,21 @@ def alpha_figure(report: dict):
 
 
 def batch_figure(report: dict):
-    rows = report["batch_proxy"]["rows"]
+    """Spec's speedup against batch size: measured with the batched engine (reports since suite
+    version 2) beside the theory from forward costs; older reports: the proxy alone."""
+    measured = "batch" in report
+    rows = (report["batch"] if measured else report["batch_proxy"])["rows"]
     fig = go.Figure()
     fig.add_scatter(x=[r["batch"] for r in rows], y=[r["predicted_speedup"] for r in rows],
-                    mode="lines+markers", name="predicted spec speedup", line_color="#7c3aed")
+                    mode="lines+markers", name="predicted spec speedup (alpha, forward costs)", line_color="#7c3aed",
+                    line_dash="dash" if measured else "solid")
+    if measured:
+        fig.add_scatter(x=[r["batch"] for r in rows], y=[r["measured_speedup"] for r in rows], mode="lines+markers",
+                        name="measured: B users decoded together", line_color="#16a34a")
     fig.add_scatter(x=[r["batch"] for r in rows], y=[r["verify_cost"] for r in rows], mode="lines+markers",
                     name="verify cost (k+1 tokens ÷ 1 token)", line_color="#f59e0b")
     fig.add_hline(y=1.0, line_dash="dot", line_color="#64748b")
-    fig.update_layout(title="Batch size (proxy from forward costs at each batch)", xaxis_title="batch",
+    fig.update_layout(title="Batch size: one target pass per step for B users" if measured
+                      else "Batch size (proxy from forward costs at each batch)", xaxis_title="batch",
                       xaxis_type="log", **LAYOUT)
     return fig

@@ -234,3 +234,40 @@ def batch_speedup_figure(sweep: Optional[dict] = None, points: Optional[list] = 
                      gridcolor="#e2e8f0")
     fig.update_yaxes(gridcolor="#e2e8f0", rangemode="tozero")
     return fig
+
+
+def pass_cost_figure(points: dict, k: int) -> go.Figure:
+    """The cost of one target pass against batch size: B rows of 1 token (a plain step) and of
+    k + 1 tokens (a speculative step's verification), from a cost table {(rows, width): seconds}
+    or its JSON form {"rows": {"width": seconds}}; the ratio of the two on a second axis. While
+    the ratio stays near 1 the drafts ride along free; it climbs towards k + 1 as the pass turns
+    from reading weights to arithmetic."""
+    table = _table(points)
+    rows = sorted({r for r, w in table if (r, 1) in table and (r, k + 1) in table})
+    fig = go.Figure()
+    if not rows:
+        return fig
+    plain = [1e3 * table[(r, 1)] for r in rows]
+    wide = [1e3 * table[(r, k + 1)] for r in rows]
+    fig.add_scatter(x=rows, y=plain, mode="lines+markers", name="B rows × 1 token (a plain step)",
+                    line=dict(color="#64748b", width=3))
+    fig.add_scatter(x=rows, y=wide, mode="lines+markers", name=f"B rows × {k + 1} tokens (verifying k = {k})",
+                    line=dict(color=LANE_COLORS["spec"], width=3))
+    fig.add_scatter(x=rows, y=[w / p for w, p in zip(wide, plain)], mode="lines+markers", yaxis="y2",
+                    name="ratio (right axis)", line=dict(color="#b45309", dash="dash"))
+    fig.update_layout(title="One target pass against batch size", xaxis_title="rows in the pass (B)",
+                      yaxis_title="ms per pass", legend=dict(orientation="h", y=-0.25),
+                      yaxis2=dict(title=f"{k + 1}-token pass ÷ 1-token pass", overlaying="y", side="right",
+                                  rangemode="tozero", showgrid=False),
+                      **{**LAYOUT, "margin": dict(l=60, r=70, t=70, b=60)})
+    fig.update_xaxes(type="log", tickvals=[b for b in BATCH_TICKS if b <= max(rows)] or rows,
+                     gridcolor="#e2e8f0")
+    fig.update_yaxes(gridcolor="#e2e8f0", rangemode="tozero")
+    return fig
+
+
+def _table(points: dict) -> dict:
+    """{(rows, width): seconds} from a table or its JSON form {"rows": {"width": seconds}}."""
+    if all(isinstance(key, tuple) for key in points):
+        return dict(points)
+    return {(int(r), int(w)): s for r, widths in points.items() for w, s in widths.items()}
