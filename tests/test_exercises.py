@@ -24,12 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "notebooks" / "solutions"
 sys.path.insert(0, str(ROOT / "notebooks"))  # as the notebooks' kernels have it: they run in notebooks/
 
-from solutions import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08, nb09, nb10  # noqa: E402
+from solutions import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08, nb09, nb10, nb11  # noqa: E402
 from specviz.render import lessons  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 CODED = {"02": ("cascade",), "03": ("my_residual",), "04": ("alpha_tau",), "05": ("tree_mask",), "06": ("my_lookup",),
-         "07": ("next_k",), "09": ("stream_waits", "survival_curve", "cost_per_million"), "10": ("chain_acceptance",)}
+         "07": ("next_k",), "09": ("stream_waits", "survival_curve", "cost_per_million"), "10": ("chain_acceptance",),
+         "11": ("crossover",)}
 
 
 def outcome(capsys, check, *args, **kwargs):
@@ -298,6 +299,8 @@ WRONG_CHAIN_ACCEPTANCE = {
     "tau instead of the accepted drafts": (chain_variant(tau=True), "that is τ"),
 }
 
+WRONG_CROSSOVERS = {name: (fn, name.split(":")[0]) for name, fn in exercises._crossover_variants().items()}
+
 CODED_CHECKS = {  # check, the engine's own function, the solution's, the wrong answers
     "cascade": (exercises.check_cascade, exercises.engine_cascade, nb02.cascade, WRONG_CASCADES),
     "residual": (exercises.check_residual, sampling.residual, nb03.my_residual, WRONG_RESIDUALS),
@@ -312,6 +315,7 @@ CODED_CHECKS = {  # check, the engine's own function, the solution's, the wrong 
     "cost": (exercises.check_cost, lessons.cost_per_million, nb09.cost_per_million, WRONG_COSTS),
     "chain_acceptance": (exercises.check_chain_acceptance, exercises.engine_chain_acceptance, nb10.chain_acceptance,
                          WRONG_CHAIN_ACCEPTANCE),
+    "crossover": (exercises.check_crossover, exercises.engine_crossover, nb11.crossover, WRONG_CROSSOVERS),
 }
 
 
@@ -441,6 +445,7 @@ BY_HAND = [  # check, extra arguments, the solution's answer, a wrong answer
     (exercises.check_half_width, ([{"tau": t} for t in (2.1, 2.6, 1.9, 3.0)],),
      nb09.half_width([{"tau": t} for t in (2.1, 2.6, 1.9, 3.0)]), 0.4),
     (exercises.check_cost_by_hand, (), nb09.my_cost, 2.0 / 20 * 1e6),
+    (exercises.check_compute_bound_ratio, (), nb11.my_ratio, 1),
 ]
 
 

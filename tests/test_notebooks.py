@@ -28,13 +28,14 @@ def test_there_are_notebooks():
 
 
 def test_every_notebook_is_listed_where_the_sequence_is_taught():
-    """Each notebook (10, Drafters that learn from the target, included) has its row in
-    notebooks/README.md and is named in the teacher's guide."""
-    assert "10" in {p.name[:2] for p in NOTEBOOKS}
+    """Each notebook (10, Drafters that learn from the target, and 11, When batching kills
+    speculation, included) has its row in notebooks/README.md and is named in the teacher's guide."""
+    assert {"10", "11"} <= {p.name[:2] for p in NOTEBOOKS}
     readme, guide = (ROOT / "notebooks" / "README.md").read_text(), (ROOT / "docs" / "teaching.md").read_text()
     for path in NOTEBOOKS:
         assert f"]({path.name})" in readme, path.name
     assert "../notebooks/10_drafters_from_the_target.ipynb" in guide
+    assert "../notebooks/11_batching_kills_speculation.ipynb" in guide
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
