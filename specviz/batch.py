@@ -495,7 +495,11 @@ class LoadK:
     after which plain decoding still wins doubles the wait for the next. Speculating after plain
     steps first costs the draft model's catch-up on the tokens it did not see (its prompt too, when
     the prompt's pass was plain): that forward is predicted from the draft's table and what this
-    run's catch-ups took, and charged over HORIZON steps of speculation. When speculation
+    run's catch-ups took, and charged over the steps of speculation it can pay for: HORIZON, or
+    fewer where the token budget left ends the run sooner. A probe runs only where speculation,
+    with every draft accepted and that catch-up paid, would beat plain decoding by PROBE_MARGIN:
+    a smaller best case is within the spread of the pass estimates (a machine's speed drifts by
+    10-30% over a run), and the catch-up it costs is certain. When speculation
     wins by less than PLAIN_PROBE_MARGIN and this run has not timed a plain pass of the batch's
     shape, one plain step times it (the table was measured minutes earlier; a machine's speed
     drifts). A shape this run has timed is predicted by its own running time; a time far above its
@@ -509,6 +513,7 @@ class LoadK:
     CLIP = 1.5  # a pass timed slower than this many times its estimate counts as this many
     HORIZON = 4  # steps of speculation a switch from plain decoding is expected to last
     PROBE_WAIT_MAX = 64  # plain steps between probes, at most
+    PROBE_MARGIN = 1.1  # a probe's best case must beat plain decoding by this much
 
     def __init__(self, target_cost: CostTable, draft_cost: Optional[CostTable], k_max: int = LOAD_K_MAX,
                  off_batch: int = 0, probe_every: int = 8, memory: float = 0.9):
@@ -524,6 +529,7 @@ class LoadK:
         self.backlog = 0.0  # tokens per row the draft model has not seen, at the last choice
         self.probe_wait = probe_every  # plain steps before the next probe
         self.probed = False  # the last step was a probe
+        self.left: Optional[float] = None  # tokens per row the budget leaves, at the last choice
 
     def prepare(self, rows: int) -> None:
         """Measure the pass shapes this batch can need (once per model and shape)."""
@@ -538,15 +544,17 @@ class LoadK:
     def predict(self, rows: int, k: int, alpha: Optional[float] = None, backlog: Optional[float] = None) -> dict:
         """Predicted seconds and tokens of one step at this batch and k (at the running alpha, or
         `alpha`), with the draft's catch-up on `backlog` unseen tokens per row (default: the last
-        choice's) spread over HORIZON steps."""
+        choice's) spread over the steps left to pay for it (HORIZON, or fewer at the budget's end)."""
         a = min(self.alpha if alpha is None else alpha, 0.999)
-        tokens = rows * (1 - a ** (k + 1)) / (1 - a)
+        per_row = (1 - a ** (k + 1)) / (1 - a)
+        tokens = rows * per_row
         seen = self.seen.get((rows, k + 1))
         seconds = seen if seen is not None else self.scale_t * self.target_cost(rows, k + 1)
         if k:
             if self.draft_cost is not None:  # first forward feeds ~2 tokens per row, then one per row
                 seconds += self.scale_d * (self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1))
-                seconds += self.catch_up(rows, self.backlog if backlog is None else backlog) / self.HORIZON
+                steps = self.HORIZON if self.left is None else min(self.HORIZON, max(1.0, self.left / per_row))
+                seconds += self.catch_up(rows, self.backlog if backlog is None else backlog) / steps
             else:
                 seconds += self.draft_per_token * rows * k
         return {"k": k, "seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
@@ -565,9 +573,10 @@ class LoadK:
         ratio = self.draft_cost(rows, 2) / max(self.target_cost(rows, 2), 1e-9)
         return self.scale_c * max(0.0, ratio * target - self.draft_cost(rows, 2))
 
-    def choose(self, rows: int, backlog: float = 0.0) -> tuple:
-        """(k for this step, why). `backlog`: tokens per row the draft model has not seen."""
-        self.backlog = backlog
+    def choose(self, rows: int, backlog: float = 0.0, left: Optional[float] = None) -> tuple:
+        """(k for this step, why). `backlog`: tokens per row the draft model has not seen; `left`:
+        tokens per row the budget leaves (the most any live row may still get; None: no end)."""
+        self.backlog, self.left = backlog, left
         if self.off_batch and rows >= self.off_batch:
             return 0, {"k_rule": "load", "k_chosen": 0,
                        "why": f"{rows} live rows >= spec_off_batch {self.off_batch}: speculation off"}
@@ -584,12 +593,14 @@ class LoadK:
             self.probe_wait = self.probe_every
         self.probed = False
         if k == 0 and self.plain_steps >= self.probe_wait:
-            # a probe is worth its cost only if a higher alpha could change the choice
-            if max(self.predict(rows, kk, alpha=1.0)["tokens_per_s"] for kk in range(1, self.k_max + 1)) \
-                    > options[0]["tokens_per_s"]:
+            # a probe is worth its cost only if a higher alpha could change the choice, by more
+            # than the pass estimates' spread
+            best_case = max(self.predict(rows, kk, alpha=1.0)["tokens_per_s"] for kk in range(1, self.k_max + 1))
+            if best_case > self.PROBE_MARGIN * options[0]["tokens_per_s"]:
                 k, why, self.probed = 1, why + f" (probe after {self.plain_steps} plain steps)", True
             else:
-                why += " (no probe: plain wins here even if every draft were accepted)"
+                why += (f" (no probe: even if every draft were accepted, speculation would give at most "
+                        f"{best_case / options[0]['tokens_per_s']:.2f}x plain decoding here)")
         elif (k and (rows, 1) not in self.seen and self.spec_steps >= 1
               and best["tokens_per_s"] < self.PLAIN_PROBE_MARGIN * options[0]["tokens_per_s"]):
             k, why = 0, why + " (a plain step, to time the plain pass in this run: the margin is small)"
@@ -737,7 +748,8 @@ class _BatchRun:
             ks, whys = [0] * len(rows), [{}] * len(rows)
         elif self.policy is not None:
             backlog = getattr(self.drafter, "backlog", None)
-            k, info = self.policy.choose(len(rows), backlog([r.committed for r in rows]) if backlog else 0.0)
+            k, info = self.policy.choose(len(rows), backlog([r.committed for r in rows]) if backlog else 0.0,
+                                         left=max(rooms) + 1)
             ks, whys = [k] * len(rows), [info] * len(rows)
         elif cfg.k == "auto":
             chosen = [r.policy.choose() for r in rows]

@@ -343,6 +343,60 @@ def test_load_policy_survives_a_slow_spell_and_the_drafts_catch_up():
     assert policy.scale_c == pytest.approx(0.5 * before + 0.5 * 2 * before)
 
 
+# one target pass of 16 rows of w tokens (w = 1..8) and the draft's (w = 1, 2), in seconds, from the
+# batched sweep on a 2-core AVX2 CPU in float32 (docs/benchmarks/batched-qwen-coder-fp32.json)
+AVX2_B16 = {"target": [0.851, 1.246, 1.438, 1.682, 2.156, 2.433, 2.736, 3.363], "draft": [0.325, 0.430]}
+
+
+def _avx2_b16() -> tuple:
+    target, draft = CostTable(None), CostTable(None)
+    target.points = {(16, w + 1): s for w, s in enumerate(AVX2_B16["target"])}
+    draft.points = {(16, w + 1): s for w, s in enumerate(AVX2_B16["draft"])}
+    return target, draft
+
+
+def test_a_probe_must_be_able_to_pay_for_the_drafts_catch_up():
+    # 16 users, 32 tokens each: the sweep's run where the first policy lost 27% against plain
+    # decoding. The prompt's pass was plain, so after 8 plain steps the draft model had 28 tokens
+    # per row to catch up on (4 s at 16 rows); even with every draft accepted, speculation over the
+    # 24 tokens left would gain a few percent: no probe may spend that catch-up
+    target, draft = _avx2_b16()
+    policy = LoadK(target, draft, k_max=6)
+    ks = []
+    for step in range(24):
+        k, why = policy.choose(16, backlog=20.0 + step, left=32 - step)
+        ks.append(k)
+        if k:
+            break
+        policy.update(0, 0, 0, 16, 1 if step else 20, 0.85 if step else 11.0, 0.0, 0, prefill=step == 0)
+    assert ks == [0] * 24, ks
+    assert "no probe" in why["why"] and "at most" in why["why"]
+    # where the best case clearly pays (a memory-bound pass: 16 rows of 5 tokens cost what 16 of 1
+    # do), the same run probes after its plain steps
+    flat = CostTable(None)
+    flat.points = {(16, w): 0.85 * (1 + 0.02 * w) for w in range(1, 9)}
+    policy = LoadK(flat, draft, k_max=6)
+    policy.accepted, policy.evaluated = 5, 100  # alpha ~ 0.06: plain wins, a better alpha would not
+    ks = []
+    for step in range(10):
+        ks.append(policy.choose(16, backlog=float(step), left=32 - step)[0])
+        policy.update(ks[-1], 0, 0, 16, 1, 0.87, 0.0, 0, prefill=False)
+    assert ks[:8] == [0] * 8 and 1 in ks[8:], ks
+
+
+def test_the_drafts_catch_up_is_charged_over_the_steps_the_budget_leaves():
+    target, draft = _avx2_b16()
+    policy = LoadK(target, draft, k_max=6)
+    policy.accepted, policy.evaluated = 90, 100
+    policy.choose(16, backlog=28.0, left=40)
+    long = policy.predict(16, 4)
+    policy.choose(16, backlog=28.0, left=2)  # the budget ends within one step of k = 4
+    short = policy.predict(16, 4)
+    assert short["seconds"] - long["seconds"] == pytest.approx(policy.catch_up(16, 28.0) * (1 - 1 / LoadK.HORIZON))
+    policy.choose(16, backlog=28.0, left=None)  # no end known: HORIZON steps
+    assert policy.predict(16, 4)["seconds"] == pytest.approx(long["seconds"])
+
+
 def test_a_probe_that_does_not_pay_doubles_the_wait_for_the_next():
     target = _table(lambda n: 0.1 * max(1.0, n / 16))
     draft = _table(lambda n: 0.02 * max(1.0, n / 16), widths=(1, 2))
