@@ -212,6 +212,12 @@ def cache_dir() -> Path:
     return Path(xdg) / "specviz"
 
 
+def train_dir(pair_name: str, root: Optional[Path] = None) -> Path:
+    """Where a pair's training data, checkpoints and trained heads live: $SPECVIZ_CACHE/train/<pair>/
+    (or `root`). Here rather than in specviz.train, so that loading heads needs no training code."""
+    return Path(root) if root is not None else cache_dir() / "train" / pair_name
+
+
 def lock_file(path: Path) -> Path:
     """The lock of `path`: in the cache's locks/ folder rather than beside `path`, so that a
     folder of shipped files (heads in the package) never holds lock files; named after `path`

@@ -251,9 +251,7 @@ def heads_folder(pair_name: str) -> Path:
     the ones `python -m specviz train` wrote for it ($SPECVIZ_CACHE/train/<pair>/heads)."""
     if _packaged(pair_name):
         return PACKAGED / pair_name
-    from specviz.train import work_dir
-
-    return work_dir(pair_name) / "heads"
+    return files.train_dir(pair_name) / "heads"
 
 
 def check_heads_file(kind: str, pair_name: str, folder: Optional[Path] = None) -> tuple:

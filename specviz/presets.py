@@ -167,7 +167,7 @@ def record(pair_name: str = "qwen-coder", dtype: Optional[str] = None, folder: P
     """Run every preset's two lanes on `pair_name` and write the traces and the manifest; a
     preset timed while other programs held the cores is recorded again, up to `tries` times."""
     import specviz
-    from specviz.bench.suite import loadavg, environment
+    from specviz.bench.machine import environment, loadavg
 
     pair = specviz.load_pair(pair_name, dtype=dtype, progress=lambda f, message: say(f"  {message}"))
     say(f"loaded {pair!r}; warming up")
@@ -311,7 +311,7 @@ def record_serving(pair_name: str = "qwen-coder", dtype: Optional[str] = None, f
     import specviz
     from specviz.batch import generate_batch
     from specviz.bench.prompts import SERVING_BANK
-    from specviz.bench.suite import loadavg, environment
+    from specviz.bench.machine import environment, loadavg
 
     pair = specviz.load_pair(pair_name, dtype=dtype, progress=lambda f, message: say(f"  {message}"))
     say(f"loaded {pair!r}; warming up")

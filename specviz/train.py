@@ -45,11 +45,7 @@ HELD_OUT_EVERY = 12  # every 12th document (of each source) is held out
 PROMPTS_FILE = Path(__file__).parent / "data" / "train_prompts.txt"
 
 
-def work_dir(pair_name: str, root: Optional[Path] = None) -> Path:
-    """Where a pair's training data and checkpoints live: $SPECVIZ_CACHE/train/<pair>/."""
-    from specviz.models import cache_dir
-
-    return Path(root) if root is not None else cache_dir() / "train" / pair_name
+work_dir = files.train_dir  # where a pair's training data and checkpoints live (heads look there too)
 
 
 def _progress(total: int, desc: str, unit: str = "tok", initial: int = 0):

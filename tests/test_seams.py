@@ -93,3 +93,65 @@ def test_renderers_use_no_engine_internals(path):
 def test_core_modules_import_no_ui_library(path):
     found = top_levels(imported_modules(path.read_text(encoding="utf-8"))) & UI_LIBS
     assert not found, f"{path.relative_to(ROOT)} imports {sorted(found)}"
+
+
+# ---------------------------------------------------------------------------------------------
+# no import cycles: loading heads needs no training code, a benchmark's report no other benchmark
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(sources: dict) -> dict:
+    """{module: the modules of `sources` it imports}, imports inside functions included (a lazy
+    import still ties the two modules together). `from package import submodule` names the
+    submodule, not the package: a package's __init__ that lists its submodules is no cycle."""
+    graph = {}
+    for name, source in sources.items():
+        edges = set()
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = {f"{node.module}.{a.name}" for a in node.names} & set(sources)
+                edges |= subs | ({node.module} if len(subs) < len(node.names) else set())
+            elif isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names}
+        graph[name] = (edges & set(sources)) - {name}
+    return graph
+
+
+def cycles(graph: dict) -> list:
+    """The import cycles of `graph`: its strongly connected components of more than one module."""
+    index, low, stack, found = {}, {}, [], []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_cycle_finder_finds_lazy_cycles_and_not_packages():
+    sources = {"a": "import b\n", "b": "def f():\n    from c import x\n", "c": "from a import y\n",
+               "p": "from p import m, n\n", "p.m": "from p import n\n", "p.n": "x = 1\n", "d": "import a\n"}
+    assert cycles(import_graph(sources)) == [["a", "b", "c"]]
+
+
+def test_specviz_has_no_import_cycle():
+    sources = {module_name(p): p.read_text(encoding="utf-8") for p in (ROOT / "specviz").rglob("*.py")}
+    assert len(sources) >= 30
+    assert cycles(import_graph(sources)) == []

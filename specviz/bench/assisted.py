@@ -27,7 +27,7 @@ import torch
 
 from specviz import files
 from specviz.argparsing import Parser
-from specviz.bench import analysis, suite
+from specviz.bench import analysis, machine, suite
 from specviz.models import load_pair
 
 LANES = ("ar", "spec", "spec-bare", "spec-aten", "hf", "hf-assisted", "hf-assisted-gemv", "hf-assisted-default")
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
     if torch.device(pair.device).type == "cpu":  # the lanes compare specviz's kernels with nn.Linear
         load_pair(pair, cpu_linear="gemv")
     results = bench(pair, args.tokens, args.k, args.repeats, args.lanes, partial(print, file=sys.stderr, flush=True))
-    report = {**suite.environment(pair, static_cache=False), "tokens": args.tokens, "k": args.k,
+    report = {**machine.environment(pair, static_cache=False), "tokens": args.tokens, "k": args.k,
               "repeats": args.repeats, "results": results}
     text = json.dumps(report, indent=2)
     print(text)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import platform
 import re
 import sys
 import time
@@ -32,12 +30,12 @@ from specviz.argparsing import Parser
 from specviz.bench import analysis, forward, hf, roofline
 from specviz.bench import report as rep
 from specviz.bench.controlled import ControlledDrafter
+from specviz.bench.machine import dtype_name, environment, loadavg
 from specviz.bench.prompts import PROMPTS
 from specviz.bench.synthetic import SIZES
 from specviz.config import HEAD_METHODS, RunConfig, vocab_size
 from specviz.engine import generate
 from specviz.errors import InputError, SpecvizError
-from specviz.lm import cuda_graphs_on
 from specviz.quant import quantize_draft
 
 SUITE_VERSION = 2  # 2: "batch" (measured batched decoding) replaces "batch_proxy"
@@ -324,7 +322,7 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
         sections[name] = time.perf_counter() - t0
         return out
 
-    say(f"specviz bench ({plan.mode}) on {pair.name}, {pair.device}, {_dtype(pair)}, "
+    say(f"specviz bench ({plan.mode}) on {pair.name}, {pair.device}, {dtype_name(pair)}, "
         f"{torch.get_num_threads()} threads")
     cost = timed("verify-cost curve and forward costs per batch", measure_costs, pair, plan)
     verify_cost = theory.interpolate_cost(list(cost["curve"]["target"].items()))
@@ -378,51 +376,6 @@ def prompt_table(pair) -> dict:
     return {name: {"category": p.category, "chat": p.chat, "description": p.description,
                    "prompt_tokens": len(pair.encode(p.text, chat=p.chat)), "text": p.text}
             for name, p in PROMPTS.items()}
-
-
-def _dtype(pair) -> str:
-    return str(pair.dtype).replace("torch.", "")
-
-
-def environment(pair, static_cache: bool) -> dict:
-    import transformers
-
-    device = torch.device(pair.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
-    return {"pair": pair.name, "pair_source": getattr(pair, "source", ""), "device": str(device),
-            "device_name": name, "dtype": _dtype(pair), "threads": torch.get_num_threads(),
-            "cpu_count": _cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
-            "torch": torch.__version__, "transformers": transformers.__version__,
-            "static_cache_transformers": static_cache, "cuda_synchronised": device.type == "cuda",
-            # specviz's linear kernels (specviz.kernels); transformers' lanes run the stock
-            # nn.Linear except hf-assisted-gemv
-            "cpu_linear": getattr(pair, "cpu_linear", "aten"), "transformers_linear": "aten",
-            # why this dtype and kernel when none was asked for (specviz.cpu), else None
-            "cpu_choice": getattr(pair, "cpu_choice", None),
-            # specviz's forwards replay CUDA graphs over a static cache (--cuda-graphs; specviz.lm.GraphLM)
-            "cuda_graphs": cuda_graphs_on(pair.target),
-            "loadavg_start": loadavg(),
-            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
-
-
-def loadavg():
-    """The machine's 1-minute load average: other work sharing the cores skews timings."""
-    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def plan_for(quick: bool, methods=None, **overrides) -> Plan:
