@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import torch
 
@@ -396,8 +396,10 @@ ROW_GRID = (1, 2, 4, 8, 16, 32, 64)  # batch sizes the cost table measures; othe
 
 class CostTable:
     """Seconds of one forward of `model` over `rows` rows of `width` tokens each (a batched
-    pass's own shape: B rows of k + 1), measured where asked, on a short context per row, and
-    kept on the model so a pair measures each shape once.
+    pass's own shape: B rows of k + 1), measured where asked, after CONTEXT tokens per row (about
+    a short prompt and part of its answer: a pass costs more the longer the context its rows attend
+    to, so a table timed after a few tokens under-predicts a run's passes), and kept on the model so
+    a pair measures each shape once.
 
     Measured per shape rather than read off a curve of total tokens: on a CPU a matrix product's
     cost is not smooth in its row count (kernels block rows by the vector width, so a pass of 16
@@ -405,7 +407,9 @@ class CostTable:
     very passes speculation runs. Row counts between measured ones interpolate linearly for the
     same width. The load policy scales the table by what its own passes really took."""
 
-    def __init__(self, model, context: int = 16, repeats: int = 3):
+    CONTEXT = 64
+
+    def __init__(self, model, context: int = CONTEXT, repeats: int = 3):
         self.model, self.context, self.repeats = model, context, repeats
         self.points: dict = {}  # (rows, width) -> seconds
 
@@ -454,7 +458,7 @@ class CostTable:
 
 
 @torch.inference_mode()
-def measure_pass(model, rows: int, widths: list, context: int = 16, repeats: int = 3) -> dict:
+def measure_pass(model, rows: int, widths: list, context: int = CostTable.CONTEXT, repeats: int = 3) -> dict:
     """{(rows, w): seconds} of one forward feeding `rows` rows of w tokens after a `context`-token
     cache per row: the fastest of `repeats` rounds after a warm-up round, one prefill for all
     widths. A round times every width once, so each shape's samples are spread over the whole
@@ -478,6 +482,22 @@ def measure_pass(model, rows: int, widths: list, context: int = 16, repeats: int
     return best
 
 
+class Running:
+    """A running mean that forgets: each value added weighs 1 and every earlier one `memory` times
+    less than before. No prior: the first value is the mean (an average that started at a guess
+    would take a dozen steps to forget it), and `default` stands in until then."""
+
+    def __init__(self, memory: float, default: Callable[[], float] = lambda: 1.0):
+        self.memory, self.default, self.total, self.weight = memory, default, 0.0, 0.0
+
+    def add(self, value: float) -> None:
+        self.total, self.weight = self.memory * self.total + value, self.memory * self.weight + 1.0
+
+    @property
+    def value(self) -> float:
+        return self.total / self.weight if self.weight else self.default()
+
+
 class LoadK:
     """k="load": one draft length for the whole batch, chosen every step to maximise predicted
     tokens per second of the batch:
@@ -490,7 +510,9 @@ class LoadK:
     whether that pays: a pessimistic start would choose k = 0 and learn only from probes), T_target the measured cost of a pass of that
     shape (`CostTable`: rows x (k + 1)) and T_draft the draft model's (spec) or the drafter's measured seconds per
     drafted token and row (pld, heads). k = 0 is a plain autoregressive step (rows / T_target(rows)).
-    When k = 0 wins, a k = 1 probe every `probe_every` steps keeps alpha fresh, unless plain decoding
+    When k = 0 wins, a k = 1 probe every `probe_every` steps keeps alpha fresh, and the first pass
+    probes when nothing is known of alpha (the draft has to read the prompts before any
+    speculation anyway, and alpha learnt on the first pass serves the whole run), unless plain decoding
     would win even if every draft were accepted (then no alpha could change the choice); a probe
     after which plain decoding still wins doubles the wait for the next. Speculating after plain
     steps first costs the draft model's catch-up on the tokens it did not see (its prompt too, when
@@ -511,16 +533,21 @@ class LoadK:
     PRIOR_ALPHA, PRIOR_WEIGHT = 0.8, 2.0
     PLAIN_PROBE_MARGIN = 1.3
     CLIP = 1.5  # a pass timed slower than this many times its estimate counts as this many
-    HORIZON = 4  # steps of speculation a switch from plain decoding is expected to last
+    HORIZON = 16  # steps of speculation a switch from plain decoding is expected to last, at most
     PROBE_WAIT_MAX = 64  # plain steps between probes, at most
     PROBE_MARGIN = 1.1  # a probe's best case must beat plain decoding by this much
+    CATCH_UP_WIDTH = 8  # tokens per row of the draft's widest measured pass (its catch-ups)
 
     def __init__(self, target_cost: CostTable, draft_cost: Optional[CostTable], k_max: int = LOAD_K_MAX,
                  off_batch: int = 0, probe_every: int = 8, memory: float = 0.9):
         self.target_cost, self.draft_cost = target_cost, draft_cost
         self.k_max, self.off_batch, self.probe_every, self.memory = k_max, off_batch, probe_every, memory
         self.accepted = self.evaluated = 0.0
-        self.scale_t = self.scale_d = 1.0  # measured / curve: contexts, padding and this run's machine state
+        # measured / table, for the target's passes and the draft's (contexts, padding, the engine's
+        # work around a forward, this run's machine state); the draft's follows the target's until
+        # the draft has evidence of its own: what slows one model's passes on a machine slows the other's
+        self.target_scale = Running(memory)
+        self.draft_scale = Running(memory, default=lambda: self.target_scale.value)
         self.draft_per_token = 0.0  # seconds per drafted token per row (drafters without a cost curve)
         self.plain_steps = 0
         self.seen: dict = {}  # (rows, width) -> this run's running seconds for a target pass of that shape
@@ -529,13 +556,22 @@ class LoadK:
         self.backlog = 0.0  # tokens per row the draft model has not seen, at the last choice
         self.probe_wait = probe_every  # plain steps before the next probe
         self.probed = False  # the last step was a probe
+        self.first = True  # no step chosen yet
         self.left: Optional[float] = None  # tokens per row the budget leaves, at the last choice
 
     def prepare(self, rows: int) -> None:
         """Measure the pass shapes this batch can need (once per model and shape)."""
         self.target_cost.need(rows, range(1, self.k_max + 2))
         if self.draft_cost is not None:
-            self.draft_cost.need(rows, (1, 2))
+            self.draft_cost.need(rows, (1, 2, self.CATCH_UP_WIDTH))
+
+    @property
+    def scale_t(self) -> float:
+        return self.target_scale.value
+
+    @property
+    def scale_d(self) -> float:
+        return self.draft_scale.value
 
     @property
     def alpha(self) -> float:
@@ -561,13 +597,20 @@ class LoadK:
 
     def catch_up(self, rows: int, backlog: float) -> float:
         """Predicted extra seconds of the draft's first forward when it has `backlog` unseen
-        tokens per row (beyond the one a drafting step feeds anyway). The draft's table stops at
-        2 tokens per row, so the shape's cost comes from the target's table (as wide as it goes,
-        then in proportion: a wide pass is bound by arithmetic) times the draft's cost against
-        the target's at 2 tokens; scaled by what this run's catch-ups took."""
+        tokens per row (beyond the one a drafting step feeds anyway), scaled by what this run's
+        catch-ups took. From the draft's own pass of CATCH_UP_WIDTH tokens per row where its table
+        has one (between 2 and that width linearly, beyond it in proportion: so wide a pass is
+        bound by arithmetic); else from the target's table times the draft's cost against the
+        target's at 2 tokens, which over-predicts a wide pass (the small model's overheads weigh
+        more in a narrow pass than in a wide one)."""
         if self.draft_cost is None or backlog <= 1:
             return 0.0
         width = backlog + 1
+        w = self.CATCH_UP_WIDTH
+        if any(shape[1] == w for shape in self.draft_cost.points):
+            two, wide = self.draft_cost(rows, 2), self.draft_cost(rows, w)
+            cost = two + (width - 2) * (wide - two) / (w - 2) if width <= w else wide * width / w
+            return self.scale_c * max(0.0, cost - two)
         widest = max(1, min(int(width), self.k_max + 1))
         target = self.target_cost(rows, widest) * width / widest
         ratio = self.draft_cost(rows, 2) / max(self.target_cost(rows, 2), 1e-9)
@@ -592,12 +635,15 @@ class LoadK:
         elif k:
             self.probe_wait = self.probe_every
         self.probed = False
-        if k == 0 and self.plain_steps >= self.probe_wait:
+        first, self.first = self.first, False
+        if k == 0 and (self.plain_steps >= self.probe_wait or (first and not self.evaluated)):
             # a probe is worth its cost only if a higher alpha could change the choice, by more
             # than the pass estimates' spread
             best_case = max(self.predict(rows, kk, alpha=1.0)["tokens_per_s"] for kk in range(1, self.k_max + 1))
             if best_case > self.PROBE_MARGIN * options[0]["tokens_per_s"]:
-                k, why, self.probed = 1, why + f" (probe after {self.plain_steps} plain steps)", True
+                k, self.probed = 1, True
+                why += (f" (probe after {self.plain_steps} plain steps)" if self.evaluated
+                        else " (probe: the first pass, no draft judged yet)")
             else:
                 why += (f" (no probe: even if every draft were accepted, speculation would give at most "
                         f"{best_case / options[0]['tokens_per_s']:.2f}x plain decoding here)")
@@ -628,7 +674,7 @@ class LoadK:
         observed = min(verify_time, self.CLIP * expected) if expected > 0 else verify_time
         self.seen[shape] = observed if shape not in self.seen else m * self.seen[shape] + (1 - m) * observed
         if table > 0:
-            self.scale_t = m * self.scale_t + (1 - m) * min(verify_time / table, self.CLIP * self.scale_t)
+            self.target_scale.add(min(verify_time / table, self.CLIP * self.scale_t))
         if drafted and k and self.draft_cost is not None and catching_up and self.backlog > 1:
             # what the catch-up took beyond a step's own drafting, against its prediction
             d = self.scale_d * (self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1))
@@ -639,7 +685,7 @@ class LoadK:
             if self.draft_cost is not None:
                 d = self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1)
                 if d > 0:
-                    self.scale_d = m * self.scale_d + (1 - m) * min(draft_time / d, self.CLIP * self.scale_d)
+                    self.draft_scale.add(min(draft_time / d, self.CLIP * self.scale_d))
             else:
                 per = draft_time / max(1, drafted)
                 self.draft_per_token = per if not self.draft_per_token else m * self.draft_per_token + (1 - m) * per

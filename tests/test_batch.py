@@ -325,11 +325,11 @@ def test_load_policy_survives_a_slow_spell_and_the_drafts_catch_up():
     # dear, but not what drafting costs; it must not make speculation look dear
     for _ in range(8):
         policy.update(0, 0, 0, 8, 1, target(8, 1), 0.0, 0, prefill=False)
-    scale = policy.scale_d
+    evidence = policy.draft_scale.weight
     policy.update(1, 8, 8, 8, 2, target(8, 2), 30 * draft(8, 2), 8, prefill=False)
-    assert policy.scale_d == scale
-    policy.update(4, 32, 40, 8, 5, target(8, 5), draft(8, 2) + 3 * draft(8, 1), 32, prefill=False)
-    assert policy.scale_d == pytest.approx(scale * 0.9 + 0.1)  # a step's own drafting is learnt
+    assert policy.draft_scale.weight == evidence  # the catch-up taught nothing of drafting's cost
+    policy.update(4, 32, 40, 8, 5, target(8, 5), 1.25 * (draft(8, 2) + 3 * draft(8, 1)), 32, prefill=False)
+    assert policy.scale_d == pytest.approx(1.25)  # a step's own drafting is learnt, from its first step
     # the catch-up is a cost of switching back on: charged (over HORIZON steps) when the draft is behind
     behind, level = policy.predict(8, 4, backlog=40), policy.predict(8, 4, backlog=0)
     assert behind["seconds"] == pytest.approx(level["seconds"] + policy.catch_up(8, 40) / LoadK.HORIZON)
@@ -357,19 +357,22 @@ def _avx2_b16() -> tuple:
 
 def test_a_probe_must_be_able_to_pay_for_the_drafts_catch_up():
     # 16 users, 32 tokens each: the sweep's run where the first policy lost 27% against plain
-    # decoding. The prompt's pass was plain, so after 8 plain steps the draft model had 28 tokens
+    # decoding. Its prompt's pass was plain, so after 8 plain steps the draft model had 28 tokens
     # per row to catch up on (4 s at 16 rows); even with every draft accepted, speculation over the
     # 24 tokens left would gain a few percent: no probe may spend that catch-up
     target, draft = _avx2_b16()
     policy = LoadK(target, draft, k_max=6)
+    k, why = policy.choose(16, backlog=20.0, left=32)
+    assert k == 1 and "no draft judged yet" in why["why"]  # the first pass probes: its best case is 1.12x
+    policy.update(0, 0, 0, 16, 20, 11.0, 0.0, 0, prefill=True)  # (as the sweep's run: its first pass was plain)
     ks = []
-    for step in range(24):
+    for step in range(1, 24):
         k, why = policy.choose(16, backlog=20.0 + step, left=32 - step)
         ks.append(k)
         if k:
             break
-        policy.update(0, 0, 0, 16, 1 if step else 20, 0.85 if step else 11.0, 0.0, 0, prefill=step == 0)
-    assert ks == [0] * 24, ks
+        policy.update(0, 0, 0, 16, 1, 0.85, 0.0, 0, prefill=False)
+    assert ks[7:] == [0] * 16, ks  # from the sweep's step 8 on, nothing can pay the catch-up back
     assert "no probe" in why["why"] and "at most" in why["why"]
     # where the best case clearly pays (a memory-bound pass: 16 rows of 5 tokens cost what 16 of 1
     # do), the same run probes after its plain steps
@@ -384,17 +387,50 @@ def test_a_probe_must_be_able_to_pay_for_the_drafts_catch_up():
     assert ks[:8] == [0] * 8 and 1 in ks[8:], ks
 
 
+def test_the_policy_takes_the_runs_pass_times_from_its_first_steps():
+    # the run's passes cost 1.25x the table (longer contexts, the engine's work around a forward):
+    # two plain steps are enough to know it, and the draft's passes are taken to be slowed alike
+    # until a drafting step says otherwise
+    target, draft = _avx2_b16()
+    policy = LoadK(target, draft, k_max=6)
+    assert policy.scale_t == 1.0 and policy.scale_d == 1.0
+    for _ in range(2):
+        policy.update(0, 0, 0, 16, 1, 1.25 * target(16, 1), 0.0, 0, prefill=False)
+    assert policy.scale_t == pytest.approx(1.25) and policy.scale_d == pytest.approx(1.25)
+    assert policy.predict(16, 4)["seconds"] == pytest.approx(1.25 * (target(16, 5) + draft(16, 2) + 3 * draft(16, 1)))
+    # older values fade: a run that speeds up is followed
+    for _ in range(30):
+        policy.update(0, 0, 0, 16, 1, target(16, 1), 0.0, 0, prefill=False)
+    assert policy.scale_t == pytest.approx(1.0, abs=0.02)
+
+
 def test_the_drafts_catch_up_is_charged_over_the_steps_the_budget_leaves():
     target, draft = _avx2_b16()
     policy = LoadK(target, draft, k_max=6)
     policy.accepted, policy.evaluated = 90, 100
-    policy.choose(16, backlog=28.0, left=40)
+    catch_up = policy.catch_up(16, 28.0)
+    policy.choose(16, backlog=28.0, left=None)  # no end known: over HORIZON steps
     long = policy.predict(16, 4)
     policy.choose(16, backlog=28.0, left=2)  # the budget ends within one step of k = 4
     short = policy.predict(16, 4)
-    assert short["seconds"] - long["seconds"] == pytest.approx(policy.catch_up(16, 28.0) * (1 - 1 / LoadK.HORIZON))
-    policy.choose(16, backlog=28.0, left=None)  # no end known: HORIZON steps
-    assert policy.predict(16, 4)["seconds"] == pytest.approx(long["seconds"])
+    assert short["seconds"] - long["seconds"] == pytest.approx(catch_up * (1 - 1 / LoadK.HORIZON))
+    policy.choose(16, backlog=28.0, left=40)  # over the steps 40 tokens per row take at k = 4
+    a = policy.alpha
+    steps = 40 / ((1 - a ** 5) / (1 - a))
+    assert 1 < steps < LoadK.HORIZON
+    assert policy.predict(16, 4)["seconds"] - long["seconds"] == pytest.approx(catch_up * (1 / steps - 1 / LoadK.HORIZON))
+
+
+def test_the_drafts_catch_up_comes_from_its_own_wide_pass_where_measured():
+    target = _table(lambda n: 0.1 * max(1.0, n / 16))
+    draft = _table(lambda n: 0.02 * max(1.0, n / 16), widths=(1, 2, 8))
+    policy = LoadK(target, draft, k_max=6)
+    two, wide = draft(4, 2), draft(4, 8)
+    assert wide > two
+    assert policy.catch_up(4, 7.0) == pytest.approx(wide - two)  # 8 tokens per row: the measured pass
+    assert policy.catch_up(4, 4.0) == pytest.approx((wide - two) / 2)  # 5 tokens: halfway from 2 to 8
+    assert policy.catch_up(4, 15.0) == pytest.approx(2 * wide - two)  # 16 tokens: twice the widest, in proportion
+    assert policy.catch_up(4, 1.0) == 0.0
 
 
 def test_a_probe_that_does_not_pay_doubles_the_wait_for_the_next():
