@@ -521,10 +521,14 @@ class LoadK:
     fewer where the token budget left ends the run sooner. A probe runs only where speculation,
     with every draft accepted and that catch-up paid, would beat plain decoding by PROBE_MARGIN:
     a smaller best case is within the spread of the pass estimates (a machine's speed drifts by
-    10-30% over a run), and the catch-up it costs is certain. When speculation
-    wins by less than PLAIN_PROBE_MARGIN and this run has not timed a plain pass of the batch's
-    shape, one plain step times it (the table was measured minutes earlier; a machine's speed
-    drifts). A shape this run has timed is predicted by its own running time; a time far above its
+    10-30% over a run), and the catch-up it costs is certain. Speculation is chosen only where
+    it is predicted to beat plain decoding by SPEC_MARGIN: a step's prediction does not see the
+    tail a speculative batch makes (its rows finish at different passes, and the last passes run
+    few rows) nor the draft's catch-ups when the choice flips. When speculation
+    wins by less than PLAIN_PROBE_MARGIN and this run has not timed a plain pass yet, one plain
+    step times it (the table was measured minutes earlier; a machine's speed drifts); once only:
+    as rows finish the batch's shape changes at every step of the tail, and a plain step there
+    lengthens the tail (the table scaled by the run's own times predicts those shapes). A shape this run has timed is predicted by its own running time; a time far above its
     estimate counts as CLIP times it (a slow spell of the machine), and the draft model's catch-up
     after plain steps is not taken for its drafting cost. At or above
     `off_batch` live rows (vLLM's speculative_disable_by_batch_size) every step is k = 0."""
@@ -536,6 +540,7 @@ class LoadK:
     HORIZON = 16  # steps of speculation a switch from plain decoding is expected to last, at most
     PROBE_WAIT_MAX = 64  # plain steps between probes, at most
     PROBE_MARGIN = 1.1  # a probe's best case must beat plain decoding by this much
+    SPEC_MARGIN = 1.1  # and a speculative step's prediction at the running alpha, to be chosen
     CATCH_UP_WIDTH = 8  # tokens per row of the draft's widest measured pass (its catch-ups)
 
     def __init__(self, target_cost: CostTable, draft_cost: Optional[CostTable], k_max: int = LOAD_K_MAX,
@@ -557,6 +562,11 @@ class LoadK:
         self.probe_wait = probe_every  # plain steps before the next probe
         self.probed = False  # the last step was a probe
         self.first = True  # no step chosen yet
+        self.rooms: Optional[list] = None  # each row's deepest chain within its budget, at the last choice
+        self.last_tokens = 0.0  # tokens the last choice predicted (before token_scale)
+        # accepted drafts a speculative step brought / predicted: rows accept unevenly (a pooled
+        # alpha over-predicts a batch of code and chat alike), which one running alpha does not see
+        self.token_scale = Running(memory)
         self.left: Optional[float] = None  # tokens per row the budget leaves, at the last choice
 
     def prepare(self, rows: int) -> None:
@@ -583,7 +593,14 @@ class LoadK:
         choice's) spread over the steps left to pay for it (HORIZON, or fewer at the budget's end)."""
         a = min(self.alpha if alpha is None else alpha, 0.999)
         per_row = (1 - a ** (k + 1)) / (1 - a)
-        tokens = rows * per_row
+        if k and self.rooms is not None and len(self.rooms) == rows:  # a row near its budget drafts less
+            raw = sum((1 - a ** (min(k, max(0, room)) + 1)) / (1 - a) for room in self.rooms)
+        else:
+            raw = rows * per_row
+        # the drafts this run's speculative steps really had accepted against this prediction (rows
+        # accept unevenly): at the running alpha only, not in a best case; every row gets its one
+        # token from the target whatever happens to the drafts
+        tokens = rows + (raw - rows) * self.token_scale.value if k and alpha is None else raw
         seen = self.seen.get((rows, k + 1))
         seconds = seen if seen is not None else self.scale_t * self.target_cost(rows, k + 1)
         if k:
@@ -593,7 +610,7 @@ class LoadK:
                 seconds += self.catch_up(rows, self.backlog if backlog is None else backlog) / steps
             else:
                 seconds += self.draft_per_token * rows * k
-        return {"k": k, "seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds}
+        return {"k": k, "seconds": seconds, "tokens": tokens, "raw_tokens": raw, "tokens_per_s": tokens / seconds}
 
     def catch_up(self, rows: int, backlog: float) -> float:
         """Predicted extra seconds of the draft's first forward when it has `backlog` unseen
@@ -616,10 +633,13 @@ class LoadK:
         ratio = self.draft_cost(rows, 2) / max(self.target_cost(rows, 2), 1e-9)
         return self.scale_c * max(0.0, ratio * target - self.draft_cost(rows, 2))
 
-    def choose(self, rows: int, backlog: float = 0.0, left: Optional[float] = None) -> tuple:
+    def choose(self, rows: int, backlog: float = 0.0, left: Optional[float] = None,
+               rooms: Optional[list] = None) -> tuple:
         """(k for this step, why). `backlog`: tokens per row the draft model has not seen; `left`:
-        tokens per row the budget leaves (the most any live row may still get; None: no end)."""
-        self.backlog, self.left = backlog, left
+        tokens per row the budget leaves (the most any live row may still get; None: no end);
+        `rooms`: each row's deepest chain within its budget."""
+        self.backlog, self.rooms = backlog, rooms
+        self.left = left if left is not None or not rooms else max(rooms) + 1
         if self.off_batch and rows >= self.off_batch:
             return 0, {"k_rule": "load", "k_chosen": 0,
                        "why": f"{rows} live rows >= spec_off_batch {self.off_batch}: speculation off"}
@@ -628,6 +648,11 @@ class LoadK:
         k = best["k"]
         why = (f"load: alpha~{self.alpha:.2f}, {rows} rows: best k={k} "
                f"({best['tokens_per_s']:.1f} tok/s predicted vs {options[0]['tokens_per_s']:.1f} plain)")
+        if k and best["tokens_per_s"] < self.SPEC_MARGIN * options[0]["tokens_per_s"]:
+            # a step's prediction does not see the tail a speculative batch makes (its rows finish
+            # at different passes, the last passes run few rows) nor the catch-ups of switching:
+            # a small predicted gain is not worth them
+            k, why = 0, why + f" (a gain under {self.SPEC_MARGIN - 1:.0%}: plain)"
         if backlog > 1 and self.draft_cost is not None:
             why += f"; the draft catches up on {backlog:.0f} tokens per row first"
         if self.probed and k == 0:  # the last probe did not make speculation pay: wait longer
@@ -647,15 +672,20 @@ class LoadK:
             else:
                 why += (f" (no probe: even if every draft were accepted, speculation would give at most "
                         f"{best_case / options[0]['tokens_per_s']:.2f}x plain decoding here)")
-        elif (k and (rows, 1) not in self.seen and self.spec_steps >= 1
+        elif (k and not any(width == 1 for _, width in self.seen) and self.spec_steps >= 1
               and best["tokens_per_s"] < self.PLAIN_PROBE_MARGIN * options[0]["tokens_per_s"]):
             k, why = 0, why + " (a plain step, to time the plain pass in this run: the margin is small)"
+        self.last_tokens = self.predict(rows, k)["raw_tokens"] if k else 0.0
         return k, {"k_rule": "load", "k_chosen": k, "why": why,
                    "predicted": [round(o["tokens_per_s"], 3) for o in options]}
 
     def update(self, k: int, accepted: int, evaluated: int, rows: int, width: int,
-               verify_time: float, draft_time: float, drafted: int, prefill: bool) -> None:
+               verify_time: float, draft_time: float, drafted: int, prefill: bool,
+               emitted: Optional[int] = None) -> None:
         m = self.memory
+        if k and emitted is not None and self.last_tokens - rows > 0.5:
+            drafts = (emitted - rows) / (self.last_tokens - rows)  # accepted drafts: measured / predicted
+            self.token_scale.add(min(max(drafts, 1 / self.CLIP), self.CLIP))
         if evaluated:  # a plain step says nothing of alpha: the evidence waits, it does not fade
             self.accepted, self.evaluated = m * self.accepted + accepted, m * self.evaluated + evaluated
         # after plain steps the draft model first catches up on the tokens it did not see: that
@@ -795,7 +825,7 @@ class _BatchRun:
         elif self.policy is not None:
             backlog = getattr(self.drafter, "backlog", None)
             k, info = self.policy.choose(len(rows), backlog([r.committed for r in rows]) if backlog else 0.0,
-                                         left=max(rooms) + 1)
+                                         rooms=rooms)
             ks, whys = [k] * len(rows), [info] * len(rows)
         elif cfg.k == "auto":
             chosen = [r.policy.choose() for r in rows]
@@ -864,7 +894,8 @@ class _BatchRun:
                 finished.append(i)
         if self.policy is not None:
             self.policy.update(max(ks), sum(accepted), evaluated, len(rows), max(len(p) for p in proposals) + 1,
-                               verify_time, draft_time, sum(len(p) for p in proposals), prefill=step == 0)
+                               verify_time, draft_time, sum(len(p) for p in proposals), prefill=step == 0,
+                               emitted=sum(emitted_n))
         batch_step = ev.BatchStep(step=step, rows=list(live), k=ks, drafted=[len(p) for p in proposals],
                                   accepted=accepted, emitted=emitted_n, tokens_fed=sum(len(f) for f in feeds),
                                   width=max(len(f) for f in feeds), draft_time=draft_time, verify_time=verify_time,
