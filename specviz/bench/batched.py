@@ -651,7 +651,9 @@ def markdown(report: dict) -> str:
         lines += ["## Speedup against batch size", "",
                   "Theory: each row's own alpha and the cost table, the batch running until its slowest row is "
                   "done (pooled: one alpha for every row, all rows ending together); in-run: the same theory "
-                  "with the pass times the two lanes measured as they ran.", "",
+                  "with the pass times the two lanes measured as they ran. load / best compares the load lane with "
+                  "lanes run minutes apart" + ("; the policy's score is the paired one below" if report.get("policy")
+                                               else "") + ".", "",
                   "| B | AR tok/s | spec tok/s | measured | theory | measured/theory | pooled theory | in-run theory | "
                   "measured/in-run | AR pass ms (table) | alpha | pld | medusa | load | load / best | load mean k |",
                   "|---:|" + "---:|" * 15]
