@@ -675,7 +675,7 @@ class LoadK:
         elif (k and not any(width == 1 for _, width in self.seen) and self.spec_steps >= 1
               and best["tokens_per_s"] < self.PLAIN_PROBE_MARGIN * options[0]["tokens_per_s"]):
             k, why = 0, why + " (a plain step, to time the plain pass in this run: the margin is small)"
-        self.last_tokens = self.predict(rows, k)["raw_tokens"] if k else 0.0
+        self.last_tokens = options[k]["raw_tokens"] if k else 0.0
         return k, {"k_rule": "load", "k_chosen": k, "why": why,
                    "predicted": [round(o["tokens_per_s"], 3) for o in options]}
 

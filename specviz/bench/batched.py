@@ -292,7 +292,9 @@ def memory_section(pair, rows: int = 32, context: int = 256, tokens: int = 32) -
     and seem to add nothing."""
     import multiprocessing
 
-    options = {"dtype": str(pair.dtype).replace("torch.", ""), "cpu_linear": getattr(pair, "cpu_linear", None)}
+    from specviz.bench.machine import dtype_name
+
+    options = {"dtype": dtype_name(pair), "cpu_linear": getattr(pair, "cpu_linear", None)}
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(_memory_child, (pair.name, options, rows, context, tokens))
 
@@ -397,6 +399,7 @@ def analyse(report: dict) -> dict:
     policy = report.get("policy") or {}
     for r in rows_out:  # the paired score where the policy section ran (the lanes' ratio otherwise)
         r["load_over_best_paired"] = (policy.get(str(r["batch"])) or {}).get("ratio")
+    load_scores = [r["load_over_best_paired"] if policy else r["load_over_best"] for r in rows_out]
     checks = {
         "ar_16_over_1": ar_rates[16] / ar_rates[1] if 16 in ar_rates and 1 in ar_rates else None,
         # what this machine's passes allow: 16 rows in one pass against 16 one-row passes (the table)
@@ -420,9 +423,7 @@ def analyse(report: dict) -> dict:
         "in_run_theory_within_15pct": bool(rows_out) and all(
             r["measured_over_in_run_theory"] is not None and 0.85 <= r["measured_over_in_run_theory"] <= 1.15
             for r in rows_out),
-        "load_at_least_095": bool(rows_out) and all(
-            (r["load_over_best_paired"] if policy else r["load_over_best"]) is not None
-            and (r["load_over_best_paired"] if policy else r["load_over_best"]) >= 0.95 for r in rows_out),
+        "load_at_least_095": bool(load_scores) and all(s is not None and s >= 0.95 for s in load_scores),
         "memory_under_1_5gb": checks["memory_added_gb"] is not None and checks["memory_added_gb"] <= 1.5,
     }
     return {"rows": rows_out, "crossover_measured": crossover, "crossover_theory": theory_cross,
