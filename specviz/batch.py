@@ -30,8 +30,10 @@ which this module's per-row causal mask does not express.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 from typing import Callable, Iterator, Optional
 
 import torch
@@ -499,49 +501,65 @@ class Running:
 
 
 class LoadK:
-    """k="load": one draft length for the whole batch, chosen every step to maximise predicted
-    tokens per second of the batch:
+    """k="load": one draft length for the whole batch, chosen every step so that the batch
+    finishes soonest.
 
-        rows * E[tokens per row](alpha, k)  /  (T_target(rows * (k + 1)) + T_draft(rows, k))
+    Each candidate k (0: a plain autoregressive step) is scored by `plan`: the predicted seconds
+    until every live row has its budget if every step from here on drafted k; this step takes the
+    best k and the next step chooses again (a receding horizon). A step's own tokens per second
+    would miss what decides a batch's finishing time. Rows of a speculative batch accept unevenly,
+    so they finish at different passes and the last passes run few rows, at almost a full pass's
+    cost (a pass of 2 rows costs nearly what one of 8 does where passes are bound by reading the
+    weights); a batch that turns plain after speculating keeps that raggedness to its end, a
+    speculating one lets its laggards catch up. And speculating after plain steps first costs the
+    draft model's catch-up on every token it missed (its prompt, on the first pass): paid once,
+    so worth it only over enough steps to pay it back. The plan counts both:
 
-    with E = (1 - alpha^(k+1)) / (1 - alpha), alpha the running acceptance rate over every row
-    (forgetting older steps that judged drafts, never plain ones; it starts from PRIOR_ALPHA, an
-    optimistic guess worth PRIOR_WEIGHT judged drafts, so a batch speculates first and learns
-    whether that pays: a pessimistic start would choose k = 0 and learn only from probes), T_target the measured cost of a pass of that
-    shape (`CostTable`: rows x (k + 1)) and T_draft the draft model's (spec) or the drafter's measured seconds per
-    drafted token and row (pld, heads). k = 0 is a plain autoregressive step (rows / T_target(rows)).
-    When k = 0 wins, a k = 1 probe every `probe_every` steps keeps alpha fresh, and the first pass
-    probes when nothing is known of alpha (the draft has to read the prompts before any
-    speculation anyway, and alpha learnt on the first pass serves the whole run), unless plain decoding
-    would win even if every draft were accepted (then no alpha could change the choice); a probe
-    after which plain decoding still wins doubles the wait for the next. Speculating after plain
-    steps first costs the draft model's catch-up on the tokens it did not see (its prompt too, when
-    the prompt's pass was plain): that forward is predicted from the draft's table and what this
-    run's catch-ups took, and charged over the steps of speculation it can pay for: HORIZON, or
-    fewer where the token budget left ends the run sooner. A probe runs only where speculation,
-    with every draft accepted and that catch-up paid, would beat plain decoding by PROBE_MARGIN:
-    a smaller best case is within the spread of the pass estimates (a machine's speed drifts by
-    10-30% over a run), and the catch-up it costs is certain. Speculation is chosen only where
-    it is predicted to beat plain decoding by SPEC_MARGIN: a step's prediction does not see the
-    tail a speculative batch makes (its rows finish at different passes, and the last passes run
-    few rows) nor the draft's catch-ups when the choice flips. When speculation
-    wins by less than PLAIN_PROBE_MARGIN and this run has not timed a plain pass yet, one plain
-    step times it (the table was measured minutes earlier; a machine's speed drifts); once only:
-    as rows finish the batch's shape changes at every step of the tail, and a plain step there
-    lengthens the tail (the table scaled by the run's own times predicts those shapes). A shape this run has timed is predicted by its own running time; a time far above its
-    estimate counts as CLIP times it (a slow spell of the machine), and the draft model's catch-up
-    after plain steps is not taken for its drafting cost. At or above
-    `off_batch` live rows (vLLM's speculative_disable_by_batch_size) every step is k = 0."""
+    - a row's step with k drafts yields X tokens, P(X = j) = alpha^(j-1) (1 - alpha) for j <= k and
+      alpha^k for j = k + 1 (mean E, variance V), E corrected by a running factor of the drafts
+      this run's steps really kept against their prediction (rows accept unevenly, which one pooled
+      alpha over-predicts); a row with n tokens left needs about n / E steps, spread by
+      sqrt(n V / E^3) steps (renewal theory); the rows, ranked by what they have left, are put at
+      the normal order statistics of that spread (the last of 16 rows finishes about two spreads
+      after the middle one); at k = 0 a row with n tokens left needs exactly n steps;
+    - plan step j costs a pass of the rows still live then: the target's pass over rows x (k + 1)
+      (its `CostTable`, scaled by what this run's passes really took, or this run's own running
+      time for a shape it has run), plus the drafting (the draft model's forwards from its table,
+      likewise scaled; a drafter's measured seconds per drafted token and row), plus, once, the
+      draft model's catch-up on the tokens it has not seen (`catch_up`).
+
+    alpha is the running acceptance rate over every row, forgetting older judged drafts (plain
+    steps judge none: the evidence waits, it does not fade), from PRIOR_ALPHA worth PRIOR_WEIGHT
+    drafts. Speculation is chosen only where its plan beats plain decoding's by SPEC_MARGIN (the
+    pass estimates drift with the machine by more than a few percent). Probes keep alpha honest:
+    when plain decoding wins and nothing has been judged (the first pass) or `probe_every` plain
+    steps have passed, a step speculates PROBE_K drafts deep (the first draft is accepted more
+    often than later ones: a probe one draft deep over-states alpha for deeper steps), but only
+    where the highest alpha the evidence allows (`alpha_high`: 1 before any draft is judged)
+    would finish the batch PROBE_MARGIN sooner than plain decoding: else no alpha the run is
+    likely to see could change the choice, while the catch-up a probe pays is certain, and so is
+    the ragged tail its uneven acceptance leaves; a probe after which plain
+    decoding still wins doubles the wait for the next. The plan's plain passes are the table's,
+    scaled by what this run's passes took, until the run has timed one: a batch's passes differ
+    from the table's by shape (its rows' contexts differ, and a wide pass pays for that more than
+    a narrow one), so where speculation's predicted gain is under PLAIN_PROBE_MARGIN one plain
+    step, after the first speculative one, times the plain pass (it costs nothing but the tokens
+    speculation might have added in one step). A pass timed far above its estimate counts
+    as CLIP times it (a slow spell of the machine), and the draft's catch-up is not taken for its
+    drafting cost. At or above `off_batch` live rows (vLLM's speculative_disable_by_batch_size)
+    every step is k = 0. Without a budget per row the plan assumes OPEN tokens per row left."""
 
     rule = "load"
     PRIOR_ALPHA, PRIOR_WEIGHT = 0.8, 2.0
-    PLAIN_PROBE_MARGIN = 1.3
     CLIP = 1.5  # a pass timed slower than this many times its estimate counts as this many
-    HORIZON = 16  # steps of speculation a switch from plain decoding is expected to last, at most
     PROBE_WAIT_MAX = 64  # plain steps between probes, at most
-    PROBE_MARGIN = 1.1  # a probe's best case must beat plain decoding by this much
-    SPEC_MARGIN = 1.1  # and a speculative step's prediction at the running alpha, to be chosen
+    PROBE_MARGIN = 1.1  # a probe's best case must finish the batch this much sooner than plain decoding
+    PROBE_Z = 2.0  # how far above the running alpha a probe's best case looks, in standard errors
+    PROBE_K = 3  # a probe's drafts per row: deep enough to judge more than the first draft
+    SPEC_MARGIN = 1.05  # and speculation at the running alpha, to be chosen
+    PLAIN_PROBE_MARGIN = 1.3  # under this predicted gain, a run that has not timed a plain pass times one
     CATCH_UP_WIDTH = 8  # tokens per row of the draft's widest measured pass (its catch-ups)
+    OPEN = 64  # tokens per row the plan assumes left where no budget is known
 
     def __init__(self, target_cost: CostTable, draft_cost: Optional[CostTable], k_max: int = LOAD_K_MAX,
                  off_batch: int = 0, probe_every: int = 8, memory: float = 0.9):
@@ -567,7 +585,6 @@ class LoadK:
         # accepted drafts a speculative step brought / predicted: rows accept unevenly (a pooled
         # alpha over-predicts a batch of code and chat alike), which one running alpha does not see
         self.token_scale = Running(memory)
-        self.left: Optional[float] = None  # tokens per row the budget leaves, at the last choice
 
     def prepare(self, rows: int) -> None:
         """Measure the pass shapes this batch can need (once per model and shape)."""
@@ -587,29 +604,74 @@ class LoadK:
     def alpha(self) -> float:
         return (self.accepted + self.PRIOR_ALPHA * self.PRIOR_WEIGHT) / (self.evaluated + self.PRIOR_WEIGHT)
 
-    def predict(self, rows: int, k: int, alpha: Optional[float] = None, backlog: Optional[float] = None) -> dict:
-        """Predicted seconds and tokens of one step at this batch and k (at the running alpha, or
-        `alpha`), with the draft's catch-up on `backlog` unseen tokens per row (default: the last
-        choice's) spread over the steps left to pay for it (HORIZON, or fewer at the budget's end)."""
-        a = min(self.alpha if alpha is None else alpha, 0.999)
-        per_row = (1 - a ** (k + 1)) / (1 - a)
-        if k and self.rooms is not None and len(self.rooms) == rows:  # a row near its budget drafts less
-            raw = sum((1 - a ** (min(k, max(0, room)) + 1)) / (1 - a) for room in self.rooms)
-        else:
-            raw = rows * per_row
-        # the drafts this run's speculative steps really had accepted against this prediction (rows
-        # accept unevenly): at the running alpha only, not in a best case; every row gets its one
-        # token from the target whatever happens to the drafts
-        tokens = rows + (raw - rows) * self.token_scale.value if k and alpha is None else raw
+    @property
+    def alpha_high(self) -> float:
+        """The highest alpha the evidence allows: PROBE_Z standard errors above the running alpha
+        (1 when nothing has been judged)."""
+        a, n = self.alpha, self.evaluated + self.PRIOR_WEIGHT
+        return min(1.0, a + self.PROBE_Z * math.sqrt(a * (1 - a) / n))
+
+    def step_seconds(self, rows: int, k: int) -> float:
+        """Predicted seconds of one step of `rows` rows drafting k (no catch-up)."""
         seen = self.seen.get((rows, k + 1))
         seconds = seen if seen is not None else self.scale_t * self.target_cost(rows, k + 1)
         if k:
-            if self.draft_cost is not None:  # first forward feeds ~2 tokens per row, then one per row
+            if self.draft_cost is not None:  # the first forward feeds ~2 tokens per row, then one per row
                 seconds += self.scale_d * (self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1))
-                steps = self.HORIZON if self.left is None else min(self.HORIZON, max(1.0, self.left / per_row))
-                seconds += self.catch_up(rows, self.backlog if backlog is None else backlog) / steps
             else:
                 seconds += self.draft_per_token * rows * k
+        return seconds
+
+    def step_tokens(self, k: int, alpha: Optional[float] = None) -> tuple:
+        """(mean, variance) of the tokens one row's step with k drafts yields: at the running
+        alpha with the drafts this run's steps really kept (`token_scale`), or at `alpha` as is."""
+        a = min(self.alpha if alpha is None else alpha, 1.0)
+        probs = [a ** (j - 1) * (1 - a) for j in range(1, k + 1)] + [a ** k]
+        mean = sum(j * p for j, p in enumerate(probs, 1))
+        var = sum(j * j * p for j, p in enumerate(probs, 1)) - mean ** 2
+        if k and alpha is None:
+            scale = self.token_scale.value
+            mean, var = 1 + (mean - 1) * scale, var * scale
+        return mean, max(var, 0.0)
+
+    def finish_steps(self, k: int, lefts: list, alpha: Optional[float] = None) -> list:
+        """Predicted steps until each row (with lefts[i] tokens to go) has its budget, drafting k."""
+        if k == 0:
+            return [float(n) for n in lefts]
+        mean, var = self.step_tokens(k, alpha)
+        rows, normal = len(lefts), NormalDist()
+        out = [0.0] * rows
+        for rank, i in enumerate(sorted(range(rows), key=lambda i: lefts[i])):
+            n = lefts[i]
+            z = normal.inv_cdf((rank + 0.5) / rows) if rows > 1 else 0.0
+            out[i] = min(float(n), max(1.0, n / mean + z * math.sqrt(n * var / mean ** 3)))
+        return out
+
+    def plan(self, k: int, lefts: list, alpha: Optional[float] = None, backlog: Optional[float] = None) -> float:
+        """Predicted seconds until every row has its budget if every step from here on drafts k
+        (lefts: tokens each live row has to go), the draft's catch-up on `backlog` unseen tokens
+        per row included (default: the last choice's)."""
+        done = sorted(self.finish_steps(k, lefts, alpha))
+        seconds, gone = 0.0, 0
+        for j in range(math.ceil(done[-1]) if done else 0):
+            while gone < len(done) and done[gone] <= j:
+                gone += 1
+            seconds += self.step_seconds(len(done) - gone, k)
+        if k:
+            seconds += self.catch_up(len(lefts), self.backlog if backlog is None else backlog)
+        return seconds
+
+    def predict(self, rows: int, k: int, alpha: Optional[float] = None) -> dict:
+        """Predicted seconds and tokens of one step of `rows` rows at k (at the running alpha, or
+        `alpha`; rows near their budget draft no deeper than their room)."""
+        a = min(self.alpha if alpha is None else alpha, 0.999)
+        if k and self.rooms is not None and len(self.rooms) == rows:
+            raw = sum((1 - a ** (min(k, max(0, room)) + 1)) / (1 - a) for room in self.rooms)
+        else:
+            raw = rows * (1 - a ** (k + 1)) / (1 - a)
+        # every row gets its one token from the target whatever happens to the drafts
+        tokens = rows + (raw - rows) * self.token_scale.value if k and alpha is None else raw
+        seconds = self.step_seconds(rows, k)
         return {"k": k, "seconds": seconds, "tokens": tokens, "raw_tokens": raw, "tokens_per_s": tokens / seconds}
 
     def catch_up(self, rows: int, backlog: float) -> float:
@@ -635,26 +697,23 @@ class LoadK:
 
     def choose(self, rows: int, backlog: float = 0.0, left: Optional[float] = None,
                rooms: Optional[list] = None) -> tuple:
-        """(k for this step, why). `backlog`: tokens per row the draft model has not seen; `left`:
-        tokens per row the budget leaves (the most any live row may still get; None: no end);
-        `rooms`: each row's deepest chain within its budget."""
+        """(k for this step, why). `backlog`: tokens per row the draft model has not seen; `rooms`:
+        each row's deepest chain within its budget (its tokens to go, less one); `left`: tokens
+        per row to go where rooms are not given (None: no end known, OPEN)."""
         self.backlog, self.rooms = backlog, rooms
-        self.left = left if left is not None or not rooms else max(rooms) + 1
         if self.off_batch and rows >= self.off_batch:
             return 0, {"k_rule": "load", "k_chosen": 0,
                        "why": f"{rows} live rows >= spec_off_batch {self.off_batch}: speculation off"}
-        options = [self.predict(rows, k) for k in range(self.k_max + 1)]
-        best = max(options, key=lambda o: o["tokens_per_s"])
-        k = best["k"]
-        why = (f"load: alpha~{self.alpha:.2f}, {rows} rows: best k={k} "
-               f"({best['tokens_per_s']:.1f} tok/s predicted vs {options[0]['tokens_per_s']:.1f} plain)")
-        if k and best["tokens_per_s"] < self.SPEC_MARGIN * options[0]["tokens_per_s"]:
-            # a step's prediction does not see the tail a speculative batch makes (its rows finish
-            # at different passes, the last passes run few rows) nor the catch-ups of switching:
-            # a small predicted gain is not worth them
+        lefts = ([max(1, room + 1) for room in rooms] if rooms is not None and len(rooms) == rows
+                 else [max(1.0, left if left is not None else self.OPEN)] * rows)
+        plans = [self.plan(k, lefts) for k in range(self.k_max + 1)]
+        k = min(range(self.k_max + 1), key=lambda kk: plans[kk])
+        why = (f"load: alpha~{self.alpha:.2f}, {rows} rows: best k={k}, the batch done in "
+               f"{plans[k]:.2f} s predicted vs {plans[0]:.2f} s plain")
+        if k and plans[k] * self.SPEC_MARGIN > plans[0]:
             k, why = 0, why + f" (a gain under {self.SPEC_MARGIN - 1:.0%}: plain)"
         if backlog > 1 and self.draft_cost is not None:
-            why += f"; the draft catches up on {backlog:.0f} tokens per row first"
+            why += f"; the draft has {backlog:.0f} tokens per row to catch up on"
         if self.probed and k == 0:  # the last probe did not make speculation pay: wait longer
             self.probe_wait = min(2 * self.probe_wait, self.PROBE_WAIT_MAX)
         elif k:
@@ -664,20 +723,21 @@ class LoadK:
         if k == 0 and (self.plain_steps >= self.probe_wait or (first and not self.evaluated)):
             # a probe is worth its cost only if a higher alpha could change the choice, by more
             # than the pass estimates' spread
-            best_case = max(self.predict(rows, kk, alpha=1.0)["tokens_per_s"] for kk in range(1, self.k_max + 1))
-            if best_case > self.PROBE_MARGIN * options[0]["tokens_per_s"]:
-                k, self.probed = 1, True
-                why += (f" (probe after {self.plain_steps} plain steps)" if self.evaluated
-                        else " (probe: the first pass, no draft judged yet)")
+            high = self.alpha_high
+            best_case = min(self.plan(kk, lefts, alpha=high) for kk in range(1, self.k_max + 1))
+            if best_case * self.PROBE_MARGIN < plans[0]:
+                k = min(self.PROBE_K, self.k_max)
+                self.probed = True
+                why += (f" (probe at k={k} after {self.plain_steps} plain steps)" if self.evaluated
+                        else f" (probe at k={k}: the first pass, no draft judged yet)")
             else:
-                why += (f" (no probe: even if every draft were accepted, speculation would give at most "
-                        f"{best_case / options[0]['tokens_per_s']:.2f}x plain decoding here)")
-        elif (k and not any(width == 1 for _, width in self.seen) and self.spec_steps >= 1
-              and best["tokens_per_s"] < self.PLAIN_PROBE_MARGIN * options[0]["tokens_per_s"]):
+                why += (f" (no probe: even at alpha {high:.2f}, the most its evidence allows, the batch would "
+                        f"finish at most {plans[0] / best_case:.2f}x sooner than plain)")
+        elif (k and self.spec_steps >= 1 and not any(width == 1 for _, width in self.seen)
+              and plans[k] * self.PLAIN_PROBE_MARGIN > plans[0]):
             k, why = 0, why + " (a plain step, to time the plain pass in this run: the margin is small)"
-        self.last_tokens = options[k]["raw_tokens"] if k else 0.0
-        return k, {"k_rule": "load", "k_chosen": k, "why": why,
-                   "predicted": [round(o["tokens_per_s"], 3) for o in options]}
+        self.last_tokens = self.predict(rows, k)["raw_tokens"] if k else 0.0
+        return k, {"k_rule": "load", "k_chosen": k, "why": why, "predicted": [round(p, 4) for p in plans]}
 
     def update(self, k: int, accepted: int, evaluated: int, rows: int, width: int,
                verify_time: float, draft_time: float, drafted: int, prefill: bool,
