@@ -128,10 +128,11 @@ class BatchLM:
 
     CHUNK_TOKENS = 2048  # a pass feeding more (a batch's prompts) runs in chunks of columns
 
-    def forward(self, feeds: list, keep: list, hidden: bool = False):
+    def forward(self, feeds: list, keep: list, hidden=False):
         """feeds[b]: the tokens row b feeds (may be empty: that row rides along, unchanged);
         keep[b]: how many of its last rows of logits to return. Returns [logits (keep[b], V)],
-        or with hidden=True ([logits], [states (len(feeds[b]), d)]).
+        or with hidden=True ([logits], [states (len(feeds[b]), d)]) (hidden=a tuple of layer
+        indices: states (len(feeds[b]), len + 1, d), as specviz.lm.forward_with_states).
 
         Chunked prefill, as serving engines do it: a pass of more than CHUNK_TOKENS tokens (B
         rows x the longest feed) runs as several passes of fewer columns each, every row feeding
@@ -160,7 +161,7 @@ class BatchLM:
         return logits
 
     @torch.inference_mode()
-    def _forward(self, feeds: list, keep: list, hidden: bool = False):
+    def _forward(self, feeds: list, keep: list, hidden=False):
         rows, width = len(feeds), max(1, max(len(f) for f in feeds))
         ids = torch.tensor([list(f) + [f[-1] if f else 0] * (width - len(f)) for f in feeds],
                            dtype=torch.long, device=self.device)
@@ -169,15 +170,19 @@ class BatchLM:
         columns = torch.arange(max(lengths) + width)
         mask = columns[None, None, :] <= positions[:, :, None]  # (B, T, W): causal over the row's own cache
         self.cache.begin(width)
-        states = self.model.get_decoder()(
+        layers = hidden if isinstance(hidden, tuple) else None
+        decoded = self.model.get_decoder()(
             input_ids=ids, attention_mask=mask[:, None].to(self.device), position_ids=positions.to(self.device),
-            past_key_values=self.cache, use_cache=True).last_hidden_state  # (B, T, d)
+            past_key_values=self.cache, use_cache=True, output_hidden_states=layers is not None)
+        states = decoded.last_hidden_state  # (B, T, d)
         fed = [len(f) for f in feeds]
         self.cache.lengths = [n + f for n, f in zip(lengths, fed)]
         flat = [b * width + t for b in range(rows) for t in range(fed[b] - keep[b], fed[b])]
         out = self.model.get_output_embeddings()(
             states.reshape(rows * width, -1)[torch.tensor(flat, dtype=torch.long, device=self.device)]).float()
         logits = list(torch.split(out, list(keep)))
+        if layers is not None:  # EAGLE-3: (B, T, len(layers) + 1, d), the chosen layers' inputs then the last
+            states = torch.stack([decoded.hidden_states[i] for i in layers] + [states], dim=2)
         if hidden:
             return logits, [states[b, :fed[b]] for b in range(rows)]
         return logits
@@ -209,7 +214,7 @@ class LoopBatchLM:
     def lengths(self) -> list:
         return [r.length for r in self.runners]
 
-    def forward(self, feeds: list, keep: list, hidden: bool = False):
+    def forward(self, feeds: list, keep: list, hidden=False):
         logits, states = [], []
         for runner, feed, n in zip(self.runners, feeds, keep):
             if not feed:
@@ -255,6 +260,7 @@ class BatchDrafter:
 
     name = "drafter"
     uses_features = False
+    feature_layers = None  # EAGLE-3: the target layers whose states it reads (specviz.drafters.base)
     forwards = 0  # batched draft forwards of the last propose
 
     def start(self, prompts: list) -> None:
@@ -336,7 +342,7 @@ class RowDrafters(BatchDrafter):
     def __init__(self, make_one):
         self.make_one = make_one
         probe = make_one()
-        self.name, self.uses_features = probe.name, probe.uses_features
+        self.name, self.uses_features, self.feature_layers = probe.name, probe.uses_features, probe.feature_layers
 
     def start(self, prompts: list) -> None:
         self.rows = [self.make_one() for _ in prompts]
@@ -914,7 +920,7 @@ class _BatchRun:
         feeds = [r.committed[c:] + p.tree.tokens for r, c, p in zip(rows, cached, proposals)]
         keep = [len(p) + 1 for p in proposals]
         start = time.perf_counter()
-        out = self.target.forward(feeds, keep, hidden=self.drafter.uses_features)
+        out = self.target.forward(feeds, keep, hidden=self.drafter.uses_features and (self.drafter.feature_layers or True))
         logits, states = out if self.drafter.uses_features else (out, None)
         probs = [sampling.warp(rows_logits, cfg.warp) for rows_logits in logits]
         synchronize(self.pair.device)

@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz app | pairs | generate ... | bench ...`.
+"""Command line: `python -m specviz app | pairs | generate ... | train ... | selfgen ... | bench ...`.
 
 Errors a user can fix print one line on stderr and exit with status 2; nothing else is printed
 on stdout with --jsonl but one event per line.
@@ -21,6 +21,8 @@ def build_parser() -> argparse.ArgumentParser:
     app.add_argument("--port", type=int, default=None, help="port (default: $PORT, else 7860)")
     sub.add_parser("pairs", help="list the model pair presets")
     sub.add_parser("bench", help="the benchmark suite (python -m specviz bench --help)", add_help=False)
+    sub.add_parser("selfgen", help="the target's own answers and states, as drafters' training data "
+                   "(python -m specviz selfgen --help; hours on a CPU, resumable)", add_help=False)
     gen = sub.add_parser("generate", help="run one generation and print text and metrics")
     gen.add_argument("--pair", default=None, help="preset name or 'target=...,draft=...' "
                      "(default: $SPECVIZ_PAIR or qwen-coder)")
@@ -60,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--heads", default="", help="medusa / eagle: a folder of trained heads "
                      "(what `train --out` wrote); default: the ones shipped for the pair")
     gen.add_argument("--jsonl", action="store_true", help="print one event per line instead")
-    tr = sub.add_parser("train", help="train Medusa heads or an EAGLE layer for a pair (resumable)")
-    tr.add_argument("kind", choices=["medusa", "eagle"])
+    tr = sub.add_parser("train", help="train Medusa heads or an EAGLE, EAGLE-3 or P-EAGLE layer for a pair (resumable)")
+    tr.add_argument("kind", choices=["medusa", "eagle", "eagle3", "peagle"])
     tr.add_argument("--pair", default=None, help="preset name (default: $SPECVIZ_PAIR or qwen-coder)")
     tr.add_argument("--tokens", type=int, default=120_000, help="training corpus size in tokens (held-out split included)")
     tr.add_argument("--epochs", type=float, default=3.0)
@@ -202,6 +204,10 @@ def main(argv=None) -> int:
         from specviz.bench.suite import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:1] == ["selfgen"]:
+        from specviz.selfgen import main as selfgen_main
+
+        return selfgen_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         commands = {"app": cmd_app, "pairs": cmd_pairs, "generate": cmd_generate, "train": cmd_train}

@@ -33,7 +33,8 @@ def parse_shape(shape) -> list:
     return [int(b) for b in shape]
 
 
-METHODS = ("ar", "spec", "tree", "pld", "lookahead", "cascade", "medusa", "medusa-tree", "eagle", "eagle-tree")
+METHODS = ("ar", "spec", "tree", "pld", "lookahead", "cascade", "medusa", "medusa-tree", "eagle", "eagle-tree",
+           "eagle3", "eagle3-tree", "peagle")
 METHOD_HELP = {
     "ar": "autoregressive: one target forward per token (the baseline)",
     "spec": "draft model proposes k tokens, the target verifies them in one pass",
@@ -45,12 +46,16 @@ METHOD_HELP = {
     "medusa-tree": "Medusa heads' top candidates as a static tree, verified with tree attention",
     "eagle": "EAGLE: a one-layer draft at the target's feature level drafts k tokens (trained here)",
     "eagle-tree": "EAGLE-2: a dynamic tree from the EAGLE layer, by cumulative draft probability",
+    "eagle3": "EAGLE-3: the EAGLE layer reads the target's low, middle and high layers, drafts k tokens",
+    "eagle3-tree": "EAGLE-3 with EAGLE-2's dynamic tree",
+    "peagle": "P-EAGLE: parallel drafting, all k tokens from one forward of an EAGLE-3 layer (placeholders)",
 }
-HEAD_METHODS = {"medusa": "medusa", "medusa-tree": "medusa", "eagle": "eagle", "eagle-tree": "eagle"}
+HEAD_METHODS = {"medusa": "medusa", "medusa-tree": "medusa", "eagle": "eagle", "eagle-tree": "eagle",
+                "eagle3": "eagle3", "eagle3-tree": "eagle3", "peagle": "peagle"}
 AUTO_METHODS = ("spec", "cascade")
 # methods the batched engine (specviz.batch) runs: chains, whose rows verify in one padded pass
-BATCH_METHODS = ("ar", "spec", "pld", "medusa", "eagle")
-LOAD_METHODS = ("spec", "pld", "medusa", "eagle")  # k="load": one k per step for the whole batch
+BATCH_METHODS = ("ar", "spec", "pld", "medusa", "eagle", "eagle3", "peagle")
+LOAD_METHODS = ("spec", "pld", "medusa", "eagle", "eagle3", "peagle")  # k="load": one k per step for the whole batch
 MAX_BATCH = 64
 ACCEPTANCE = ("exact", "typical")
 MAX_K = 32
@@ -148,7 +153,7 @@ class RunConfig:
 
 
 MAX_TREE_NODES = 64
-DRAFT_TREE_METHODS = ("tree", "medusa-tree", "eagle-tree")  # trees drafted to a shape or a budget
+DRAFT_TREE_METHODS = ("tree", "medusa-tree", "eagle-tree", "eagle3-tree")  # trees drafted to a shape or a budget
 TREE_METHODS = ("lookahead", *DRAFT_TREE_METHODS)
 
 

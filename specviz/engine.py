@@ -148,7 +148,7 @@ class _Run:
         start = time.perf_counter()
         n, pending = len(tree), self.committed[self.target.length:]
         feed = pending + tree.tokens
-        extra = {"hidden": True} if self.drafter.uses_features else {}
+        extra = {"hidden": self.drafter.feature_layers or True} if self.drafter.uses_features else {}
         if not tree.is_chain():
             attend, _ = attention(tree, self.target.length, len(pending), {}, list(range(n)))
             positions = (list(range(self.target.length, len(self.committed)))

@@ -40,7 +40,7 @@ from specviz import files
 from specviz.errors import SpecvizError
 from specviz.models import _sha256  # the one file hash of the package (weights and heads alike)
 
-KINDS = ("medusa", "eagle")
+KINDS = ("medusa", "eagle", "eagle3", "peagle")
 PACKAGED = Path(__file__).parent / "data" / "heads"  # <pair>/manifest.json + <kind>.safetensors
 
 
@@ -137,7 +137,51 @@ class EagleNet(nn.Module):
         return self.out(self.norm_out(x)), (k, v)
 
 
-NETS = {"medusa": MedusaHeads, "eagle": EagleNet}
+class Eagle3Net(EagleNet):
+    """EAGLE-3 (Li et al. 2025): the layer of EagleNet, fed at depth 1 with a fusion of the
+    target's states at several depths instead of its last one, and trained on its own outputs
+    at every further depth (training-time test) with no regression onto the target's features.
+
+    Depth 1 reads `slots` target states of x_t (low, middle and high layers: specviz.selfgen.
+    feature_layers), each RMS-normed (their scales differ by orders of magnitude across depth),
+    concatenated and mapped to the target's width by `fuse`; with e(x_{t+1}) the layer predicts
+    a vector the target's output head reads x_{t+2} from. Depth s + 1 feeds that vector back
+    (the layer's own output, not a guess of a target feature) with the token drafted at depth s.
+
+    parallel=True is P-EAGLE-style parallel drafting: depths 2..K feed a learnt placeholder
+    (`mask_feature`, `mask_embed`) at their positions instead of the previous depth's output and
+    token, so one forward over [the new target pairs ; K - 1 placeholders] drafts all K tokens.
+    Each placeholder attends to the real pairs and the placeholders before it; what a depth
+    drafts cannot depend on the tokens drafted before it (as Medusa's heads), which is the price
+    of drafting K tokens for the cost of one small forward."""
+
+    def __init__(self, hidden: int, width: int = 512, heads: int = 8, mlp: int = 1536, theta: float = 10000.0,
+                 slots: int = 3, parallel: bool = False):
+        super().__init__(hidden, width, heads, mlp, theta)
+        self.slots, self.parallel = slots, parallel
+        self.norm_slots = nn.ModuleList(RMSNorm(hidden) for _ in range(slots))
+        self.fuse = nn.Linear(slots * hidden, hidden, bias=False)
+        if parallel:
+            self.mask_feature = nn.Parameter(torch.randn(hidden))
+            self.mask_embed = nn.Parameter(torch.randn(hidden))
+
+    def features(self, f: torch.Tensor) -> torch.Tensor:
+        """(T, S, d) target states (the first `slots` are fused) -> (T, d); (T, d) passes as it is
+        (the layer's own output, fed back at deeper depths)."""
+        if f.dim() == 2:
+            return f
+        return self.fuse(torch.cat([norm(f[:, i]) for i, norm in enumerate(self.norm_slots)], dim=-1))
+
+    def placeholders(self, n: int) -> tuple:
+        """(features, embeddings) of n parallel-drafting positions, (n, d) each."""
+        return self.mask_feature.expand(n, -1), self.mask_embed.expand(n, -1)
+
+    def forward(self, f: torch.Tensor, e: torch.Tensor, positions: torch.Tensor, cache=None,
+                mask: Optional[torch.Tensor] = None) -> tuple:
+        return super().forward(self.features(f), e, positions, cache, mask)
+
+
+NETS = {"medusa": MedusaHeads, "eagle": EagleNet, "eagle3": Eagle3Net, "peagle": Eagle3Net}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,6 +232,12 @@ class HeadSet:
         """How many tokens one draft may hold: Medusa's heads; EAGLE is limited by its caller."""
         return self.net.heads if self.kind == "medusa" else 32
 
+    @property
+    def feature_layers(self) -> Optional[tuple]:
+        """EAGLE-3: the target layers whose states the network reads (None: the last hidden state)."""
+        layers = self.config.get("layers")
+        return tuple(layers) if layers else None
+
     def bind(self, target) -> "BoundHeads":
         """A copy of the network on the target's device and dtype, with the target's output head
         (cut to the draft vocabulary) and input embeddings; made for each run (tens of
@@ -199,6 +249,7 @@ class BoundHeads:
     def __init__(self, heads: HeadSet, target):
         self.device, self.dtype = torch.device(target.device), target.dtype
         self.kind, (_, self.vocab_size) = heads.kind, hidden_and_vocab(target)
+        self.feature_layers = heads.feature_layers
         # a copy: the HeadSet's own network stays as it was (a notebook may train it further)
         self.net = copy.deepcopy(heads.net).to(device=self.device, dtype=self.dtype).eval()
         ids = heads.vocab_ids
@@ -316,7 +367,7 @@ def load_heads(kind: str, pair, folder: Optional[Path] = None) -> HeadSet:
 
 
 def make_net(kind: str, config: dict) -> nn.Module:
-    args = {k: v for k, v in config.items() if k not in ("hidden", "vocab_size", "draft_vocab")}
+    args = {k: v for k, v in config.items() if k not in ("hidden", "vocab_size", "draft_vocab", "layers")}
     return NETS[kind](config["hidden"], **args)
 
 

@@ -28,7 +28,7 @@ class CachedLM:
 
     @torch.inference_mode()
     def forward(self, ids: list, last_only: bool = False, attend=None, positions=None,
-                keep: int = 0, hidden: bool = False):
+                keep: int = 0, hidden=False):
         """Feed `ids` after the cache; return float32 logits (T, V), only the last `keep` rows
         if keep > 0 (the output head is then applied to those rows only), (1, V) if last_only.
 
@@ -37,7 +37,9 @@ class CachedLM:
 
         hidden=True returns (logits, states): also the last hidden state of every fed token (T, d),
         what the output head reads, in the model's dtype. Drafters that read the target's
-        features (Medusa heads, EAGLE) get them from the verification pass this way.
+        features (Medusa heads, EAGLE) get them from the verification pass this way. hidden=a
+        tuple of layer indices (EAGLE-3) returns states (T, len + 1, d): the inputs of those
+        decoder layers (transformers' hidden_states numbering), then the last hidden state.
         """
         input_ids = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
         extra = {}
@@ -47,7 +49,7 @@ class CachedLM:
         rows = 1 if last_only else keep
         if hidden:
             self.length += len(ids)
-            return forward_with_states(self.model, input_ids, self.cache, rows, extra)
+            return forward_with_states(self.model, input_ids, self.cache, rows, extra, hidden)
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
                          logits_to_keep=rows, **extra)
         self.length += len(ids)
@@ -71,13 +73,18 @@ class CachedLM:
         self.length = len(index)
 
 
-def forward_with_states(model, input_ids, cache, rows: int, extra: dict) -> tuple:
+def forward_with_states(model, input_ids, cache, rows: int, extra: dict, layers=True) -> tuple:
     """The model's forward split in two, as the model itself runs it: the decoder over the cache,
     then the output head on the last `rows` rows (all if 0). Returns (float32 logits, the decoder's
-    last hidden state of every fed token)."""
-    states = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True,
-                                 **extra).last_hidden_state[0]
-    return model.get_output_embeddings()(states[-rows:] if rows else states).float(), states
+    last hidden state of every fed token (T, d)); with `layers` a tuple of layer indices, the states
+    are (T, len(layers) + 1, d): the inputs of those layers, then the last hidden state."""
+    out = model.get_decoder()(input_ids=input_ids, past_key_values=cache, use_cache=True,
+                              output_hidden_states=isinstance(layers, tuple), **extra)
+    states = out.last_hidden_state[0]
+    logits = model.get_output_embeddings()(states[-rows:] if rows else states).float()
+    if isinstance(layers, tuple):
+        states = torch.stack([out.hidden_states[i][0] for i in layers] + [states], dim=1)
+    return logits, states
 
 
 GRAPH_MAX_TOKENS = 16  # feeds of more tokens (a prefill, a catch-up after a long accept) run eagerly
@@ -142,7 +149,7 @@ class GraphLM:
 
     @torch.inference_mode()
     def forward(self, ids: list, last_only: bool = False, attend=None, positions=None,
-                keep: int = 0, hidden: bool = False):
+                keep: int = 0, hidden=False):
         """As CachedLM.forward. A pass that returns hidden states (for Medusa / EAGLE drafters)
         runs eagerly over the static cache: the graphs capture the logits only."""
         n, rows = len(ids), 1 if last_only else keep
@@ -161,7 +168,7 @@ class GraphLM:
                          "position_ids": torch.tensor([positions], dtype=torch.long, device=self.device)}
             if hidden:
                 self.length += n
-                return forward_with_states(self.model, input_ids, self.cache, rows, extra)
+                return forward_with_states(self.model, input_ids, self.cache, rows, extra, hidden)
             out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
                              logits_to_keep=rows, **extra).logits
         else:

@@ -53,17 +53,19 @@ def make_drafter(pair, cfg: RunConfig, policy=None):
 
 
 def _heads_drafter(pair, cfg: RunConfig, eos):
-    from specviz.drafters.heads import EagleDrafter, MedusaDrafter
+    from specviz.drafters.heads import EagleDrafter, MedusaDrafter, ParallelEagleDrafter
     from specviz.heads import heads_for
 
     kind = HEAD_METHODS[cfg.method]
     heads = heads_for(pair, kind, cfg.heads or None)
     bound = heads.bind(pair.target)
     tree = dict(budget=cfg.tree_budget, depth=cfg.tree_depth, width=cfg.tree_width)
-    if kind == "eagle":
-        if cfg.method == "eagle":
+    if kind in ("eagle", "eagle3"):
+        if cfg.method in ("eagle", "eagle3"):
             return EagleDrafter(bound, eos, chain_k=cfg.k)
         return EagleDrafter(bound, eos, dynamic=True, **tree)
+    if kind == "peagle":
+        return ParallelEagleDrafter(bound, eos, chain_k=cfg.k)
     shape = [1] * cfg.k if cfg.method == "medusa" else parse_shape(cfg.tree)
     if len(shape) > heads.depth:
         what = f"k={cfg.k}" if cfg.method == "medusa" else f"a tree {len(shape)} deep"

@@ -1,7 +1,10 @@
-"""Training the drafters that read the target's hidden states: Medusa heads and EAGLE.
+"""Training the drafters that read the target's hidden states: Medusa heads, EAGLE, EAGLE-3
+and P-EAGLE.
 
     python -m specviz train medusa --pair qwen-coder --tokens 120000
     python -m specviz train eagle  --pair qwen-coder --tokens 120000
+    python -m specviz train eagle3 --pair qwen-coder --tokens 1000000   (data: specviz.selfgen)
+    python -m specviz train peagle --pair qwen-coder --tokens 1000000
 
 Phases, each cached in a work folder (`work_dir`) and resumed where it stopped, each with a
 progress bar and an ETA on stderr:
@@ -38,6 +41,7 @@ import torch
 
 from specviz import files
 from specviz.errors import InputError
+from specviz.selfgen import stdlib_files  # noqa: F401  (the corpus's code; selfgen's prompts read it too)
 
 SEGMENT = 512  # tokens per target prefill; each segment is an independent sequence
 MAX_SEGMENTS_PER_FILE = 3  # a long module gives at most this many segments: more modules, more variety
@@ -98,15 +102,6 @@ def target_responses(pair, folder: Path, max_new_tokens: int = 160, batch: int =
 
 # ---------------------------------------------------------------------------------------------
 # phase 2: the corpus
-
-def stdlib_files() -> list:
-    """The standard library's top-level modules and packages' modules, test suites left out."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    skip = ("test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "ensurepip", "turtledemo")
-    files = [p for p in root.rglob("*.py")
-             if not any(part in skip or part.startswith("test_") for part in p.relative_to(root).parts)]
-    return sorted(files, key=lambda p: str(p.relative_to(root)))
-
 
 @dataclass
 class Corpus:
@@ -176,7 +171,21 @@ class Features:
 
     @property
     def hidden_size(self) -> int:
-        return self.feats.shape[1]
+        return self.feats.shape[-1]
+
+    @property
+    def layers(self) -> Optional[list]:
+        """The target layers whose states feats holds before the last one (selfgen data), or None
+        (feats is the last hidden state only)."""
+        return self.meta.get("layers")
+
+
+def selfgen_features(data) -> Features:
+    """specviz.selfgen's data (a SelfData) as training Features: feats (N, layers + 1, d)."""
+    segments = [[start, length, bool(held)] for start, length, held in data.sequences]
+    meta = {**{k: data.meta[k] for k in ("pair", "dtype", "seed", "layers", "max_new_tokens")},
+            "source": "selfgen", "tokens": data.meta["tokens"], "segments": segments, "done": len(segments)}
+    return Features(data.folder, meta, data.tokens, data.feats, data.labels)
 
 
 def extract_features(pair, corpus: Corpus, folder: Path, describe: dict) -> Features:
@@ -252,7 +261,7 @@ def prepare(pair, tokens: int, folder: Optional[Path] = None, seed: int = 0,
 
 @dataclass
 class TrainConfig:
-    kind: str  # "medusa" | "eagle"
+    kind: str  # "medusa" | "eagle" | "eagle3" | "peagle"
     epochs: float = 3.0
     batch: int = 1024  # positions per step (EAGLE: windows x window length)
     window: int = 256  # EAGLE: positions per training sequence
@@ -270,30 +279,44 @@ class TrainConfig:
     seed: int = 0
     train_tokens: int = 0  # train on the first this many tokens of the training split only (0: all): the data curve
 
-    def net_config(self, hidden: int, vocab: int, draft_vocab: int) -> dict:
+    def net_config(self, hidden: int, vocab: int, draft_vocab: int, layers: Optional[list] = None) -> dict:
         base = {"hidden": hidden, "vocab_size": vocab, "draft_vocab": draft_vocab}
         if self.kind == "medusa":
             return {**base, "heads": self.heads}
-        return {**base, "width": self.width, "heads": self.attn_heads, "mlp": self.mlp}
+        net = {**base, "width": self.width, "heads": self.attn_heads, "mlp": self.mlp}
+        if self.kind in FUSED:
+            net.update(slots=len(layers), parallel=self.kind == "peagle", layers=list(layers))
+        return net
+
+
+FUSED = ("eagle3", "peagle")  # kinds that read several target layers (selfgen data)
 
 
 class _Data:
-    """Training and held-out positions of the cached features, as torch tensors on `device`."""
+    """Training and held-out positions of the cached features, as torch tensors on `device`.
+    `slots`: which of the stored states a row's feature is, where feats holds several per
+    position (selfgen data): None, all of them (EAGLE-3), or -1, the last hidden state (Medusa, EAGLE)."""
 
-    def __init__(self, features: Features, device, dtype, train_tokens: int = 0):
+    def __init__(self, features: Features, device, dtype, train_tokens: int = 0, slots=None):
         self.f = features
+        self.slots = slots if features.feats.ndim == 3 else None
         self.device, self.dtype = device, dtype
         self.train_segments = [s for s in features.segments if not s[2]]
         if train_tokens:  # a prefix of the training split; the held-out split stays whole
             ends = np.cumsum([n for _, n, _ in self.train_segments])
             self.train_segments = self.train_segments[:max(1, int(np.searchsorted(ends, train_tokens, "right")))]
         self.held_segments = [s for s in features.segments if s[2]]
-        self.rms = float(np.sqrt(np.mean(np.square(
-            features.feats[:min(len(features.feats), 20000)].astype(np.float32)))))
+        sample = features.feats[:min(len(features.feats), 20000)]
+        if self.slots is not None:
+            sample = sample[:, self.slots]
+        self.rms = float(np.sqrt(np.mean(np.square(sample.astype(np.float32)))))
 
     def rows(self, index: np.ndarray):
         """Features, tokens, labels at `index` (global positions)."""
-        f = torch.from_numpy(self.f.feats[index].astype(np.float32)).to(self.device)
+        feats = self.f.feats[index]
+        if self.slots is not None:
+            feats = feats[:, self.slots]
+        f = torch.from_numpy(feats.astype(np.float32)).to(self.device)
         tokens = torch.from_numpy(self.f.tokens[index].astype(np.int64)).to(self.device)
         labels = torch.from_numpy(self.f.labels[index].astype(np.int64)).to(self.device)
         return f, tokens, labels
@@ -385,19 +408,27 @@ class _Trainer:
         f, tokens, _ = self.data.rows(window)
         if noise:
             f = f + (torch.rand_like(f) * 2 - 1) * noise * self.data.rms
+        fused = getattr(net, "features", None)
+        if fused is not None:  # EAGLE-3: the target's layers fused once, depth 1's input
+            f = fused(f)
         e = self.embeddings(tokens[1:])
         n = len(window) - 1
         positions = torch.arange(1, n + 1, device=f.device)
         out, cache = net(f[:-1], e, positions)
         outs = [out]
         i = torch.arange(n, device=f.device)[:, None]
+        parallel = getattr(net, "parallel", False)
+        if parallel:  # P-EAGLE: every deeper depth feeds the placeholders, whatever came before
+            mask_f, mask_e = net.placeholders(n)
         for s in range(2, steps + 1):
-            prev = torch.cat([f[:1], outs[-1][:-1]])  # pair i's feature: depth s - 1's guess of f_i
+            # pair i's input at depth s: depth s - 1's output at pair i - 1 (EAGLE-1: its guess of f_i;
+            # EAGLE-3: the layer's own vector) with the token x_{i+1}; P-EAGLE: a placeholder
+            prev = mask_f if parallel else torch.cat([f[:1], outs[-1][:-1]])
             cols = torch.arange(n, device=f.device)[None]
             real = cols <= i - s + 1
             own = [cols == i - s + j for j in range(2, s + 1)]  # keys of depths 2..s at their pairs
             mask = torch.cat([real, *own], dim=1)  # every row sees at least its own key
-            out, cache = net(prev, e, positions, cache, mask)
+            out, cache = net(prev, mask_e if parallel else e, positions, cache, mask)
             outs.append(out)
         return outs
 
@@ -411,8 +442,9 @@ class _Trainer:
             for s, out in enumerate(outs, start=1):
                 valid = slice(s - 1, None)  # pairs with at least one real feature before the draft
                 total = total + (0.8 ** (s - 1)) * self.ce(out[valid], labels[1:][valid])
-            true = f[1:] / self.data.rms
-            total = total + cfg.feature_loss * torch.nn.functional.smooth_l1_loss(outs[0] / self.data.rms, true)
+            if cfg.feature_loss and cfg.kind == "eagle":  # EAGLE-3 drops the regression onto the target's features
+                true = f[1:] / self.data.rms
+                total = total + cfg.feature_loss * torch.nn.functional.smooth_l1_loss(outs[0] / self.data.rms, true)
         return total / len(windows)
 
     def eagle_depths(self, net, windows: list, depths: int) -> tuple:
@@ -464,7 +496,7 @@ def evaluate_heads(pair, heads, features: Features, depths: int = 5) -> dict:
     """Held-out accuracy per depth (head) of any trained `heads` on the held-out split of
     `features`: heads trained on different corpora compared on the same positions."""
     cfg = TrainConfig(heads.kind, depths=depths)
-    data = _Data(features, torch.device("cpu"), torch.float32)
+    data = _Data(features, torch.device("cpu"), torch.float32, slots=None if heads.kind in FUSED else -1)
     trainer = _Trainer(cfg, pair, data, heads.vocab_ids)
     net = copy.deepcopy(heads.net).float()
     reach = net.heads + 1 if heads.kind == "medusa" else 1
@@ -481,10 +513,14 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
 
     torch.manual_seed(cfg.seed)
     device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
-    data = _Data(features, device, torch.float32, cfg.train_tokens)
+    fused = cfg.kind in FUSED
+    if fused and not features.layers:
+        raise InputError(f"{cfg.kind} reads several target layers: train it on specviz.selfgen data "
+                         "(`python -m specviz train` does), not on last-hidden-state features.")
+    data = _Data(features, device, torch.float32, cfg.train_tokens, slots=None if fused else -1)
     hidden, vocab = features.hidden_size, hidden_and_vocab(pair.target)[1]
     vocab_ids = draft_vocabulary(features, cfg.draft_vocab, vocab, pair.eos_token_ids)
-    net_config = cfg.net_config(hidden, vocab, vocab if vocab_ids is None else len(vocab_ids))
+    net_config = cfg.net_config(hidden, vocab, vocab if vocab_ids is None else len(vocab_ids), features.layers)
     net = make_net(cfg.kind, net_config).to(device)
     trainer = _Trainer(cfg, pair, data, vocab_ids)
     reach = net.heads + 1 if cfg.kind == "medusa" else 1
@@ -610,8 +646,15 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
         pair = load_pair(pair)
     work = work_dir(pair.name, work)
     out = Path(out) if out is not None else work / "heads"
+    if kind in FUSED:  # EAGLE-3's recipe: no noise on the features, a deeper training-time test
+        options = {"noise": 0.0, "unroll": 5, **options}
     cfg = TrainConfig(kind, epochs=epochs, seed=seed, draft_vocab=draft_vocab, **options)
-    features = prepare(pair, tokens, work, seed, response_tokens)
+    if kind in FUSED:  # the target's own answers, with its states at several layers (made or resumed)
+        from specviz.selfgen import selfgen
+
+        features = selfgen_features(selfgen(pair, work / "selfgen", tokens, seed=seed))
+    else:
+        features = prepare(pair, tokens, work, seed, response_tokens)
     # a second `train` of the same heads on the same data waits, then resumes from the first
     # one's last checkpoint (its final one: nothing left to train) instead of racing it
     with files.lock(features.folder / f"{kind}-checkpoint.pt", f"training {kind} heads", _say):

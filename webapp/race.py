@@ -87,7 +87,7 @@ def method_setting(started: dict) -> str:
     method = started.get("method", "spec")
     opts = started.get("options") or {}
     parts = []
-    if method in ("spec", "pld", "cascade", "medusa", "eagle"):
+    if method in ("spec", "pld", "cascade", "medusa", "eagle", "eagle3", "peagle"):
         k = started.get("k")
         parts.append(f"k auto, {opts.get('auto_rule', '')} rule" if k == "auto" else f"k = {k}")
     if method in ("pld", "cascade") and "ngram" in opts:

@@ -22,7 +22,7 @@ def build_sidebar() -> None:
         gr.Markdown("### Settings")
         ui.pair = gr.Dropdown(sorted(set(PRESET_PAIRS) | {DEFAULT_PAIR}), value=DEFAULT_PAIR, label="Model pair",
                               allow_custom_value=ALLOW_CUSTOM)
-        ui.method_dd = gr.Dropdown(list(engine.METHODS), value="spec", label="Method (the race runs it against ar)",
+        ui.method_dd = gr.Dropdown(available_methods(DEFAULT_PAIR), value="spec", label="Method (the race runs it against ar)",
                                    info=method_help("spec"))
         ui.k = gr.Slider(1, 16, value=4, step=1, label="k: draft tokens per step")
         with gr.Row():
@@ -63,6 +63,24 @@ def run_inputs() -> list:
             ui.tree_dynamic_cb, ui.tree_budget_sl, ui.draft_radio, ui.history_state]
 
 
+def available_methods(pair_name: str) -> list:
+    """The methods the menu offers for a pair: every one, but those that read trained heads the pair
+    does not have (shipped, or trained with `python -m specviz train`): a visitor is never offered a
+    method that can only answer with an error."""
+    from specviz.config import HEAD_METHODS
+    from specviz.heads import HeadsError, check_heads_file
+
+    out = []
+    for method in engine.METHODS:
+        if method in HEAD_METHODS:
+            try:
+                check_heads_file(HEAD_METHODS[method], pair_name)
+            except HeadsError:
+                continue
+        out.append(method)
+    return out
+
+
 def method_help(method: str) -> str:
     return engine.METHOD_HELP.get(method, "")
 
@@ -73,7 +91,7 @@ def on_method(method, auto_k, auto_rule, dynamic=False):
     auto_ok = method in engine.AUTO_METHODS
     auto = bool(auto_k) and auto_ok
     tree = method in DRAFT_TREE_METHODS
-    dynamic = method == "eagle-tree" or (method == "tree" and bool(dynamic))
+    dynamic = method in ("eagle-tree", "eagle3-tree") or (method == "tree" and bool(dynamic))
     return {ui.method_dd: gr.Dropdown(info=method_help(method)),
             ui.k: gr.Slider(visible=method != "ar" and method not in engine.TREE_METHODS, interactive=not auto),
             ui.auto_k_box: gr.Checkbox(visible=auto_ok),
@@ -82,7 +100,8 @@ def on_method(method, auto_k, auto_rule, dynamic=False):
             ui.ngram_sl: gr.Slider(visible=method in ("pld", "cascade")),
             ui.tree_box: gr.Group(visible=tree),
             ui.tree_dynamic_cb: gr.Checkbox(visible=method == "tree"),
-            ui.tree_shape_tb: gr.Textbox(visible=tree and method != "eagle-tree", interactive=not dynamic),
+            ui.tree_shape_tb: gr.Textbox(visible=tree and method not in ("eagle-tree", "eagle3-tree"),
+                                         interactive=not dynamic),
             ui.tree_budget_sl: gr.Slider(visible=tree and dynamic),
             ui.acceptance_radio: gr.Radio(visible=method != "ar" and method not in engine.TREE_METHODS)}
 

@@ -69,11 +69,14 @@ class Drafter:
     A drafter that reads the target's hidden states (Medusa heads, EAGLE) sets `uses_features`:
     the engine then asks the verification pass for them (no extra target forward) and hands it
     `see_features(rows)` after each step: the last hidden state of every token the target's cache
-    gained, in order (every committed token but the last one has its feature).
+    gained, in order (every committed token but the last one has its feature). With
+    `feature_layers` (EAGLE-3: a tuple of the target's layer indices) each row is (len + 1, d): the
+    inputs of those layers, then the last hidden state.
     """
 
     name = "drafter"
     uses_features = False
+    feature_layers = None
 
     def start(self, prompt_ids: list) -> None:
         pass

@@ -97,6 +97,15 @@ class MedusaDrafter(_FeatureDrafter):
 class EagleDrafter(_FeatureDrafter):
     name = "EAGLE"
 
+    @property
+    def feature_layers(self):
+        """EAGLE-3 reads the target's states at several layers (the engine asks its pass for them)."""
+        return self.heads.feature_layers
+
+    @property
+    def name(self) -> str:
+        return "EAGLE-3" if self.heads.kind == "eagle3" else "EAGLE"
+
     def start(self, prompt_ids: list) -> None:
         self.cache = None  # the layer's (keys, values): `fed` committed pairs, then this step's nodes
         self.fed = 0
@@ -153,7 +162,57 @@ class EagleDrafter(_FeatureDrafter):
     @property
     def kind(self) -> str:
         if self.chain:
-            return "eagle chain"
+            return f"{self.heads.kind} chain"
         if self.dynamic:
             return f"eagle dynamic (budget {self.budget}, depth {self.depth}, width {self.width})"
         return "eagle static " + ",".join(map(str, self.shape))
+
+
+class ParallelEagleDrafter(EagleDrafter):
+    """P-EAGLE-style parallel drafting: the root's one forward feeds the new target pairs and
+    K - 1 learnt placeholders after them (specviz.heads.Eagle3Net, parallel=True) and reads q for
+    depths 1..K at once, so drafting K tokens costs one small forward whatever K is. The
+    placeholders' keys are dropped at once: the next step feeds the accepted tokens' real pairs.
+    As a chain (method `peagle`) or, since a depth's q does not depend on the tokens above it, a
+    static tree whose level d gets depth d's candidates (as Medusa's)."""
+
+    label = "depth"
+
+    @property
+    def name(self) -> str:
+        return "P-EAGLE"
+
+    def propose(self, committed, k, warp, generator) -> Proposal:
+        self.want = max(1, min(k, len(self.shape)))
+        return super().propose(committed, k, warp, generator)
+
+    @torch.inference_mode()
+    def _root(self, committed, warp) -> torch.Tensor:
+        self.forwards += 1
+        net, device = self.heads.net, self.heads.device
+        feats = net.features(torch.cat(self.pending).to(self.heads.dtype))
+        self.pending = []
+        m, extra = feats.shape[0], self.want - 1
+        assert self.fed + m == len(committed) - 1, "one target feature per committed token but the last"
+        tokens = torch.tensor(committed[self.fed + 1:self.fed + 1 + m], device=device)
+        embeds = self.heads.embed(tokens)
+        if extra:
+            mask_f, mask_e = net.placeholders(extra)
+            feats, embeds = torch.cat([feats, mask_f]), torch.cat([embeds, mask_e.to(embeds.dtype)])
+        positions = torch.arange(self.fed + 1, self.fed + 1 + m + extra, device=device)
+        out, cache = net(feats, embeds, positions, self.cache)
+        self.fed += m
+        self.cache = (cache[0][:, :self.fed], cache[1][:, :self.fed])  # the placeholders' keys go
+        self.per_depth = self._q(out[m - 1:], warp)  # (want, V): depth 1 from the last pair, then each placeholder
+        return self.per_depth[0]
+
+    def _expand(self, tree, nodes, warp, linear, slots) -> dict:
+        """No forward: a node at depth d gets depth d + 1's q, whatever its own token."""
+        return {n: self.per_depth[tree.depth(n)] for n in nodes}
+
+    def observe(self, committed, proposal, path, target_probs) -> None:
+        pass  # nothing of the draft stays in the cache
+
+    @property
+    def kind(self) -> str:
+        return "peagle chain" if self.chain else "peagle static " + ",".join(map(str, self.shape))

@@ -256,6 +256,12 @@ def source_note(source: dict, texts: list) -> Optional[str]:
         return f"guessed by Medusa head {source.get('head')} from the target's last hidden state"
     if kind == "eagle":
         return f"drafted by EAGLE's depth-{source.get('depth')} forward, at the target's feature level"
+    if kind == "eagle3":
+        return (f"drafted by EAGLE-3's depth-{source.get('depth')} forward, from the target's low, middle "
+                "and high layers")
+    if kind == "peagle":
+        return (f"drafted at depth {source.get('depth')} of P-EAGLE's one parallel forward (a placeholder "
+                "position: it does not see the tokens drafted before it)")
     return None
 
 

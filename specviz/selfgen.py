@@ -1,0 +1,422 @@
+"""The target's own generations at scale, with the features EAGLE-3 reads: training data that
+matches decoding.
+
+    python -m specviz selfgen --pair qwen-coder --tokens 1000000     (hours on a CPU; resumable)
+
+A drafter is judged by how often it agrees with the target while the target decodes, so it should
+learn from text the target writes, read through the target's own states (EAGLE-3 regenerates its
+training data with the target for this reason). This module has the target answer a bank of
+prompts (`prompt_bank`: code to complete, code to rewrite, explain or test, programming
+questions), batched on specviz's batched engine runner (`specviz.batch.BatchLM`, one target pass
+per step for every row), greedy for most batches and sampled for every SAMPLE_EVERY-th, and keeps
+from the very passes that generate the answers, at every position t of prompt and answer:
+
+  - the token x_t,
+  - the target's hidden states at three depths (low, middle, high: the inputs of decoder layers
+    `feature_layers(n)`, EAGLE-3's choice) and its last one after the final norm (what its output
+    head reads: EAGLE-1's and Medusa's feature),
+  - the target's argmax after x_t (what a greedy draft must guess).
+
+No second target pass is needed to extract features. Files, in the output folder: tokens.i32,
+labels.i32, feats.f16 ((N, 4, d) float16) and selfgen.json (what was generated, sequence by
+sequence: where it starts, how long, which prompt, held out or not). They grow batch by batch; a
+restart truncates them to the last finished batch and goes on from there, so an interrupted run
+loses at most one batch. Every HELD_OUT_EVERY-th prompt (by a hash of its text) is held out.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import random
+import sys
+import sysconfig
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from specviz import files
+from specviz.config import Warp
+from specviz.errors import InputError
+
+HELD_OUT_EVERY = 12
+SAMPLE_EVERY = 4  # every 4th batch samples (temperature SAMPLE_WARP) instead of decoding greedily
+SAMPLE_WARP = Warp(temperature=0.8, top_p=0.95)
+VERSION = 1
+
+
+def feature_layers(n_layers: int) -> tuple:
+    """The hidden states EAGLE-3 fuses, as indices of the inputs of decoder layers (hidden_states[i]
+    in transformers' numbering, 0 = the embeddings): low, middle and high, (2, n // 2, n - 3) as
+    EAGLE-3's reference code and SGLang capture them (28 layers: 2, 14, 25). Early layers still
+    carry the current token, late ones are already the next token's guess; the middle ones hold
+    what a few tokens ahead depends on."""
+    return (min(2, n_layers - 1), n_layers // 2, max(0, n_layers - 3))
+
+
+# ---------------------------------------------------------------------------------------------
+# the prompt bank
+
+@dataclass(frozen=True)
+class BankPrompt:
+    kind: str  # "code" (completion, no chat template) | "rewrite" | "chat"
+    text: str
+    chat: bool
+
+
+# chat questions, programming topics a coding assistant is asked about (none of the benchmark's prompts)
+TOPICS = (
+    "list comprehensions", "generators", "decorators", "context managers", "dataclasses", "type hints",
+    "recursion", "binary search", "hash tables", "linked lists", "binary trees", "graph traversal",
+    "breadth-first search", "depth-first search", "dynamic programming", "memoization", "sorting algorithms",
+    "merge sort", "quicksort", "heaps", "big-O notation", "closures", "lambda functions", "iterators",
+    "exceptions", "unit testing", "mocking in tests", "regular expressions", "string formatting",
+    "file handling", "JSON parsing", "CSV files", "virtual environments", "package management",
+    "the global interpreter lock", "threads", "processes", "async and await", "event loops",
+    "sockets", "HTTP requests", "REST APIs", "SQL joins", "database indexes", "transactions",
+    "caching", "logging", "command-line arguments", "environment variables", "immutability",
+    "shallow and deep copies", "mutable default arguments", "slicing", "the walrus operator",
+    "pattern matching", "enums", "abstract base classes", "multiple inheritance", "method resolution order",
+    "properties", "class methods and static methods", "magic methods", "operator overloading",
+    "generics", "protocols", "duck typing", "garbage collection", "reference counting",
+    "bit manipulation", "floating-point rounding", "Unicode and encodings", "date and time handling",
+    "time zones", "random numbers and seeds", "hashing passwords", "git branches", "merge conflicts",
+    "code review", "refactoring", "naming variables", "writing docstrings", "profiling code",
+    "vectorisation with NumPy", "pandas DataFrames", "matrix multiplication", "gradient descent",
+    "tokenisation", "the softmax function", "cross-entropy loss", "overfitting", "batching",
+    "key-value caches", "speculative decoding", "quantisation", "memory bandwidth", "cache locality",
+    "stack and heap memory", "pointers", "compilers and interpreters", "bytecode", "just-in-time compilation",
+    "Docker containers", "continuous integration", "semantic versioning", "API design", "pagination",
+    "rate limiting", "retries with backoff", "idempotency", "race conditions", "deadlocks", "mutexes",
+    "queues", "producer-consumer patterns", "map and reduce", "functional programming", "currying",
+    "tail calls", "state machines", "parsers", "tries", "union-find", "Dijkstra's algorithm",
+    "topological sorting", "sliding windows", "two pointers", "prefix sums", "bloom filters",
+)
+CHAT_TEMPLATES = (
+    "Explain {t} to a programmer who is new to Python.",
+    "What are common mistakes people make with {t}? Give examples.",
+    "Write a short Python example that shows {t}, and explain it.",
+    "When should I use {t}, and when should I avoid it?",
+    "Give me three interview questions about {t}, with brief answers.",
+    "Summarise {t} in five bullet points.",
+)
+REWRITE_TEMPLATES = (
+    "Rewrite this function so that it is easier to read, keeping its behaviour:\n\n```python\n{code}\n```",
+    "Add type hints to this function and return only the code:\n\n```python\n{code}\n```",
+    "Explain step by step what this function does:\n\n```python\n{code}\n```",
+    "Write pytest unit tests for this function:\n\n```python\n{code}\n```",
+    "Is there an edge case this function does not handle? Explain and fix it:\n\n```python\n{code}\n```",
+    "Write a docstring for this function:\n\n```python\n{code}\n```",
+    "What does `{name}` from Python's `{module}` module do? Give a short example of using it.",
+)
+
+
+def stdlib_files() -> list:
+    """The standard library's top-level modules and packages' modules, test suites left out."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    skip = ("test", "tests", "idlelib", "lib2to3", "site-packages", "dist-packages", "ensurepip", "turtledemo")
+    found = [p for p in root.rglob("*.py")
+             if not any(part in skip or part.startswith("test_") for part in p.relative_to(root).parts)]
+    return sorted(found, key=lambda p: str(p.relative_to(root)))
+
+
+def _stdlib_functions(limit_per_module: int = 12) -> list:
+    """(module, name, completion prompt, whole source) of standard-library functions with a
+    docstring and a body of 3 to 30 lines, in a fixed order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    out = []
+    for path in stdlib_files():
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        module = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        lines, found = source.splitlines(), 0
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name.startswith("_"):
+                continue
+            doc = ast.get_docstring(node, clean=False)
+            body = node.body
+            if not doc or node.end_lineno is None or not 3 <= node.end_lineno - node.lineno <= 30 or len(body) < 2:
+                continue
+            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            whole = lines[first - 1:node.end_lineno]
+            indent = len(whole[0]) - len(whole[0].lstrip())
+            whole = [line[indent:] for line in whole]
+            head = [line[indent:] for line in lines[first - 1:body[0].end_lineno]]  # signature + docstring
+            if "\t" in "".join(whole):
+                continue
+            out.append((module, node.name, "\n".join(head) + "\n", "\n".join(whole)))
+            found += 1
+            if found == limit_per_module:
+                break
+    return out
+
+
+def _excluded() -> set:
+    """Texts the benchmark and the tests decode: never training prompts."""
+    from specviz.bench.prompts import PROMPTS, SERVING_BANK
+
+    return {p.text for p in PROMPTS.values()} | set(SERVING_BANK)
+
+
+def prompt_bank(seed: int = 0) -> list:
+    """Every prompt of the bank, shuffled with `seed`: each standard-library function as a code
+    completion (its signature and docstring) and as one rewrite-like request (a template chosen by
+    a hash of its name), and every topic with every chat template."""
+    bank = []
+    for module, name, head, whole in _stdlib_functions():
+        bank.append(BankPrompt("code", head, False))
+        template = REWRITE_TEMPLATES[zlib.crc32(f"{module}.{name}".encode()) % len(REWRITE_TEMPLATES)]
+        bank.append(BankPrompt("rewrite", template.format(code=whole, name=name, module=module), True))
+    bank += [BankPrompt("chat", template.format(t=topic), True) for topic in TOPICS for template in CHAT_TEMPLATES]
+    excluded = _excluded()
+    seen: set = set()  # a function defined alike in two modules (overloads, copies) is asked once
+    bank = [p for p in bank if p.text not in excluded and not (p.text in seen or seen.add(p.text))]
+    random.Random(seed).shuffle(bank)
+    return bank
+
+
+def held_out(prompt: BankPrompt) -> bool:
+    return zlib.crc32(prompt.text.encode()) % HELD_OUT_EVERY == HELD_OUT_EVERY - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# capturing the target's states from the passes that generate
+
+class LayerCapture:
+    """Forward pre-hooks on the target's decoder layers `layers` (hidden_states indices: the
+    input of that layer; 0 is the embeddings): `take()` returns {layer: (B, T, d)} of the last pass."""
+
+    def __init__(self, model, layers: tuple):
+        decoder = model.get_decoder()
+        self.layers, self.seen = tuple(layers), {}
+        self.handles = [decoder.layers[i].register_forward_pre_hook(self._hook(i), with_kwargs=True)
+                        for i in sorted(set(layers))]
+
+    def _hook(self, i: int):
+        def hook(module, args, kwargs):
+            self.seen[i] = (args[0] if args else kwargs["hidden_states"]).detach()
+        return hook
+
+    def take(self) -> dict:
+        seen, self.seen = self.seen, {}
+        return seen
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+
+
+def generate_rows(pair, prompts: list, max_new_tokens: int, capture: LayerCapture, warp: Warp = Warp(),
+                  seeds: Optional[list] = None) -> list:
+    """One batch: every prompt (token ids) answered by the target, one pass per step for all rows
+    (`specviz.batch.BatchLM`; prompts prefilled in chunks of at most BatchLM.CHUNK_TOKENS tokens).
+    Returns per row {"tokens", "labels", "feats", "answer"}: the positions the target ran on (the
+    prompt and the answer but its last token), its argmax after each, and its states there
+    ((n, len(layers) + 1, d) float16: the captured layers, then the last hidden state after the
+    final norm); "answer" is the whole answer, its last token included."""
+    from specviz.batch import BatchLM
+    from specviz.sampling import warp as warp_probs
+
+    rows = len(prompts)
+    runner = BatchLM(pair.target, rows)
+    eos = set(pair.eos_token_ids)
+    generators = [torch.Generator(device=pair.device).manual_seed(s) for s in (seeds or range(rows))]
+    out = [{"feats": [], "labels": [], "answer": []} for _ in range(rows)]
+    last = [None] * rows
+
+    def keep(b: int, part_states, aux, i: int, n: int, logits) -> None:
+        stacked = torch.stack([aux[layer][i, :n] for layer in capture.layers] + [part_states[:n]], dim=1)
+        out[b]["feats"].append(stacked.to("cpu", torch.float16))
+        out[b]["labels"].append(logits.argmax(-1).to("cpu", torch.int32))
+
+    step = max(1, BatchLM.CHUNK_TOKENS // rows)
+    width = max(len(p) for p in prompts)
+    for start in range(0, width, step):  # the prompts, a slice of columns at a time
+        parts = [list(p[start:start + step]) for p in prompts]
+        logits, states = runner.forward(parts, [len(part) for part in parts], hidden=True)
+        aux = capture.take()
+        for b, part in enumerate(parts):
+            if part:
+                keep(b, states[b], aux, b, len(part), logits[b])
+                last[b] = logits[b][-1]
+    live = list(range(rows))
+    while live:
+        chosen = []
+        for b in live:
+            if warp.greedy:
+                token = int(last[b].argmax())
+            else:
+                token = int(torch.multinomial(warp_probs(last[b], warp), 1, generator=generators[b]))
+            out[b]["answer"].append(token)
+            chosen.append(token)
+        going = [i for i, (b, t) in enumerate(zip(live, chosen)) if t not in eos
+                 and len(out[b]["answer"]) < max_new_tokens]
+        if not going:
+            break
+        if len(going) < len(live):
+            runner.keep_rows(going)
+            live, chosen = [live[i] for i in going], [chosen[i] for i in going]
+        logits, states = runner.forward([[t] for t in chosen], [1] * len(live), hidden=True)
+        aux = capture.take()
+        for i, b in enumerate(live):
+            keep(b, states[i], aux, i, 1, logits[i])
+            last[b] = logits[i][-1]
+    for b, p in enumerate(prompts):
+        answer = out[b]["answer"]
+        out[b]["tokens"] = list(p) + answer[:-1]
+        out[b]["feats"] = torch.cat(out[b]["feats"]).numpy()
+        out[b]["labels"] = torch.cat(out[b]["labels"]).numpy()
+        assert len(out[b]["tokens"]) == len(out[b]["labels"]) == len(out[b]["feats"])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the whole run, resumable
+
+class SelfData:
+    """The files of a run (see the module's docstring), memory-mapped for reading."""
+
+    def __init__(self, folder: Path):
+        self.folder = Path(folder)
+        self.meta = json.loads((self.folder / "selfgen.json").read_text())
+        n, slots, d = self.meta["tokens"], len(self.meta["layers"]) + 1, self.meta["hidden_size"]
+        self.tokens = np.memmap(self.folder / "tokens.i32", np.int32, "r", shape=(n,)) if n else np.zeros(0, np.int32)
+        self.labels = np.memmap(self.folder / "labels.i32", np.int32, "r", shape=(n,)) if n else np.zeros(0, np.int32)
+        self.feats = (np.memmap(self.folder / "feats.f16", np.float16, "r", shape=(n, slots, d)) if n
+                      else np.zeros((0, slots, d), np.float16))
+
+    @property
+    def sequences(self) -> list:
+        """[(start, length, held_out)] of every sequence."""
+        return [(s["start"], s["length"], s["held_out"]) for s in self.meta["sequences"]]
+
+
+def _say(message: str) -> None:
+    print(f"[specviz] {message}", file=sys.stderr, flush=True)
+
+
+def selfgen(pair, folder: Path, tokens: int, batch: int = 16, max_new_tokens: int = 256, seed: int = 0,
+            progress: bool = True, layers: Optional[tuple] = None) -> SelfData:
+    """Generate (or go on generating) until `folder` holds at least `tokens` positions; `layers`:
+    the hidden states kept besides the last one (default: `feature_layers`, EAGLE-3's three)."""
+    from specviz.heads import hidden_and_vocab
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    n_layers = pair.target.config.num_hidden_layers
+    layers = tuple(layers) if layers else feature_layers(n_layers)
+    if any(not isinstance(i, int) or not 0 <= i < n_layers for i in layers):
+        raise InputError(f"layers must be whole numbers from 0 to {n_layers - 1} (the inputs of the target's "
+                         f"decoder layers, 0 = the embeddings), got {list(layers)}.")
+    hidden = hidden_and_vocab(pair.target)[0]
+    describe = {"version": VERSION, "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""),
+                "layers": list(layers), "n_layers": n_layers, "hidden_size": hidden, "seed": seed,
+                "batch": batch, "max_new_tokens": max_new_tokens, "sample_every": SAMPLE_EVERY,
+                "sample_warp": {"temperature": SAMPLE_WARP.temperature, "top_p": SAMPLE_WARP.top_p}}
+    meta_path = folder / "selfgen.json"
+    with files.lock(meta_path, f"generating {pair.name}'s training data in {folder}", _say):
+        meta = {**describe, "tokens": 0, "prompts_done": 0, "batches": 0, "sequences": [], "seconds": 0.0}
+        if meta_path.exists():
+            old = json.loads(meta_path.read_text())
+            if any(old.get(key) != value for key, value in describe.items()):
+                raise InputError(f"{folder} holds data generated with other settings "
+                                 f"({', '.join(k for k, v in describe.items() if old.get(k) != v)} differ): "
+                                 "give another --out, or delete that folder to start again.")
+            meta = old
+        slots = len(layers) + 1
+        row_bytes = {"tokens.i32": 4, "labels.i32": 4, "feats.f16": 2 * slots * hidden}
+        for name, size in row_bytes.items():  # a batch cut short: back to the last whole one
+            path = folder / name
+            with open(path, "ab") as fh:
+                fh.truncate(meta["tokens"] * size)
+        bank = prompt_bank(seed)
+        capture = LayerCapture(pair.target, layers)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=tokens, initial=min(tokens, meta["tokens"]), desc="selfgen", unit="tok", unit_scale=True,
+                       smoothing=0.05, dynamic_ncols=True, disable=os.environ.get("SPECVIZ_QUIET") == "1")
+        try:
+            while meta["tokens"] < tokens:
+                first = meta["prompts_done"]
+                chunk = [bank[(first + j) % len(bank)] for j in range(batch)]
+                ids = [pair.encode(p.text, chat=p.chat) for p in chunk]
+                sampled = meta["batches"] % SAMPLE_EVERY == SAMPLE_EVERY - 1
+                started = time.perf_counter()
+                with torch.inference_mode():
+                    rows = generate_rows(pair, ids, max_new_tokens, capture, SAMPLE_WARP if sampled else Warp(),
+                                         seeds=[seed * 1_000_003 + first + j for j in range(batch)])
+                with open(folder / "tokens.i32", "ab") as t, open(folder / "labels.i32", "ab") as lab, \
+                        open(folder / "feats.f16", "ab") as f:
+                    for j, (p, row) in enumerate(zip(chunk, rows)):
+                        n = len(row["tokens"])
+                        t.write(np.asarray(row["tokens"], np.int32).tobytes())
+                        lab.write(row["labels"].astype(np.int32).tobytes())
+                        f.write(np.ascontiguousarray(row["feats"], np.float16).tobytes())
+                        meta["sequences"].append({"start": meta["tokens"], "length": n, "prompt": (first + j) % len(bank),
+                                                  "kind": p.kind, "prompt_tokens": len(ids[j]),
+                                                  "answer_tokens": len(row["answer"]), "sampled": sampled,
+                                                  "held_out": held_out(p)})
+                        meta["tokens"] += n
+                    for fh in (t, lab, f):
+                        fh.flush()
+                        os.fsync(fh.fileno())
+                meta["prompts_done"] = first + batch
+                meta["batches"] += 1
+                meta["seconds"] = meta.get("seconds", 0.0) + time.perf_counter() - started
+                files.write_json(meta_path, meta, indent=None)  # after the data: a crash re-does one batch
+                if bar is not None:
+                    bar.update(min(tokens, meta["tokens"]) - bar.n)
+                    bar.set_postfix(tok_s=f"{meta['tokens'] / max(meta['seconds'], 1e-9):.0f}", refresh=False)
+        finally:
+            capture.close()
+            if bar is not None:
+                bar.close()
+    return SelfData(folder)
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    from specviz.errors import SpecvizError
+    from specviz.models import load_pair
+
+    parser = argparse.ArgumentParser(prog="python -m specviz selfgen", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pair", default=None, help="preset name (default: $SPECVIZ_PAIR or qwen-coder)")
+    parser.add_argument("--tokens", type=int, default=1_000_000, help="positions to generate, prompts included")
+    parser.add_argument("--batch", type=int, default=16, help="prompts answered together, one target pass per step")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="folder (default: the pair's training folder / selfgen)")
+    parser.add_argument("--layers", default="", help="the hidden states to keep besides the last one, as the inputs "
+                        "of these decoder layers, e.g. 2,14,25 (default: EAGLE-3's low, middle and high)")
+    args = parser.parse_args(argv)
+    try:
+        if args.tokens < 1 or args.batch < 1 or args.max_new_tokens < 1:
+            raise InputError("--tokens, --batch and --max-new-tokens must be positive whole numbers.")
+        try:
+            layers = tuple(int(x) for x in args.layers.split(",") if x.strip())
+        except ValueError:
+            raise InputError(f"--layers takes whole numbers separated by commas, got {args.layers!r}.") from None
+        pair = load_pair(args.pair)
+        out = Path(args.out) if args.out else files.train_dir(pair.name) / "selfgen"
+        data = selfgen(pair, out, args.tokens, args.batch, args.max_new_tokens, args.seed, layers=layers or None)
+    except SpecvizError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    _say(f"{data.meta['tokens']} positions from {len(data.sequences)} answers in {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,182 @@
+"""EAGLE-3 (fused target layers, training-time test) and P-EAGLE (parallel drafting), trained in
+seconds on the tiny pair's own generations: lossless, drafting at inference exactly what they
+were trained to draft, and parallel drafting costing one forward for any k."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from specviz import generate, metrics, train
+from specviz.heads import Eagle3Net, HeadSet, attach_heads, load_heads, save_heads, head_fingerprint
+from specviz.models import build_tiny_pair
+from specviz.sampling import Warp
+from specviz.selfgen import feature_layers, selfgen
+
+from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
+
+TINY_NET = dict(width=32, attn_heads=4, mlp=64)
+METHODS = [dict(method="eagle3", k=5), dict(method="eagle3-tree", tree_budget=12, tree_depth=4, tree_width=3),
+           dict(method="peagle", k=5)]
+
+
+@pytest.fixture(scope="module")
+def tiny3(tmp_path_factory):
+    pair = build_tiny_pair()
+    work = tmp_path_factory.mktemp("eagle3-work")
+    features = train.selfgen_features(selfgen(pair, work / "selfgen", 6000, batch=8, max_new_tokens=48,
+                                              progress=False))
+    out = {}
+    for kind in ("eagle3", "peagle"):
+        cfg = train.TrainConfig(kind, epochs=6, batch=256, window=64, eval_every=10_000, draft_vocab=60, lr=3e-3,
+                                noise=0.0, unroll=4, **TINY_NET)
+        out[kind] = train.train_heads(pair, features, cfg, work, progress=False)
+        attach_heads(pair, out[kind][0])
+    return pair, features, out
+
+
+@pytest.mark.parametrize("kw", METHODS, ids=[kw["method"] for kw in METHODS])
+@pytest.mark.parametrize("prompt", ["def fibonacci(n):", "Hello, world! "])
+def test_greedy_equals_ar(tiny3, kw, prompt):
+    pair, _, _ = tiny3
+    ar = list(generate(pair, prompt, method="ar", max_new_tokens=40))[-1]
+    events = list(generate(pair, prompt, max_new_tokens=40, **kw))
+    assert events[-1].token_ids == ar.token_ids
+    assert sum(e.kind in ("draft_proposed", "tree_built") for e in events) > 3
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_batched_rows_equal_their_own_ar(tiny3, method):
+    pair, _, _ = tiny3
+    prompts = ["def fibonacci(n):", "Hello, world! ", "import os\n", "x = 1"]
+    events = list(generate(pair, prompts, method=method, k=4, max_new_tokens=24))
+    rows = {e.row: e.token_ids for e in events if e.kind == "run_finished"}
+    for b, prompt in enumerate(prompts):
+        assert rows[b] == list(generate(pair, prompt, method="ar", max_new_tokens=24))[-1].token_ids, prompt
+
+
+def test_they_learn_and_read_three_layers(tiny3):
+    pair, features, trained = tiny3
+    layers = list(feature_layers(pair.target.config.num_hidden_layers))
+    assert features.layers == layers and features.feats.shape[1:] == (4, pair.target.config.hidden_size)
+    for kind, (heads, report) in trained.items():
+        assert heads.feature_layers == tuple(layers) and heads.config["slots"] == 3
+        before, after = report["curve"][0], report["curve"][-1]
+        assert after["loss"][0] < before["loss"][0] - 0.1, kind
+        assert after["accuracy"][0] > 2 * before["accuracy"][0], (kind, before["accuracy"], after["accuracy"])
+    # drafts really are accepted on the tiny target, and parallel drafting costs one forward a step
+    for kw in METHODS:
+        events = list(generate(pair, "def fibonacci(n):", max_new_tokens=40, **kw))
+        assert metrics.fold(events).accepted >= 1, kw
+        steps = [e for e in events if e.kind == "step_finished" and e.drafted]
+        if kw["method"] != "eagle3-tree":  # a chain of k: one forward in all (P-EAGLE), one per depth (EAGLE-3)
+            assert steps and all(e.draft_forwards == (1 if kw["method"] == "peagle" else e.drafted) for e in steps)
+
+
+def _unrolled(net, f, tokens, embed, steps):
+    """The training-time test's outputs for one sequence (specviz.train's own unroll)."""
+    trainer = train._Trainer.__new__(train._Trainer)
+    trainer.embeddings = lambda t: embed(t).float()
+    trainer.data = type("D", (), {"rows": staticmethod(lambda w: (f, tokens, None)), "rms": 1.0})()
+    return trainer.eagle_unroll(net, np.arange(len(tokens)), steps)
+
+
+@pytest.mark.parametrize("parallel", [False, True], ids=["eagle3", "peagle"])
+def test_drafting_at_inference_is_what_training_trained(parallel):
+    """For every base pair b and depth s, the output the training-time test trains (specviz.train)
+    equals what drafting computes at inference: EAGLE-3 feeding its own output and the next token
+    one depth at a time, P-EAGLE feeding placeholders in one forward. A mask that let a depth see
+    what drafting cannot (or hid what it can) fails here."""
+    torch.manual_seed(0)
+    d, n, steps = 16, 9, 4
+    net = Eagle3Net(d, width=16, heads=2, mlp=32, parallel=parallel).eval()
+    embed = torch.nn.Embedding(50, d)
+    f = torch.randn(n + 1, 4, d)
+    tokens = torch.randint(0, 50, (n + 1,))
+    with torch.no_grad():
+        outs = _unrolled(net, f, tokens, embed, steps)
+        e = embed(tokens[1:]).float()
+        fused = net.features(f)
+        positions = torch.arange(1, n + 1)
+        for b in range(n - steps + 1):
+            out, cache = net(fused[:b + 1], e[:b + 1], positions[:b + 1])  # the real pairs up to b
+            assert torch.allclose(out[-1], outs[0][b], atol=1e-5)
+            if parallel:
+                mask_f, mask_e = net.placeholders(steps - 1)
+                more, _ = net(mask_f, mask_e, positions[b + 1:b + steps], cache)
+                for s in range(2, steps + 1):
+                    assert torch.allclose(more[s - 2], outs[s - 1][b + s - 1], atol=1e-5), (b, s)
+            else:
+                prev = out[-1:]
+                for s in range(2, steps + 1):  # depth s: the last output, with the token x_{b+s}
+                    prev, cache = net(prev, e[b + s - 1:b + s], positions[b + s - 1:b + s], cache)
+                    assert torch.allclose(prev[0], outs[s - 1][b + s - 1], atol=1e-5), (b, s)
+
+
+def test_saved_and_loaded_they_draft_the_same(tiny3, tmp_path):
+    pair, _, trained = tiny3
+    for kind in ("eagle3", "peagle"):
+        heads = trained[kind][0]
+        save_heads(heads, tmp_path, head_fingerprint(pair.target))
+        loaded = load_heads(kind, pair, tmp_path)
+        assert loaded.feature_layers == heads.feature_layers and loaded.net.parallel == (kind == "peagle")
+        rounded = copy.deepcopy(heads)  # the file holds bfloat16 weights
+        rounded.net.load_state_dict({k: v.to(torch.bfloat16).float() for k, v in heads.net.state_dict().items()})
+        drafts = []
+        for h in (rounded, loaded):
+            attach_heads(pair, h)
+            events = generate(pair, "def f(x):", method=kind, k=4, max_new_tokens=16)
+            drafts.append([(e.token_id, round(e.q, 5)) for e in events if e.kind == "draft_proposed"])
+        assert drafts[0] and drafts[0] == drafts[1]
+        attach_heads(pair, heads)
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling on exact toy models: the toy target's "hidden state" is its logits row, fed unfused
+
+def _toy_eagle3(pair, seed=0):
+    v = pair.target.vocab_size
+    torch.manual_seed(seed)
+    for kind in ("eagle3", "peagle"):
+        net = Eagle3Net(v, width=8, heads=2, mlp=8, parallel=kind == "peagle")
+        attach_heads(pair, HeadSet(kind, net, None, {"hidden": v, "vocab_size": v, "width": 8, "heads": 2, "mlp": 8,
+                                                     "slots": 3, "parallel": kind == "peagle"}))
+
+
+SAMPLED = [dict(method="eagle3", k=2), dict(method="eagle3-tree", tree_budget=6, tree_depth=2, tree_width=2),
+           dict(method="peagle", k=3)]
+
+
+@pytest.mark.parametrize("kw", SAMPLED, ids=[kw["method"] for kw in SAMPLED])
+def test_sampling_follows_the_target(toy, kw):  # noqa: F811
+    _toy_eagle3(toy)
+    warp = Warp(1.0)
+    counts, runs = _first_tokens(toy, warp, runs=RUNS // 2, **kw)
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) > 1e-4
+    assert sum(e.kind == "token_rejected" for events in runs for e in events) > RUNS // 20
+
+
+@pytest.mark.parametrize("method", ["eagle3", "peagle"])
+def test_a_broken_rule_fails_with_them_too(toy, method):  # noqa: F811
+    _toy_eagle3(toy)
+    warp = Warp(1.0)
+    counts, _ = _first_tokens(toy, warp, runs=RUNS // 2, verifier=ResampleFromTarget(), method=method, k=2)
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) < 1e-4
+
+
+def test_the_apps_menu_offers_a_heads_method_only_where_its_heads_exist(tiny3, tmp_path, monkeypatch):
+    pytest.importorskip("gradio")
+    from specviz import files
+    from webapp.settings import available_methods
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    heads = ("medusa", "medusa-tree", "eagle", "eagle-tree", "eagle3", "eagle3-tree", "peagle")
+    before = available_methods("tiny")
+    assert "spec" in before and "ar" in before and not set(heads) & set(before)
+    pair, _, trained = tiny3
+    save_heads(trained["eagle3"][0], files.train_dir("tiny") / "heads", head_fingerprint(pair.target))
+    after = available_methods("tiny")
+    assert set(after) - set(before) == {"eagle3", "eagle3-tree"}
+    shipped = available_methods("qwen-coder")  # the shipped Medusa and EAGLE heads
+    assert {"medusa", "medusa-tree", "eagle", "eagle-tree"} <= set(shipped)

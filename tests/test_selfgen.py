@@ -1,0 +1,103 @@
+"""The target's own generations as training data (specviz.selfgen): exact answers, the right
+states at every position, a bank that never holds the benchmark's prompts, and a run that resumes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from specviz import generate, selfgen
+from specviz.bench.prompts import PROMPTS, SERVING_BANK
+from specviz.cli import main as cli_main
+from specviz.config import Warp
+
+TEXTS = ["def add(a, b):", "Hello there", "x = [1, 2, 3]\nfor item in x:", "import os"]
+
+
+def _ids(tiny):
+    return [tiny.encode(t) for t in TEXTS]
+
+
+def test_batched_answers_equal_each_prompts_own_ar_and_the_states_are_the_targets(tiny):
+    layers = selfgen.feature_layers(tiny.target.config.num_hidden_layers)
+    capture = selfgen.LayerCapture(tiny.target, layers)
+    try:
+        rows = selfgen.generate_rows(tiny, _ids(tiny), 12, capture)
+    finally:
+        capture.close()
+    for text, ids, row in zip(TEXTS, _ids(tiny), rows):
+        events = list(generate(tiny, text, method="ar", max_new_tokens=12))
+        assert row["answer"] == events[-1].token_ids, text  # the single-sequence engine's own answer
+        assert row["tokens"] == ids + row["answer"][:-1]
+        # one plain forward over the whole sequence: every captured state and argmax is its own
+        with torch.inference_mode():
+            out = tiny.target(torch.tensor([row["tokens"]]), output_hidden_states=True)
+        for j, layer in enumerate(layers):
+            torch.testing.assert_close(torch.from_numpy(row["feats"][:, j].astype(np.float32)),
+                                       out.hidden_states[layer][0].float(), atol=2e-2, rtol=1e-2)
+        torch.testing.assert_close(torch.from_numpy(row["feats"][:, -1].astype(np.float32)),
+                                   out.hidden_states[-1][0].float(), atol=2e-2, rtol=1e-2)
+        assert row["labels"].tolist() == out.logits[0].argmax(-1).tolist()
+        # greedy: every answer token is the target's argmax after the token before it
+        assert row["labels"][len(ids) - 1:].tolist() == row["answer"][:len(row["labels"]) - len(ids) + 1]
+
+
+def test_sampled_rows_follow_their_own_seed(tiny):
+    layers = selfgen.feature_layers(tiny.target.config.num_hidden_layers)
+    capture = selfgen.LayerCapture(tiny.target, layers)
+    warp = Warp(temperature=1.0)
+    try:
+        a = selfgen.generate_rows(tiny, _ids(tiny), 10, capture, warp, seeds=[1, 2, 3, 4])
+        b = selfgen.generate_rows(tiny, _ids(tiny)[::-1], 10, capture, warp, seeds=[4, 3, 2, 1])
+    finally:
+        capture.close()
+    assert [r["answer"] for r in a] == [r["answer"] for r in b[::-1]]  # a row's draws are its own
+    greedy = selfgen.generate_rows(tiny, _ids(tiny), 10, selfgen.LayerCapture(tiny.target, layers))
+    assert [r["answer"] for r in a] != [r["answer"] for r in greedy]
+
+
+def test_the_bank_is_varied_and_never_holds_the_benchmarks_prompts():
+    bank = selfgen.prompt_bank()
+    texts = [p.text for p in bank]
+    assert len(bank) > 2000 and len(set(texts)) == len(texts)
+    assert {p.kind for p in bank} == {"code", "rewrite", "chat"}
+    assert all(not p.chat for p in bank if p.kind == "code") and all(p.chat for p in bank if p.kind != "code")
+    banned = {p.text for p in PROMPTS.values()} | set(SERVING_BANK)
+    assert not banned & set(texts)
+    assert any("is_prime" in t for t in banned) and not any("def is_prime(" in t for t in texts)
+    held = sum(map(selfgen.held_out, bank)) / len(bank)
+    assert 0.05 < held < 0.12
+    assert [p.text for p in selfgen.prompt_bank()] == texts  # the same bank on every machine with this Python
+    assert [p.text for p in selfgen.prompt_bank(seed=1)] != texts
+
+
+def test_a_run_grows_resumes_and_survives_a_cut(tiny, tmp_path, monkeypatch):
+    small = [selfgen.BankPrompt("code", t, False) for t in TEXTS * 3]
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: small)
+    first = selfgen.selfgen(tiny, tmp_path, tokens=1, batch=2, max_new_tokens=6, progress=False)
+    assert first.meta["batches"] == 1 and len(first.sequences) == 2
+    kept = (first.tokens.copy(), first.feats.copy(), first.labels.copy())
+    with open(tmp_path / "feats.f16", "ab") as fh:  # a batch cut short: half-written data
+        fh.write(b"\x01" * 1000)
+    grown = selfgen.selfgen(tiny, tmp_path, tokens=first.meta["tokens"] + 1, batch=2, max_new_tokens=6, progress=False)
+    assert grown.meta["batches"] == 2 and (tmp_path / "feats.f16").stat().st_size == grown.feats.nbytes
+    n = len(kept[0])
+    assert np.array_equal(grown.tokens[:n], kept[0]) and np.array_equal(grown.feats[:n], kept[1])
+    # the second batch is the bank's next prompts, their sequences where the first ended
+    start, length, _ = grown.sequences[2]
+    assert start == n and grown.tokens[start:start + len(tiny.encode(TEXTS[2]))].tolist() == tiny.encode(TEXTS[2])
+    # greedy: only every SAMPLE_EVERY-th batch samples
+    assert selfgen.SAMPLE_EVERY > 2 and [s["sampled"] for s in grown.meta["sequences"]] == [False] * 4
+    meta = json.loads((tmp_path / "selfgen.json").read_text())
+    assert sum(s["length"] for s in meta["sequences"]) == meta["tokens"] == len(grown.tokens)
+    with pytest.raises(selfgen.InputError, match="other settings"):
+        selfgen.selfgen(tiny, tmp_path, tokens=10, batch=2, max_new_tokens=7, progress=False)
+
+
+def test_cli_says_what_is_wrong_in_one_line(capsys):
+    assert cli_main(["selfgen", "--pair", "tiny", "--tokens", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "--tokens" in err[0]
