@@ -165,18 +165,21 @@ def test_a_broken_rule_fails_with_them_too(toy, method):  # noqa: F811
     assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) < 1e-4
 
 
-def test_the_apps_menu_offers_a_heads_method_only_where_its_heads_exist(tiny3, tmp_path, monkeypatch):
+def test_the_apps_menu_says_which_methods_lack_trained_heads(tiny3, tmp_path, monkeypatch):
     pytest.importorskip("gradio")
-    from specviz import files
-    from webapp.settings import available_methods
+    from specviz import engine, files
+    from webapp.settings import method_choices
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
-    heads = ("medusa", "medusa-tree", "eagle", "eagle-tree", "eagle3", "eagle3-tree", "peagle")
-    before = available_methods("tiny")
-    assert "spec" in before and "ar" in before and not set(heads) & set(before)
+    heads = {"medusa", "medusa-tree", "eagle", "eagle-tree", "eagle3", "eagle3-tree", "peagle"}
+
+    def lacking(pair_name):
+        choices = method_choices(pair_name)
+        assert [value for _, value in choices] == list(engine.METHODS)  # every method stays runnable
+        return {value for label, value in choices if "no trained heads" in label}
+
+    assert lacking("tiny") == heads
     pair, _, trained = tiny3
     save_heads(trained["eagle3"][0], files.train_dir("tiny") / "heads", head_fingerprint(pair.target))
-    after = available_methods("tiny")
-    assert set(after) - set(before) == {"eagle3", "eagle3-tree"}
-    shipped = available_methods("qwen-coder")  # the shipped Medusa and EAGLE heads
-    assert {"medusa", "medusa-tree", "eagle", "eagle-tree"} <= set(shipped)
+    assert lacking("tiny") == heads - {"eagle3", "eagle3-tree"}
+    assert not {"medusa", "medusa-tree", "eagle", "eagle-tree"} & lacking("qwen-coder")  # shipped

@@ -22,7 +22,7 @@ def build_sidebar() -> None:
         gr.Markdown("### Settings")
         ui.pair = gr.Dropdown(sorted(set(PRESET_PAIRS) | {DEFAULT_PAIR}), value=DEFAULT_PAIR, label="Model pair",
                               allow_custom_value=ALLOW_CUSTOM)
-        ui.method_dd = gr.Dropdown(available_methods(DEFAULT_PAIR), value="spec", label="Method (the race runs it against ar)",
+        ui.method_dd = gr.Dropdown(method_choices(DEFAULT_PAIR), value="spec", label="Method (the race runs it against ar)",
                                    info=method_help("spec"))
         ui.k = gr.Slider(1, 16, value=4, step=1, label="k: draft tokens per step")
         with gr.Row():
@@ -63,21 +63,22 @@ def run_inputs() -> list:
             ui.tree_dynamic_cb, ui.tree_budget_sl, ui.draft_radio, ui.history_state]
 
 
-def available_methods(pair_name: str) -> list:
-    """The methods the menu offers for a pair: every one, but those that read trained heads the pair
-    does not have (shipped, or trained with `python -m specviz train`): a visitor is never offered a
-    method that can only answer with an error."""
+def method_choices(pair_name: str) -> list:
+    """The menu's (label, method) pairs: every method, those that read trained heads the pair does
+    not have (shipped, or trained with `python -m specviz train`) labelled so before a visitor picks
+    one (run anyway, such a method answers with the command that trains its heads)."""
     from specviz.config import HEAD_METHODS
     from specviz.heads import HeadsError, check_heads_file
 
     out = []
     for method in engine.METHODS:
+        label = method
         if method in HEAD_METHODS:
             try:
                 check_heads_file(HEAD_METHODS[method], pair_name)
             except HeadsError:
-                continue
-        out.append(method)
+                label = f"{method} (no trained heads for {pair_name})"
+        out.append((label, method))
     return out
 
 
