@@ -417,12 +417,25 @@ def test_a_live_run_beyond_the_line_is_told_busy_at_once(server, client, monkeyp
     """With one live run computing and MAX_LIVE_WAITING waiting, the next one is refused with a
     sentence at once, while the others go on; a waiting run says how many are ahead of it and
     gives its place back when cancelled."""
+    import threading
     import time
 
+    import specviz
     from gradio_client.exceptions import AppError
 
     app = server[0]
     monkeypatch.setattr(app.common, "MAX_LIVE_WAITING", 1)  # read by webapp.common.in_line
+    # the computing run holds the engine until this test lets it go: however fast the machine,
+    # it cannot finish before the refusal and the cancellation are checked
+    gate, real = threading.Event(), specviz.generate
+
+    def held(*args, **kwargs):
+        for event in real(*args, **kwargs):
+            yield event
+            if event.kind == "step_finished" and event.step == 2:  # the view has shown two steps
+                gate.wait(120)
+
+    monkeypatch.setattr(specviz, "generate", held)
     long_run = {**RUN, "k": 1, "temperature": 0.0, "max_new_tokens": 256}
     computing = client.submit(**long_run, api_name="/run")
     waiting = None
@@ -444,6 +457,7 @@ def test_a_live_run_beyond_the_line_is_told_busy_at_once(server, client, monkeyp
             time.sleep(0.05)  # the cancelled run leaves the line
         assert app.live_waiting() == 0 and not computing.done()
     finally:
+        gate.set()
         for job in (computing, waiting):
             if job is not None:
                 job.cancel()
