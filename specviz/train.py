@@ -505,6 +505,28 @@ def evaluate_heads(pair, heads, features: Features, depths: int = 5) -> dict:
     return trainer.evaluate(net)
 
 
+def token_ablation(pair, heads, features: Features, depths: int = 3, seed: int = 0) -> dict:
+    """Does an EAGLE layer use the token it is given? Held-out top-1 per depth with the tokens as
+    they are, shuffled within each window, and zeroed: a layer that ignored its token input (the
+    defect issue #25 suspected) would score alike in all three."""
+    kind = heads.kind
+    if kind not in ("eagle", *FUSED):
+        raise InputError(f"token_ablation reads EAGLE layers (eagle, eagle3, peagle), not {kind!r}.")
+    cfg = TrainConfig(kind, depths=depths)
+    data = _Data(features, torch.device("cpu"), torch.float32, slots=None if kind in FUSED else -1)
+    trainer = _Trainer(cfg, pair, data, heads.vocab_ids)
+    trainer.held_windows = [np.arange(s, s + n) for s, n, _ in data.held_segments if n > depths + 1]
+    net = copy.deepcopy(heads.net).float()
+    plain = trainer.embeddings
+    generator = torch.Generator().manual_seed(seed)
+    out = {"as_is": trainer.evaluate(net)["accuracy"]}
+    trainer.embeddings = lambda t: plain(t[torch.randperm(len(t), generator=generator)])
+    out["shuffled"] = trainer.evaluate(net)["accuracy"]
+    trainer.embeddings = lambda t: plain(t) * 0
+    out["zeroed"] = trainer.evaluate(net)["accuracy"]
+    return out
+
+
 def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Path] = None,
                 progress: bool = True, on_eval=None):
     """Train `cfg.kind` heads on `features` (checkpointed in `folder`, resumed from it).
