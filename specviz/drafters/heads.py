@@ -95,8 +95,6 @@ class MedusaDrafter(_FeatureDrafter):
 
 
 class EagleDrafter(_FeatureDrafter):
-    name = "EAGLE"
-
     @property
     def feature_layers(self):
         """EAGLE-3 reads the target's states at several layers (the engine asks its pass for them)."""
