@@ -189,73 +189,45 @@ def held_out(prompt: BankPrompt) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# capturing the target's states from the passes that generate
+# one batch: the answers, with the target's states from the passes that generate them
 
-class LayerCapture:
-    """Forward pre-hooks on the target's decoder layers `layers` (hidden_states indices: the
-    input of that layer; 0 is the embeddings): `take()` returns {layer: (B, T, d)} of the last pass."""
-
-    def __init__(self, model, layers: tuple):
-        decoder = model.get_decoder()
-        self.layers, self.seen = tuple(layers), {}
-        self.handles = [decoder.layers[i].register_forward_pre_hook(self._hook(i), with_kwargs=True)
-                        for i in sorted(set(layers))]
-
-    def _hook(self, i: int):
-        def hook(module, args, kwargs):
-            self.seen[i] = (args[0] if args else kwargs["hidden_states"]).detach()
-        return hook
-
-    def take(self) -> dict:
-        seen, self.seen = self.seen, {}
-        return seen
-
-    def close(self) -> None:
-        for handle in self.handles:
-            handle.remove()
-
-
-def generate_rows(pair, prompts: list, max_new_tokens: int, capture: LayerCapture, warp: Warp = Warp(),
+def generate_rows(pair, prompts: list, max_new_tokens: int, layers: tuple, warp: Warp = Warp(),
                   seeds: Optional[list] = None) -> list:
     """One batch: every prompt (token ids) answered by the target, one pass per step for all rows
-    (`specviz.batch.BatchLM`; prompts prefilled in chunks of at most BatchLM.CHUNK_TOKENS tokens).
+    (`specviz.batch.BatchLM`; prompts prefilled in chunks of at most BatchLM.CHUNK_TOKENS tokens),
+    each pass also returning the states at `layers` (`BatchLM.forward(hidden=layers)`).
     Returns per row {"tokens", "labels", "feats", "answer"}: the positions the target ran on (the
     prompt and the answer but its last token), its argmax after each, and its states there
-    ((n, len(layers) + 1, d) float16: the captured layers, then the last hidden state after the
-    final norm); "answer" is the whole answer, its last token included."""
+    ((n, len(layers) + 1, d) float16: the inputs of those layers, then the last hidden state after
+    the final norm); "answer" is the whole answer, its last token included."""
     from specviz.batch import BatchLM
-    from specviz.sampling import warp as warp_probs
+    from specviz.sampling import sample, warp as warp_probs
 
-    rows = len(prompts)
+    rows, layers = len(prompts), tuple(layers)
     runner = BatchLM(pair.target, rows)
     eos = set(pair.eos_token_ids)
     generators = [torch.Generator(device=pair.device).manual_seed(s) for s in (seeds or range(rows))]
     out = [{"feats": [], "labels": [], "answer": []} for _ in range(rows)]
     last = [None] * rows
 
-    def keep(b: int, part_states, aux, i: int, n: int, logits) -> None:
-        stacked = torch.stack([aux[layer][i, :n] for layer in capture.layers] + [part_states[:n]], dim=1)
-        out[b]["feats"].append(stacked.to("cpu", torch.float16))
+    def keep(b: int, states, logits) -> None:
+        out[b]["feats"].append(states.to("cpu", torch.float16))
         out[b]["labels"].append(logits.argmax(-1).to("cpu", torch.int32))
+        last[b] = logits[-1]
 
     step = max(1, BatchLM.CHUNK_TOKENS // rows)
     width = max(len(p) for p in prompts)
     for start in range(0, width, step):  # the prompts, a slice of columns at a time
         parts = [list(p[start:start + step]) for p in prompts]
-        logits, states = runner.forward(parts, [len(part) for part in parts], hidden=True)
-        aux = capture.take()
+        logits, states = runner.forward(parts, [len(part) for part in parts], hidden=layers)
         for b, part in enumerate(parts):
             if part:
-                keep(b, states[b], aux, b, len(part), logits[b])
-                last[b] = logits[b][-1]
+                keep(b, states[b], logits[b])
     live = list(range(rows))
     while live:
         chosen = []
         for b in live:
-            if warp.greedy:
-                token = int(last[b].argmax())
-            else:
-                token = int(torch.multinomial(warp_probs(last[b], warp), 1, generator=generators[b]))
+            token = sample(warp_probs(last[b], warp), warp, generators[b])
             out[b]["answer"].append(token)
             chosen.append(token)
         going = [i for i, (b, t) in enumerate(zip(live, chosen)) if t not in eos
@@ -265,11 +237,9 @@ def generate_rows(pair, prompts: list, max_new_tokens: int, capture: LayerCaptur
         if len(going) < len(live):
             runner.keep_rows(going)
             live, chosen = [live[i] for i in going], [chosen[i] for i in going]
-        logits, states = runner.forward([[t] for t in chosen], [1] * len(live), hidden=True)
-        aux = capture.take()
+        logits, states = runner.forward([[t] for t in chosen], [1] * len(live), hidden=layers)
         for i, b in enumerate(live):
-            keep(b, states[i], aux, i, 1, logits[i])
-            last[b] = logits[i][-1]
+            keep(b, states[i], logits[i])
     for b, p in enumerate(prompts):
         answer = out[b]["answer"]
         out[b]["tokens"] = list(p) + answer[:-1]
@@ -339,7 +309,6 @@ def selfgen(pair, folder: Path, tokens: int, batch: int = 16, max_new_tokens: in
             with open(path, "ab") as fh:
                 fh.truncate(meta["tokens"] * size)
         bank = prompt_bank(seed)
-        capture = LayerCapture(pair.target, layers)
         bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -354,7 +323,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: int = 16, max_new_tokens: in
                 sampled = meta["batches"] % SAMPLE_EVERY == SAMPLE_EVERY - 1
                 started = time.perf_counter()
                 with torch.inference_mode():
-                    rows = generate_rows(pair, ids, max_new_tokens, capture, SAMPLE_WARP if sampled else Warp(),
+                    rows = generate_rows(pair, ids, max_new_tokens, layers, SAMPLE_WARP if sampled else Warp(),
                                          seeds=[seed * 1_000_003 + first + j for j in range(batch)])
                 with open(folder / "tokens.i32", "ab") as t, open(folder / "labels.i32", "ab") as lab, \
                         open(folder / "feats.f16", "ab") as f:
@@ -379,7 +348,6 @@ def selfgen(pair, folder: Path, tokens: int, batch: int = 16, max_new_tokens: in
                     bar.update(min(tokens, meta["tokens"]) - bar.n)
                     bar.set_postfix(tok_s=f"{meta['tokens'] / max(meta['seconds'], 1e-9):.0f}", refresh=False)
         finally:
-            capture.close()
             if bar is not None:
                 bar.close()
     return SelfData(folder)

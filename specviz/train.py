@@ -492,9 +492,8 @@ def summarise_hits(hits: torch.Tensor, ce_sums: list) -> dict:
             "survival": [round(x, 4) for x in survival], "accepted": round(sum(survival), 4), "positions": n}
 
 
-def evaluate_heads(pair, heads, features: Features, depths: int = 5) -> dict:
-    """Held-out accuracy per depth (head) of any trained `heads` on the held-out split of
-    `features`: heads trained on different corpora compared on the same positions."""
+def _held_out_trainer(pair, heads, features: Features, depths: int) -> tuple:
+    """(a _Trainer over the held-out split of `features`, a float copy of `heads`' network)."""
     cfg = TrainConfig(heads.kind, depths=depths)
     data = _Data(features, torch.device("cpu"), torch.float32, slots=None if heads.kind in FUSED else -1)
     trainer = _Trainer(cfg, pair, data, heads.vocab_ids)
@@ -502,21 +501,23 @@ def evaluate_heads(pair, heads, features: Features, depths: int = 5) -> dict:
     reach = net.heads + 1 if heads.kind == "medusa" else 1
     trainer.held_positions = data.positions(data.held_segments, reach)
     trainer.held_windows = [np.arange(s, s + n) for s, n, _ in data.held_segments if n > depths + 1]
+    return trainer, net
+
+
+def evaluate_heads(pair, heads, features: Features, depths: int = 5) -> dict:
+    """Held-out accuracy per depth (head) of any trained `heads` on the held-out split of
+    `features`: heads trained on different corpora compared on the same positions."""
+    trainer, net = _held_out_trainer(pair, heads, features, depths)
     return trainer.evaluate(net)
 
 
 def token_ablation(pair, heads, features: Features, depths: int = 3, seed: int = 0) -> dict:
     """Does an EAGLE layer use the token it is given? Held-out top-1 per depth with the tokens as
-    they are, shuffled within each window, and zeroed: a layer that ignored its token input (the
-    defect issue #25 suspected) would score alike in all three."""
-    kind = heads.kind
-    if kind not in ("eagle", *FUSED):
-        raise InputError(f"token_ablation reads EAGLE layers (eagle, eagle3, peagle), not {kind!r}.")
-    cfg = TrainConfig(kind, depths=depths)
-    data = _Data(features, torch.device("cpu"), torch.float32, slots=None if kind in FUSED else -1)
-    trainer = _Trainer(cfg, pair, data, heads.vocab_ids)
-    trainer.held_windows = [np.arange(s, s + n) for s, n, _ in data.held_segments if n > depths + 1]
-    net = copy.deepcopy(heads.net).float()
+    they are, shuffled within each window, and zeroed: a layer that ignored its token input (a
+    defect that would leave it no better than a Medusa head) would score alike in all three."""
+    if heads.kind not in ("eagle", *FUSED):
+        raise InputError(f"token_ablation reads EAGLE layers (eagle, eagle3, peagle), not {heads.kind!r}.")
+    trainer, net = _held_out_trainer(pair, heads, features, depths)
     plain = trainer.embeddings
     generator = torch.Generator().manual_seed(seed)
     out = {"as_is": trainer.evaluate(net)["accuracy"]}

@@ -23,11 +23,7 @@ def _ids(tiny):
 
 def test_batched_answers_equal_each_prompts_own_ar_and_the_states_are_the_targets(tiny):
     layers = selfgen.feature_layers(tiny.target.config.num_hidden_layers)
-    capture = selfgen.LayerCapture(tiny.target, layers)
-    try:
-        rows = selfgen.generate_rows(tiny, _ids(tiny), 12, capture)
-    finally:
-        capture.close()
+    rows = selfgen.generate_rows(tiny, _ids(tiny), 12, layers)
     for text, ids, row in zip(TEXTS, _ids(tiny), rows):
         events = list(generate(tiny, text, method="ar", max_new_tokens=12))
         assert row["answer"] == events[-1].token_ids, text  # the single-sequence engine's own answer
@@ -47,15 +43,11 @@ def test_batched_answers_equal_each_prompts_own_ar_and_the_states_are_the_target
 
 def test_sampled_rows_follow_their_own_seed(tiny):
     layers = selfgen.feature_layers(tiny.target.config.num_hidden_layers)
-    capture = selfgen.LayerCapture(tiny.target, layers)
     warp = Warp(temperature=1.0)
-    try:
-        a = selfgen.generate_rows(tiny, _ids(tiny), 10, capture, warp, seeds=[1, 2, 3, 4])
-        b = selfgen.generate_rows(tiny, _ids(tiny)[::-1], 10, capture, warp, seeds=[4, 3, 2, 1])
-    finally:
-        capture.close()
+    a = selfgen.generate_rows(tiny, _ids(tiny), 10, layers, warp, seeds=[1, 2, 3, 4])
+    b = selfgen.generate_rows(tiny, _ids(tiny)[::-1], 10, layers, warp, seeds=[4, 3, 2, 1])
     assert [r["answer"] for r in a] == [r["answer"] for r in b[::-1]]  # a row's draws are its own
-    greedy = selfgen.generate_rows(tiny, _ids(tiny), 10, selfgen.LayerCapture(tiny.target, layers))
+    greedy = selfgen.generate_rows(tiny, _ids(tiny), 10, layers)
     assert [r["answer"] for r in a] != [r["answer"] for r in greedy]
 
 
