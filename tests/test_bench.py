@@ -332,3 +332,28 @@ def test_same_k_comparison_runs_the_chosen_lanes(tmp_path, capsys):
             row["spec"]["tokens_per_s"] / row["hf-assisted-gemv"]["tokens_per_s"])
     with pytest.raises(SystemExit):
         assisted.main(["--pair", "tiny", "--lanes", "nonsense"])
+
+
+def test_head_targets_judge_the_best_eagle_against_the_draft_model_and_medusa():
+    from specviz.bench.analysis import _head_targets
+
+    def lane(speedup, tau=None, c=None, per_step=None):
+        return {"speedup": speedup, "tau": tau, "c": c, "draft_s_per_step": per_step}
+
+    res = {"code@greedy": {"spec": lane(1.6, 4.5, 0.4), "spec-int8": lane(1.9, 4.4, 0.3), "medusa": lane(1.7, 2.1),
+                           "eagle": lane(1.2, 1.7, 0.02), "eagle3": lane(2.0, 3.2, 0.03, per_step=0.10),
+                           "eagle3-tree": lane(1.8, 3.4, 0.12), "peagle": lane(2.1, 2.9, 0.05, per_step=0.04)},
+           "chat@greedy": {"spec": lane(1.0), "medusa": lane(1.1), "eagle3": lane(0.9), "peagle": lane(1.05)}}
+    rows = {r["name"]: r for r in _head_targets(res)}
+    # the best tau is the tree's, and its c (0.12 per level) misses the 0.1 target
+    tau = rows["best EAGLE tau on greedy code completion (eagle3-tree)"]
+    assert tau["value"] == 3.4 and tau["met"]
+    assert rows["eagle3-tree draft forward / target forward (c), greedy code completion"]["met"] is False
+    code = rows["fastest EAGLE (peagle) / fastest of draft model and Medusa (spec-int8), greedy code completion"]
+    assert code["value"] == pytest.approx(2.1 / 1.9) and code["met"]
+    chat = rows["fastest EAGLE (peagle) / fastest of draft model and Medusa (medusa), greedy chat"]
+    assert chat["value"] == pytest.approx(1.05 / 1.1) and chat["met"] is False
+    parallel = rows["peagle draft per step / eagle3's (k = 5), greedy code completion"]
+    assert parallel["value"] == pytest.approx(0.4) and parallel["met"]
+    assert rows["medusa tau on greedy code completion"]["met"]
+    assert _head_targets({"code@greedy": {"spec": lane(1.5, 4.0, 0.4)}}) == []  # no head lanes ran: no rows

@@ -27,7 +27,7 @@ from specviz import theory
 SCALARS = ("seconds", "new_tokens", "tokens_per_s", "ttft", "gap_p50", "gap_p95", "itl_p50",
            "itl_p95", "jitter", "burst", "decode_tokens_per_s", "tau", "alpha_empirical",
            "alpha_analytic", "accepted_per_drafted", "c", "target_forwards",
-           "target_forwards_per_token", "draft_s_per_forward", "target_s_per_forward")
+           "target_forwards_per_token", "draft_s_per_forward", "target_s_per_forward", "draft_s_per_step")
 
 
 def median(values) -> Optional[float]:
@@ -195,7 +195,7 @@ def targets(report: dict) -> list:
         _target(f"suite wall time, {report['mode']} mode (s)", report["wall_time_s"], plan["budget_s"],
                 lower_is_better=True),
     ]
-    rows += _head_targets(code)
+    rows += _head_targets(res)
     if not same_kernels:
         rows[0]["name"] += ", both on specviz's gemv kernels (hf-assisted-gemv)"
     for row in rows:
@@ -211,21 +211,39 @@ def targets(report: dict) -> list:
     return rows
 
 
-def _head_targets(code: dict) -> list:
-    """Drafters on the target's hidden states, greedy code completion: acceptance (tau: tokens per
-    target forward), the cost of an EAGLE draft step against a target forward (c), and whether
-    EAGLE's tree beats the 0.5B draft model. Shown only when those lanes ran."""
+EAGLES = ("eagle", "eagle-tree", "eagle3", "eagle3-tree", "peagle")  # the EAGLE family's lanes
+RIVALS = ("spec", "spec-int8", "medusa", "medusa-tree")  # what it must beat: the draft model and Medusa
+
+
+def _head_targets(res: dict) -> list:
+    """Drafters on the target's hidden states (shown only where their lanes ran): the best EAGLE
+    lane's acceptance on greedy code completion (tau: tokens per target forward) and the cost of
+    its draft forwards (c); whether the fastest EAGLE lane beats the fastest of the draft model
+    and Medusa on greedy code completion and on chat; what P-EAGLE's one forward saves against
+    EAGLE-3's k; Medusa's acceptance."""
     rows = []
-    eagle, medusa, tree, spec = (code.get(m) for m in ("eagle", "medusa", "eagle-tree", "spec"))
-    if eagle:
-        rows.append(_target("eagle tau on greedy code completion", eagle.get("tau"), 3.0))
-        rows.append(_target("eagle draft step / target forward (c), greedy code completion", eagle.get("c"), 0.2,
+    code = res.get("code@greedy", {})
+    taus = {m: code[m]["tau"] for m in EAGLES if code.get(m, {}).get("tau") is not None}
+    if taus:
+        best = max(taus, key=taus.get)
+        rows.append(_target(f"best EAGLE tau on greedy code completion ({best})", taus[best], 3.0))
+        rows.append(_target(f"{best} draft forward / target forward (c), greedy code completion",
+                            code[best].get("c"), 0.1, lower_is_better=True))
+    for group, label in (("code@greedy", "code completion"), ("chat@greedy", "chat")):
+        lanes = res.get(group, {})
+        speed = {m: lanes[m]["speedup"] for m in (*EAGLES, *RIVALS) if lanes.get(m, {}).get("speedup")}
+        eagles, rivals = [m for m in EAGLES if m in speed], [m for m in RIVALS if m in speed]
+        if eagles and rivals:
+            e, r = max(eagles, key=speed.get), max(rivals, key=speed.get)
+            rows.append(_target(f"fastest EAGLE ({e}) / fastest of draft model and Medusa ({r}), greedy {label}",
+                                speed[e] / speed[r], 1.0))
+    parallel, sequential = code.get("peagle", {}), code.get("eagle3", {})
+    if parallel.get("draft_s_per_step") and sequential.get("draft_s_per_step"):
+        rows.append(_target("peagle draft per step / eagle3's (k = 5), greedy code completion",
+                            parallel["draft_s_per_step"] / sequential["draft_s_per_step"], 0.5,
                             lower_is_better=True))
-    if tree and spec:
-        rows.append(_target("eagle-tree speedup / spec speedup, greedy code completion",
-                            tree["speedup"] / spec["speedup"] if spec.get("speedup") else None, 1.0))
-    if medusa:
-        rows.append(_target("medusa tau on greedy code completion", medusa.get("tau"), 2.0))
+    if code.get("medusa"):
+        rows.append(_target("medusa tau on greedy code completion", code["medusa"].get("tau"), 2.0))
     return rows
 
 

@@ -71,7 +71,8 @@ class Lane:
         return {"engine": self.engine, **{key: value for key, value in out.items() if value is not None}}
 
 
-HEADS_K = {"medusa": 4, "eagle": 5}  # Medusa: one token per head; EAGLE's drafts cost little, so it drafts deeper
+# Medusa: one token per head; EAGLE's drafts cost little, so it drafts deeper (P-EAGLE: all 5 in one forward)
+HEADS_K = {"medusa": 4, "eagle": 5, "eagle3": 5, "peagle": 5}
 MEDUSA_TREE = "3,2,1,1"
 
 
@@ -95,6 +96,9 @@ def method_table(k: int, pld_k: int) -> dict:
         "medusa-tree": Lane(run.replace(method="medusa-tree", tree=MEDUSA_TREE)),
         "eagle": Lane(run.replace(method="eagle", k=HEADS_K["eagle"])),
         "eagle-tree": Lane(run.replace(method="eagle-tree")),
+        "eagle3": Lane(run.replace(method="eagle3", k=HEADS_K["eagle3"])),
+        "eagle3-tree": Lane(run.replace(method="eagle3-tree")),
+        "peagle": Lane(run.replace(method="peagle", k=HEADS_K["peagle"])),
         "hf": Lane(kind="plain"),
         "hf-assisted": Lane(kind="assisted", k=k),
         "hf-assisted-default": Lane(kind="assisted-default"),
@@ -201,6 +205,9 @@ def run_specviz(pair, cfg: RunConfig, prompt_ids: list, temperature: float, toke
         "target_forwards_per_token": m["target_forwards"] / new if new else None,
         # per forward over the steps without the prompt's prefill in them (specviz.metrics)
         "draft_s_per_forward": m["draft_s_per_forward"], "target_s_per_forward": m["verify_s_per_forward"],
+        # a whole draft per step, however many forwards it took (P-EAGLE: one for k tokens)
+        "draft_s_per_step": (m["decode_draft_time"] / m["decode_target_forwards"]
+                             if m["decode_target_forwards"] else None),
         # the share of the run's own clock outside the draft and target forwards (specviz.bench.assisted)
         "outside_forwards": 1.0 - (m["draft_time"] + m["verify_time"]) / m["wall_time"],
         "counters": m["counters"], "lossless": m["lossless"], "token_ids": events[-1].token_ids,
@@ -445,7 +452,7 @@ def load(spec: str, device=None, dtype=None, cpu_linear=None):
 
 
 def _missing_heads(pair_name: str) -> set:
-    """The kinds of heads (medusa, eagle) not shipped, or broken, for the pair."""
+    """The kinds of heads (medusa, eagle, eagle3, peagle) not shipped, or broken, for the pair."""
     from specviz.heads import KINDS, HeadsError, check_heads_file
 
     missing = set()
