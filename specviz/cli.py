@@ -65,13 +65,19 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="train Medusa heads or an EAGLE, EAGLE-3 or P-EAGLE layer for a pair (resumable)")
     tr.add_argument("kind", choices=["medusa", "eagle", "eagle3", "peagle"])
     tr.add_argument("--pair", default=None, help="preset name (default: $SPECVIZ_PAIR or qwen-coder)")
-    tr.add_argument("--tokens", type=int, default=120_000, help="training corpus size in tokens (held-out split included)")
+    tr.add_argument("--tokens", type=int, default=120_000, help="training data size in tokens (held-out split included)")
+    tr.add_argument("--data", choices=["selfgen", "corpus"], default="selfgen",
+                    help="selfgen: the target's own answers, generated (or resumed) first, its states at "
+                         "three layers kept; corpus: a few answers, then standard-library code (Medusa and "
+                         "EAGLE only)")
     tr.add_argument("--epochs", type=float, default=3.0)
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--draft-vocab", type=int, default=16384,
                     help="the heads read the target's most frequent tokens only (0: all)")
     tr.add_argument("--out", default=None, help="folder for the heads, manifest and report "
                     "(default: the pair's training folder under the specviz cache)")
+    tr.add_argument("--storage", choices=["bf16", "int8"], default="bf16",
+                    help="how the heads file keeps the weights: bf16, or int8 rows with a scale each (half the bytes)")
     tr.add_argument("--no-check", action="store_true", help="skip the greedy runs on the pair at the end")
     return parser
 
@@ -186,7 +192,8 @@ def cmd_train(args) -> int:
     from specviz.train import train
 
     heads, report = train(args.kind, args.pair or default_pair_name(), tokens=args.tokens, epochs=args.epochs,
-                          out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check)
+                          out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check,
+                          data=args.data, storage=args.storage)
     held = report["held_out"]
     print(f"{args.kind}: held-out top-1 per depth {held['accuracy']}; E[drafts accepted] of a full chain "
           f"{held['accepted']:.2f} (teacher-forced on held-out text)")

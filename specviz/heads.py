@@ -272,22 +272,62 @@ class BoundHeads:
 # ---------------------------------------------------------------------------------------------
 # files
 
-def save_heads(heads: HeadSet, folder: Path, fingerprint: list) -> Path:
-    """Write `<kind>.safetensors` (bf16 weights) and record it in the folder's manifest.json."""
+INT8_SCALE = ".int8_scale"  # suffix of a stored int8 matrix's per-row scales
+
+
+def _stored(name: str, t: torch.Tensor, storage: str) -> dict:
+    """One weight as the file keeps it: bf16, or (storage "int8", matrices only) int8 rows with a
+    bf16 scale each (symmetric, per output row: what specviz.quant does to the draft model)."""
+    t = t.detach().to("cpu", torch.float32)
+    if storage != "int8" or t.dim() != 2:
+        return {name: t.to(torch.bfloat16).contiguous()}
+    scale = (t.abs().amax(dim=1, keepdim=True) / 127.0).clamp_min(1e-12)
+    q = torch.round(t / scale).clamp(-127, 127).to(torch.int8)
+    return {name: q.contiguous(), name + INT8_SCALE: scale.to(torch.bfloat16).contiguous()}
+
+
+def _loaded(tensors: dict) -> dict:
+    """The float weights of a file _stored wrote (int8 matrices de-quantised)."""
+    out = {}
+    for name, t in tensors.items():
+        if name.endswith(INT8_SCALE):
+            continue
+        scale = tensors.get(name + INT8_SCALE)
+        out[name] = t.float() * scale.float() if scale is not None else t.float()
+    return out
+
+
+def as_stored(net: nn.Module, storage: str) -> dict:
+    """`net`'s weights as a file of that storage gives them back (to measure what int8 costs)."""
+    tensors = {}
+    for name, t in net.state_dict().items():
+        tensors.update(_stored(name, t, storage))
+    return _loaded(tensors)
+
+
+def save_heads(heads: HeadSet, folder: Path, fingerprint: list, storage: str = "bf16") -> Path:
+    """Write `<kind>.safetensors` and record it in the folder's manifest.json. `storage`: "bf16",
+    or "int8" (matrices as int8 rows with a scale each, half the bytes: what lets every shipped
+    drafter fit the package's budget; the held-out accuracy it costs is measured in the report)."""
     from safetensors.torch import save_file
 
+    if storage not in ("bf16", "int8"):
+        raise ValueError(f"storage must be bf16 or int8, got {storage!r}")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{heads.kind}.safetensors"
-    tensors = {name: t.detach().to("cpu", torch.bfloat16).contiguous() for name, t in heads.net.state_dict().items()}
+    tensors = {}
+    for name, t in heads.net.state_dict().items():
+        tensors.update(_stored(name, t, storage))
     if heads.vocab_ids is not None:
         tensors["vocab_ids"] = heads.vocab_ids.to("cpu", torch.int32).contiguous()
     manifest_path = folder / "manifest.json"
     with files.lock(manifest_path, f"writing {heads.kind} heads into {folder}"):  # one manifest, several kinds
         with files.new_file(path, f"saving {path.name}") as tmp:
-            save_file(tensors, str(tmp), metadata={"kind": heads.kind, "config": json.dumps(heads.config)})
+            save_file(tensors, str(tmp), metadata={"kind": heads.kind, "config": json.dumps(heads.config),
+                                                   "storage": storage})
         manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-        manifest[heads.kind] = {**heads.manifest, "file": path.name, "sha256": _sha256(path),
+        manifest[heads.kind] = {**heads.manifest, "file": path.name, "sha256": _sha256(path), "storage": storage,
                                 "bytes": path.stat().st_size, "config": heads.config, "fingerprint": fingerprint}
         files.write_json(manifest_path, manifest)
     return path
@@ -359,7 +399,7 @@ def load_heads(kind: str, pair, folder: Optional[Path] = None) -> HeadSet:
     vocab_ids = tensors.pop("vocab_ids", None)
     try:
         net = make_net(kind, config)
-        net.load_state_dict({name: t.float() for name, t in tensors.items()})
+        net.load_state_dict(_loaded(tensors))
     except (RuntimeError, TypeError, KeyError, ValueError):
         raise HeadsError(f"The {kind} heads file {path} does not match its manifest's architecture: "
                          f"retrain it with `{hint}`.") from None

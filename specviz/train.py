@@ -180,12 +180,16 @@ class Features:
         return self.meta.get("layers")
 
 
-def selfgen_features(data) -> Features:
-    """specviz.selfgen's data (a SelfData) as training Features: feats (N, layers + 1, d)."""
-    segments = [[start, length, bool(held)] for start, length, held in data.sequences]
+def selfgen_features(data, tokens: Optional[int] = None) -> Features:
+    """specviz.selfgen's data (a SelfData) as training Features: feats (N, layers + 1, d).
+    `tokens`: only the sequences that end within the first this many positions (a run that went
+    on generating still trains, and reproduces, the heads made on its first `tokens`)."""
+    segments = [[start, length, bool(held)] for start, length, held in data.sequences
+                if tokens is None or start + length <= tokens]
+    n = segments[-1][0] + segments[-1][1] if segments else 0
     meta = {**{k: data.meta[k] for k in ("pair", "dtype", "seed", "layers", "max_new_tokens")},
-            "source": "selfgen", "tokens": data.meta["tokens"], "segments": segments, "done": len(segments)}
-    return Features(data.folder, meta, data.tokens, data.feats, data.labels)
+            "source": "selfgen", "tokens": n, "segments": segments, "done": len(segments)}
+    return Features(data.folder, meta, data.tokens[:n], data.feats[:n], data.labels[:n])
 
 
 def extract_features(pair, corpus: Corpus, folder: Path, describe: dict) -> Features:
@@ -528,6 +532,89 @@ def token_ablation(pair, heads, features: Features, depths: int = 3, seed: int =
     return out
 
 
+class _Probe(torch.nn.Module):
+    """Reads token t + j from one target state at t, for j = 1..offsets: per offset an RMSNorm
+    and a residual SiLU block (Medusa's head) in front of the target's own output rows."""
+
+    def __init__(self, hidden: int, offsets: int):
+        super().__init__()
+        from specviz.heads import MedusaHeads, RMSNorm
+
+        self.norms = torch.nn.ModuleList(RMSNorm(hidden) for _ in range(offsets))
+        self.blocks = MedusaHeads(hidden, offsets).blocks
+
+    def forward(self, f: torch.Tensor) -> list:
+        out = []
+        for norm, block in zip(self.norms, self.blocks):
+            x = norm(f)
+            out.append(x + torch.nn.functional.silu(block(x)))
+        return out
+
+
+def layer_probes(pair, features: Features, offsets: int = 4, steps: int = 150, batch: int = 512,
+                 lr: float = 2e-3, seed: int = 0, draft_vocab: int = 16384, progress: bool = True) -> dict:
+    """Which of the target's layers predicts how far ahead? For every state selfgen kept (its
+    layers and the last one), a probe (_Probe: one small block per offset, the target's output
+    rows frozen) trained for `steps` on the training split to read the target's token t + j
+    (j = 1..offsets) from the state at t alone; held-out top-1 per (layer, offset). The last
+    state at offset 1 is the target's own next-token choice (the draft vocabulary's ceiling);
+    EAGLE-3 reads the low, middle and high layers because each one holds part of the future."""
+    if not features.layers:
+        raise InputError("layer_probes reads several target layers: give it specviz.selfgen data.")
+    from specviz.heads import hidden_and_vocab
+
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    names = [*features.layers, "last"]
+    vocab = hidden_and_vocab(pair.target)[1]
+    ids = draft_vocabulary(features, draft_vocab, vocab, pair.eos_token_ids)
+    out = {"layers": names, "offsets": list(range(1, offsets + 1)), "steps": steps, "batch": batch,
+           "accuracy": [], "train_positions": 0, "held_out_positions": 0}
+    bar = _progress(steps * len(names), "layer probes", "step") if progress else None
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=pair.dtype == torch.bfloat16)
+    for slot in range(len(names)):
+        data = _Data(features, torch.device("cpu"), torch.float32, slots=slot)
+        trainer = _Trainer(TrainConfig("medusa"), pair, data, ids)
+        train_at = data.positions(data.train_segments, offsets)
+        held_at = data.positions(data.held_segments, offsets)
+        out["train_positions"], out["held_out_positions"] = int(len(train_at)), int(len(held_at))
+        probe = _Probe(features.hidden_size, offsets)
+        optim = torch.optim.AdamW(probe.parameters(), lr=lr, weight_decay=0.0)
+        for _ in range(steps):
+            index = rng.choice(train_at, size=batch, replace=len(train_at) < batch)
+            with autocast:
+                guesses = probe(data.rows(index)[0])
+                loss = sum(trainer.ce(g, data.labels(index + j)) for j, g in enumerate(guesses)) / offsets
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            optim.step()
+            if bar is not None:
+                bar.update(1)
+        hits = torch.zeros(offsets)
+        with torch.no_grad(), autocast:
+            for chunk in np.array_split(held_at, max(1, len(held_at) // 2048)):
+                guesses = probe(data.rows(chunk)[0])
+                hits += torch.tensor([float(trainer.hits(g, data.labels(chunk + j)).sum())
+                                      for j, g in enumerate(guesses)])
+        out["accuracy"].append([round(float(h) / max(1, len(held_at)), 4) for h in hits])
+    if bar is not None:
+        bar.close()
+    return out
+
+
+def cached_layer_probes(pair, features: Features, **options) -> dict:
+    """layer_probes(pair, features, **options), kept in the data's folder for the next run."""
+    args = {"offsets": 4, "steps": 150, "batch": 512, "lr": 2e-3, "seed": 0, "draft_vocab": 16384, **options}
+    path = Path(features.folder) / f"layer-probes-{features.meta['tokens']}.json"
+    if path.exists():
+        cached = json.loads(path.read_text())
+        if cached.get("args") == args:
+            return cached
+    out = {"args": args, **layer_probes(pair, features, **args)}
+    files.write_json(path, out)
+    return out
+
+
 def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Path] = None,
                 progress: bool = True, on_eval=None):
     """Train `cfg.kind` heads on `features` (checkpointed in `folder`, resumed from it).
@@ -645,9 +732,14 @@ def engine_check(pair, heads, tokens_seen: int, max_new_tokens: int = 48) -> lis
 
 
 def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3.0, out=None, seed: int = 0,
-          draft_vocab: int = 16384, check: bool = True, work=None, response_tokens: int = 160, **options):
+          draft_vocab: int = 16384, check: bool = True, work=None, response_tokens: int = 160,
+          data: str = "selfgen", storage: str = "bf16", **options):
     """Prepare the data (cached), train `kind` heads, write them with their manifest to `out`
     (default: the pair's work folder / "heads") beside report-<kind>.json and .png.
+    `data`: "selfgen", the target's own answers with its states at several layers (specviz.selfgen,
+    made or resumed up to `tokens` positions, the first `tokens` used), or "corpus", a few of its
+    answers then standard-library code with its last hidden state only (the first recipe; Medusa
+    and EAGLE only). `storage`: how the file keeps the weights (heads.save_heads: bf16 or int8).
     Returns (HeadSet, report). `options` are further TrainConfig fields."""
     from specviz.heads import KINDS, head_fingerprint, save_heads
     from specviz.models import load_pair
@@ -663,6 +755,13 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
         raise InputError(f"seed must be a non-negative whole number, got {seed!r}.")
     if not isinstance(draft_vocab, int) or draft_vocab < 0:
         raise InputError(f"draft-vocab must be 0 (every token) or a positive whole number, got {draft_vocab!r}.")
+    if storage not in ("bf16", "int8"):
+        raise InputError(f"storage must be bf16 or int8, got {storage!r}.")
+    if data not in ("selfgen", "corpus"):
+        raise InputError(f"data must be selfgen or corpus, got {data!r}.")
+    if data == "corpus" and kind in FUSED:
+        raise InputError(f"{kind} reads several target layers: train it on selfgen data (the corpus keeps the "
+                         "last hidden state only).")
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise InputError(f"--out {out} is a file: give a folder for the heads, their manifest and report.")
     if isinstance(pair, str):
@@ -672,22 +771,31 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
     if kind in FUSED:  # EAGLE-3's recipe: no noise on the features, a deeper training-time test
         options = {"noise": 0.0, "unroll": 5, **options}
     cfg = TrainConfig(kind, epochs=epochs, seed=seed, draft_vocab=draft_vocab, **options)
-    if kind in FUSED:  # the target's own answers, with its states at several layers (made or resumed)
+    if data == "selfgen":  # the target's own answers, with its states at several layers (made or resumed)
         from specviz.selfgen import selfgen
 
-        features = selfgen_features(selfgen(pair, work / "selfgen", tokens, seed=seed))
+        features = selfgen_features(selfgen(pair, work / "selfgen", tokens, seed=seed), tokens)
     else:
         features = prepare(pair, tokens, work, seed, response_tokens)
     # a second `train` of the same heads on the same data waits, then resumes from the first
     # one's last checkpoint (its final one: nothing left to train) instead of racing it
     with files.lock(features.folder / f"{kind}-checkpoint.pt", f"training {kind} heads", _say):
         heads, report = train_heads(pair, features, cfg)
+    if storage != "bf16":  # what the file will hold: measured on held-out data, and checked on the pair
+        from specviz.heads import as_stored
+
+        heads.net.load_state_dict(as_stored(heads.net, storage))
+        report["held_out_stored"] = heads.manifest["held_out_stored"] = {
+            "storage": storage, **evaluate_heads(pair, heads, features, cfg.depths)}
+    if kind == "eagle3":  # which of the layers it reads predicts how far ahead (cached beside the data)
+        report["layer_probes"] = cached_layer_probes(pair, features, seed=seed, draft_vocab=draft_vocab)
     if check:
         report["engine"] = engine_check(pair, heads, report["steps"] * report["tokens_per_step"])
         heads.manifest["engine"] = report["engine"]
     heads.manifest["command"] = (f"python -m specviz train {kind} --pair {pair.name} --tokens {tokens} "
-                                 f"--epochs {epochs:g} --seed {seed} --draft-vocab {draft_vocab}")
-    save_heads(heads, out, head_fingerprint(pair.target))
+                                 f"--epochs {epochs:g} --seed {seed} --draft-vocab {draft_vocab} --data {data}"
+                                 + (f" --storage {storage}" if storage != "bf16" else ""))
+    save_heads(heads, out, head_fingerprint(pair.target), storage)
     report["out"] = str(out)
     files.write_json(out / f"report-{kind}.json", report)
     report_png(report, out / f"report-{kind}.png")

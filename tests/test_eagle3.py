@@ -12,7 +12,7 @@ from specviz import generate, metrics, train
 from specviz.heads import Eagle3Net, HeadSet, attach_heads, load_heads, save_heads, head_fingerprint
 from specviz.models import build_tiny_pair
 from specviz.sampling import Warp
-from specviz.selfgen import feature_layers, selfgen
+from specviz.selfgen import SelfData, feature_layers, selfgen
 
 from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
 
@@ -183,3 +183,41 @@ def test_the_apps_menu_says_which_methods_lack_trained_heads(tiny3, tmp_path, mo
     save_heads(trained["eagle3"][0], files.train_dir("tiny") / "heads", head_fingerprint(pair.target))
     assert lacking("tiny") == heads - {"eagle3", "eagle3-tree"}
     assert not {"medusa", "medusa-tree", "eagle", "eagle-tree"} & lacking("qwen-coder")  # shipped
+
+
+def test_layer_probes_read_the_last_state_as_the_target_does(tiny3):
+    """Untrained (0 steps), the last state's offset-1 probe is the target's own output head on
+    an RMS-rescaled state: its held-out top-1 is exactly the share of the target's choices inside
+    the draft vocabulary (a probe read one token off, or another layer, would not be). Trained,
+    layer 2's probe learns what it could not read untrained."""
+    pair, features, _ = tiny3
+    untrained = train.layer_probes(pair, features, offsets=3, steps=0, draft_vocab=60, progress=False)
+    assert untrained["layers"] == [*features.layers, "last"] and untrained["offsets"] == [1, 2, 3]
+    data = train._Data(features, torch.device("cpu"), torch.float32, slots=-1)
+    held = data.positions(data.held_segments, 3)
+    ids = train.draft_vocabulary(features, 60, pair.target.config.vocab_size, pair.eos_token_ids)
+    ceiling = float(np.isin(features.labels[held], ids.numpy()).mean())
+    assert untrained["held_out_positions"] == len(held) > 100
+    assert untrained["accuracy"][-1][0] == pytest.approx(ceiling, abs=1e-4)
+    assert untrained["accuracy"][-1][1] < 0.5 * ceiling  # the same head one token further: mostly wrong
+    trained = train.layer_probes(pair, features, offsets=3, steps=30, batch=256, draft_vocab=60, progress=False)
+    assert all(0 <= a <= 1 for row in trained["accuracy"] for a in row)
+    assert trained["accuracy"][0][0] > untrained["accuracy"][0][0]  # layer 2's probe learns something
+    with pytest.raises(train.InputError, match="selfgen"):
+        train.layer_probes(pair, train.Features(features.folder, {"done": 0, "segments": []}, features.tokens,
+                                                features.feats[:, -1], features.labels))
+
+
+def test_heads_train_on_the_first_tokens_asked_for_when_the_run_went_on(tiny3):
+    """`train eagle3 --tokens N` on a selfgen run that already holds more: the heads see the
+    sequences inside the first N positions only, whole, and the same ones every time."""
+    _, features, _ = tiny3
+    data = SelfData(features.folder)
+    whole = train.selfgen_features(data)
+    assert whole.meta["tokens"] == data.meta["tokens"] == len(whole.tokens)
+    cut = data.sequences[len(data.sequences) // 2][0] + 3  # three positions into a sequence
+    part = train.selfgen_features(data, cut)
+    kept = [s for s in data.sequences if s[0] + s[1] <= cut]
+    assert [tuple(s) for s in part.segments] == [tuple(s) for s in kept] and len(kept) < len(data.sequences)
+    assert part.meta["tokens"] == len(part.tokens) == len(part.feats) == kept[-1][0] + kept[-1][1] < cut
+    assert np.array_equal(part.feats[-1], whole.feats[part.meta["tokens"] - 1])

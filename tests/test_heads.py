@@ -293,6 +293,12 @@ def test_bad_training_options_are_one_line(capsys, argv, message):
     assert code == 2 and len(err.splitlines()) == 1 and message in err
 
 
+def test_eagle3_on_the_corpus_is_refused_in_one_line(capsys):
+    code = cli_main(["train", "eagle3", "--pair", "tiny", "--data", "corpus"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "eagle3 reads several target layers" in err
+
+
 def test_the_eagle_layer_uses_the_token_it_is_given(tiny_trained, tmp_path):
     """Does EAGLE's token input add anything (the shipped layer scored no better than Medusa's first
     head)? The ablation that answers it: with the tokens shuffled or zeroed the trained layer's
@@ -306,3 +312,29 @@ def test_the_eagle_layer_uses_the_token_it_is_given(tiny_trained, tmp_path):
     assert got["as_is"][0] > 1.5 * got["shuffled"][0] and got["as_is"][0] > 1.5 * got["zeroed"][0], got
     with pytest.raises(train.InputError, match="EAGLE layers"):
         train.token_ablation(pair, trained["medusa"][0], features)
+
+
+def test_int8_storage_halves_the_file_and_keeps_the_weights_to_a_step(tiny_trained, tmp_path):
+    """--storage int8: every matrix as int8 rows with a bf16 scale each; loaded back, every weight
+    within half a step of its row's scale (plus bf16 rounding of the scale), the vectors exact to
+    bf16, and the file about half the bf16 one's bytes."""
+    from specviz.heads import INT8_SCALE, as_stored
+
+    pair, trained = tiny_trained
+    heads, _ = trained["eagle"]
+    fingerprint = head_fingerprint(pair.target)
+    plain, small = (save_heads(heads, tmp_path / s, fingerprint, storage=s) for s in ("bf16", "int8"))
+    assert small.stat().st_size < 0.65 * plain.stat().st_size
+    loaded = load_heads("eagle", pair, tmp_path / "int8")
+    assert json.loads((tmp_path / "int8" / "manifest.json").read_text())["eagle"]["storage"] == "int8"
+    assert loaded.net.state_dict().keys() == heads.net.state_dict().keys()
+    for name, w in heads.net.state_dict().items():
+        got = loaded.net.state_dict()[name]
+        if w.dim() == 2:
+            step = w.abs().amax(dim=1, keepdim=True) / 127
+            assert ((got - w).abs() <= step * 0.51 + 0.01 * w.abs()).all(), name
+        else:
+            assert torch.equal(got, w.to(torch.bfloat16).float()), name
+    assert all(torch.equal(a, b) for a, b in zip(as_stored(heads.net, "int8").values(), loaded.net.state_dict().values()))
+    from safetensors.torch import load_file
+    assert any(name.endswith(INT8_SCALE) for name in load_file(str(small)))
