@@ -174,6 +174,22 @@ class Features:
         return self.feats.shape[-1]
 
     @property
+    def scored(self) -> Optional[np.ndarray]:
+        """(N,) bool: the positions whose label is a token the drafter will draft, an answer's (selfgen
+        data: from the last prompt token on, whose argmax is the answer's first token), or None (every
+        position: the corpus). Prompt positions stay as context; they are neither trained on nor
+        scored (the chat template's boilerplate, the same in every prompt, would inflate both)."""
+        starts = self.meta.get("answer_from")
+        if starts is None:
+            return None
+        if getattr(self, "_scored", None) is None:
+            scored = np.zeros(len(self.tokens), dtype=bool)
+            for (start, length, _), offset in zip(self.segments, starts):
+                scored[start + offset:start + length] = True
+            self._scored = scored
+        return self._scored
+
+    @property
     def layers(self) -> Optional[list]:
         """The target layers whose states feats holds before the last one (selfgen data), or None
         (feats is the last hidden state only)."""
@@ -184,11 +200,12 @@ def selfgen_features(data, tokens: Optional[int] = None) -> Features:
     """specviz.selfgen's data (a SelfData) as training Features: feats (N, layers + 1, d).
     `tokens`: only the sequences that end within the first this many positions (a run that went
     on generating still trains, and reproduces, the heads made on its first `tokens`)."""
-    segments = [[start, length, bool(held)] for start, length, held in data.sequences
-                if tokens is None or start + length <= tokens]
+    kept = [s for s in data.meta["sequences"] if tokens is None or s["start"] + s["length"] <= tokens]
+    segments = [[s["start"], s["length"], bool(s["held_out"])] for s in kept]
     n = segments[-1][0] + segments[-1][1] if segments else 0
     meta = {**{k: data.meta[k] for k in ("pair", "dtype", "seed", "layers", "max_new_tokens")},
-            "source": "selfgen", "tokens": n, "segments": segments, "done": len(segments)}
+            "source": "selfgen", "tokens": n, "segments": segments, "done": len(segments),
+            "answer_from": [max(0, s["prompt_tokens"] - 1) for s in kept]}
     return Features(data.folder, meta, data.tokens[:n], data.feats[:n], data.labels[:n])
 
 
@@ -310,6 +327,7 @@ class _Data:
             ends = np.cumsum([n for _, n, _ in self.train_segments])
             self.train_segments = self.train_segments[:max(1, int(np.searchsorted(ends, train_tokens, "right")))]
         self.held_segments = [s for s in features.segments if s[2]]
+        self.scored = features.scored  # None: every position
         sample = features.feats[:min(len(features.feats), 20000)]
         if self.slots is not None:
             sample = sample[:, self.slots]
@@ -329,8 +347,13 @@ class _Data:
         return torch.from_numpy(self.f.labels[index].astype(np.int64)).to(self.device)
 
     def positions(self, segments: list, reach: int) -> np.ndarray:
-        """Every position t with t + reach still inside its segment."""
-        return np.concatenate([np.arange(s, s + n - reach) for s, n, _ in segments if n > reach] or [np.zeros(0, int)])
+        """Every scored position t (Features.scored) with t + reach still inside its segment."""
+        out = np.concatenate([np.arange(s, s + n - reach) for s, n, _ in segments if n > reach] or [np.zeros(0, int)])
+        return out if self.scored is None else out[self.scored[out]]
+
+    def keep(self, index: np.ndarray) -> Optional[torch.Tensor]:
+        """Which of `index`'s labels are scored (None: all of them)."""
+        return None if self.scored is None else torch.from_numpy(self.scored[index]).to(self.device)
 
     def windows(self, segments: list, length: int, rng: np.random.Generator, count: int) -> list:
         """`count` random windows of `length` positions (shorter segments whole)."""
@@ -380,8 +403,14 @@ class _Trainer:
     def logits(self, feats: torch.Tensor) -> torch.Tensor:
         return feats @ self.head.T
 
-    def ce(self, feats: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.cross_entropy(self.logits(feats).float(), self.remap[labels], ignore_index=-100)
+    def ce(self, feats: torch.Tensor, labels: torch.Tensor, keep: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Mean cross-entropy over the labels inside the draft vocabulary (and `keep`); 0 if none."""
+        target = self.remap[labels]
+        if keep is not None:
+            target = target.masked_fill(~keep, -100)
+        if not bool(target.ge(0).any()):
+            return feats.sum() * 0.0
+        return torch.nn.functional.cross_entropy(self.logits(feats).float(), target, ignore_index=-100)
 
     def hits(self, feats: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Top-1 of the draft (restricted vocabulary) equals the target's argmax."""
@@ -443,9 +472,11 @@ class _Trainer:
         for window in windows:
             outs = self.eagle_unroll(net, window, cfg.unroll, cfg.noise)
             f, _, labels = self.data.rows(window)
+            keep = self.data.keep(window[1:])  # answer positions only (prompts are context)
             for s, out in enumerate(outs, start=1):
                 valid = slice(s - 1, None)  # pairs with at least one real feature before the draft
-                total = total + (0.8 ** (s - 1)) * self.ce(out[valid], labels[1:][valid])
+                total = total + (0.8 ** (s - 1)) * self.ce(out[valid], labels[1:][valid],
+                                                           None if keep is None else keep[valid])
             if cfg.feature_loss and cfg.kind == "eagle":  # EAGLE-3 drops the regression onto the target's features
                 true = f[1:] / self.data.rms
                 total = total + cfg.feature_loss * torch.nn.functional.smooth_l1_loss(outs[0] / self.data.rms, true)
@@ -463,9 +494,14 @@ class _Trainer:
             outs = self.eagle_unroll(net, window, depths)
             labels = self.data.labels(window)[1:]
             cut = [slice(s - 1, s - 1 + bases) for s in range(1, depths + 1)]
-            rows.append(torch.stack([self.hits(outs[s][cut[s]], labels[cut[s]]) for s in range(depths)], 1))
+            keep = self.data.keep(window[1:1 + bases])  # drafts from a base in an answer (None: all)
+            hits = torch.stack([self.hits(outs[s][cut[s]], labels[cut[s]]) for s in range(depths)], 1)
+            kept = bases if keep is None else int(keep.sum())
+            if not kept:
+                continue
+            rows.append(hits if keep is None else hits[keep])
             for s in range(depths):
-                ce[s] += float(self.ce(outs[s][cut[s]], labels[cut[s]])) * bases
+                ce[s] += float(self.ce(outs[s][cut[s]], labels[cut[s]], keep)) * kept
         return (torch.cat(rows) if rows else torch.zeros(0, depths, dtype=torch.bool)), ce
 
     def evaluate(self, net) -> dict:
@@ -556,7 +592,8 @@ def layer_probes(pair, features: Features, offsets: int = 4, steps: int = 150, b
     """Which of the target's layers predicts how far ahead? For every state selfgen kept (its
     layers and the last one), a probe (_Probe: one small block per offset, the target's output
     rows frozen) trained for `steps` on the training split to read the target's token t + j
-    (j = 1..offsets) from the state at t alone; held-out top-1 per (layer, offset). The last
+    (j = 1..offsets) from the state at t alone; held-out top-1 and cross-entropy per (layer,
+    offset), on the positions whose labels are answer tokens (Features.scored). The last
     state at offset 1 is the target's own next-token choice (the draft vocabulary's ceiling);
     EAGLE-3 reads the low, middle and high layers because each one holds part of the future."""
     if not features.layers:
@@ -569,7 +606,7 @@ def layer_probes(pair, features: Features, offsets: int = 4, steps: int = 150, b
     vocab = hidden_and_vocab(pair.target)[1]
     ids = draft_vocabulary(features, draft_vocab, vocab, pair.eos_token_ids)
     out = {"layers": names, "offsets": list(range(1, offsets + 1)), "steps": steps, "batch": batch,
-           "accuracy": [], "train_positions": 0, "held_out_positions": 0}
+           "accuracy": [], "loss": [], "train_positions": 0, "held_out_positions": 0}
     bar = _progress(steps * len(names), "layer probes", "step") if progress else None
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=pair.dtype == torch.bfloat16)
     for slot in range(len(names)):
@@ -590,13 +627,16 @@ def layer_probes(pair, features: Features, offsets: int = 4, steps: int = 150, b
             optim.step()
             if bar is not None:
                 bar.update(1)
-        hits = torch.zeros(offsets)
+        hits, ce = torch.zeros(offsets), torch.zeros(offsets)
         with torch.no_grad(), autocast:
             for chunk in np.array_split(held_at, max(1, len(held_at) // 2048)):
                 guesses = probe(data.rows(chunk)[0])
                 hits += torch.tensor([float(trainer.hits(g, data.labels(chunk + j)).sum())
                                       for j, g in enumerate(guesses)])
+                ce += torch.tensor([float(trainer.ce(g, data.labels(chunk + j))) * len(chunk)
+                                    for j, g in enumerate(guesses)])
         out["accuracy"].append([round(float(h) / max(1, len(held_at)), 4) for h in hits])
+        out["loss"].append([round(float(c) / max(1, len(held_at)), 4) for c in ce])
     if bar is not None:
         bar.close()
     return out
