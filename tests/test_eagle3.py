@@ -239,13 +239,14 @@ def test_only_answers_are_trained_on_and_scored(tiny3):
         assert not scored[start:first].any() and scored[first:start + length].all()
     assert 0.05 < scored.mean() < 0.95  # (the tiny target answers briefly: 48 tokens at most)
     heads, report = trained["eagle3"]
-    trainer, net = train._held_out_trainer(pair, heads, features, 3)
+    depths = report["config"]["depths"]  # the report's evaluation drafts this deep
+    trainer, net = train._held_out_trainer(pair, heads, features, depths)
     every = train._Trainer.eagle_depths  # the same windows, unmasked: more rows
     trainer.data.scored = None
-    all_rows, _ = every(trainer, net, trainer.held_windows, 3)
+    all_rows, _ = every(trainer, net, trainer.held_windows, depths)
     trainer.data.scored = scored
-    answer_rows, _ = every(trainer, net, trainer.held_windows, 3)
-    bases = sum(int(scored[w[1:len(w) - 2]].sum()) for w in trainer.held_windows)
+    answer_rows, _ = every(trainer, net, trainer.held_windows, depths)
+    bases = sum(int(scored[w[1:len(w) - depths + 1]].sum()) for w in trainer.held_windows)
     assert len(answer_rows) == bases < len(all_rows)
     assert report["held_out"]["positions"] == bases
     assert train.Features(features.folder, {"done": 0, "segments": []}, features.tokens, features.feats,
