@@ -242,10 +242,11 @@ def test_only_answers_are_trained_on_and_scored(tiny3):
     depths = report["config"]["depths"]  # the report's evaluation drafts this deep
     trainer, net = train._held_out_trainer(pair, heads, features, depths)
     every = train._Trainer.eagle_depths  # the same windows, unmasked: more rows
-    trainer.data.scored = None
-    all_rows, _ = every(trainer, net, trainer.held_windows, depths)
-    trainer.data.scored = scored
-    answer_rows, _ = every(trainer, net, trainer.held_windows, depths)
+    with torch.no_grad():
+        trainer.data.scored = None
+        all_rows, _ = every(trainer, net, trainer.held_windows, depths)
+        trainer.data.scored = scored
+        answer_rows, _ = every(trainer, net, trainer.held_windows, depths)
     bases = sum(int(scored[w[1:len(w) - depths + 1]].sum()) for w in trainer.held_windows)
     assert len(answer_rows) == bases < len(all_rows)
     assert report["held_out"]["positions"] == bases
