@@ -148,16 +148,18 @@ class Eagle3Net(EagleNet):
     a vector the target's output head reads x_{t+2} from. Depth s + 1 feeds that vector back
     (the layer's own output, not a guess of a target feature) with the token drafted at depth s.
 
-    parallel=True is P-EAGLE-style parallel drafting: depths 2..K feed a learnt placeholder
-    (`mask_feature`, and `mask_embed`, one row per depth) at their positions instead of the
-    previous depth's output and token, so one forward over [the new target pairs ; K - 1
-    placeholders] drafts all K tokens. Each placeholder attends to the real pairs and the
-    placeholders before it; what a depth drafts cannot depend on the tokens drafted before it (as
-    Medusa's heads), which is the price of drafting K tokens for the cost of one small forward.
-    The embedding says the depth: with one placeholder for every depth, a single layer's query
-    would be the same vector at each of them, its attention over the real pairs one fixed profile
-    of distance, unable to find the last real pair both 1 and 4 positions back (measured: depths
-    2-5 at 0.04-0.08 held-out top-1 where depth 1 reached 0.33)."""
+    parallel=True is P-EAGLE-style parallel drafting: depths 2..K are fed placeholders at their
+    positions instead of the previous depth's output and token, so one forward over [the new
+    target pairs ; K - 1 placeholders] drafts all K tokens. A placeholder is the last real pair's
+    fused feature (the anchor: what the target knows at the draft's base, as Medusa's heads read
+    it) with a learnt embedding of its depth (`mask_embed`, one row per depth) in place of the
+    token. It attends to the real pairs and the placeholders before it; what a depth drafts cannot
+    depend on the tokens drafted before it (as Medusa's heads), the price of drafting K tokens for
+    the cost of one small forward. Why not one learnt placeholder feature for all (as P-EAGLE's
+    reference does with a deeper drafter): with one layer, the placeholder's query is then the
+    same at every position, its attention over the real pairs one fixed profile of distance, and
+    the anchor's state reaches it only through that blur (measured on the real pair: depths 2-5
+    at 0.05-0.09 held-out top-1 after 150 steps where EAGLE-3's reached 0.27-0.28)."""
 
     def __init__(self, hidden: int, width: int = 512, heads: int = 8, mlp: int = 1536, theta: float = 10000.0,
                  slots: int = 3, parallel: bool = False, depths: int = 32):
@@ -166,7 +168,6 @@ class Eagle3Net(EagleNet):
         self.norm_slots = nn.ModuleList(RMSNorm(hidden) for _ in range(slots))
         self.fuse = nn.Linear(slots * hidden, hidden, bias=False)
         if parallel:  # depths 2..`depths` have a placeholder embedding each
-            self.mask_feature = nn.Parameter(torch.randn(hidden))
             self.mask_embed = nn.Parameter(torch.randn(depths - 1, hidden))
 
     def features(self, f: torch.Tensor) -> torch.Tensor:
@@ -181,13 +182,14 @@ class Eagle3Net(EagleNet):
         """The deepest depth parallel drafting can draft (1 + its placeholder embeddings)."""
         return 1 + self.mask_embed.shape[0] if self.parallel else 0
 
-    def placeholders(self, depths) -> tuple:
+    def placeholders(self, depths, anchors: torch.Tensor) -> tuple:
         """(features, embeddings) of parallel-drafting positions at `depths` (each 2..self.depths),
-        (len(depths), d) each."""
+        (len(depths), d) each: `anchors`, the fused features of each one's last real pair ((d,)
+        for all, or one row each), and the depths' embeddings."""
         index = torch.as_tensor(depths, device=self.mask_embed.device).long() - 2
         if len(index) and (int(index.min()) < 0 or int(index.max()) >= self.mask_embed.shape[0]):
             raise ValueError(f"placeholder depths must be 2..{self.depths}, got {list(map(int, index + 2))}")
-        return self.mask_feature.expand(len(index), -1), self.mask_embed[index]
+        return anchors.expand(len(index), -1), self.mask_embed[index]
 
     def forward(self, f: torch.Tensor, e: torch.Tensor, positions: torch.Tensor, cache=None,
                 mask: Optional[torch.Tensor] = None) -> tuple:

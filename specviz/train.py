@@ -454,8 +454,9 @@ class _Trainer:
         for s in range(2, steps + 1):
             # pair i's input at depth s: depth s - 1's output at pair i - 1 (EAGLE-1: its guess of f_i;
             # EAGLE-3: the layer's own vector) with the token x_{i+1}; P-EAGLE: a placeholder
-            if parallel:  # P-EAGLE: depth s feeds its placeholder, whatever came before
-                mask_f, mask_e = net.placeholders([s] * n)
+            if parallel:  # P-EAGLE: depth s feeds its placeholder (the anchor: pair i - s + 1's feature)
+                anchors = torch.cat([f[:1].expand(s - 1, -1), f[:n - s + 1]])  # rows i < s - 1: no draft
+                mask_f, mask_e = net.placeholders([s] * n, anchors)
             prev = mask_f if parallel else torch.cat([f[:1], outs[-1][:-1]])
             cols = torch.arange(n, device=f.device)[None]
             real = cols <= i - s + 1

@@ -103,10 +103,10 @@ def test_drafting_at_inference_is_what_training_trained(parallel):
             out, cache = net(fused[:b + 1], e[:b + 1], positions[:b + 1])  # the real pairs up to b
             assert torch.allclose(out[-1], outs[0][b], atol=1e-5)
             if parallel:
-                mask_f, mask_e = net.placeholders(range(2, steps + 1))
+                mask_f, mask_e = net.placeholders(range(2, steps + 1), fused[b])  # anchored at pair b
                 assert not torch.equal(mask_e[0], mask_e[1])  # each depth its own embedding
                 with pytest.raises(ValueError, match="depths must be 2"):
-                    net.placeholders([1])
+                    net.placeholders([1], fused[b])
                 more, _ = net(mask_f, mask_e, positions[b + 1:b + steps], cache)
                 for s in range(2, steps + 1):
                     assert torch.allclose(more[s - 2], outs[s - 1][b + s - 1], atol=1e-5), (b, s)

@@ -195,7 +195,7 @@ class ParallelEagleDrafter(EagleDrafter):
         tokens = torch.tensor(committed[self.fed + 1:self.fed + 1 + m], device=device)
         embeds = self.heads.embed(tokens)
         if extra:
-            mask_f, mask_e = net.placeholders(range(2, 2 + extra))
+            mask_f, mask_e = net.placeholders(range(2, 2 + extra), feats[m - 1])  # anchored at the last pair
             feats, embeds = torch.cat([feats, mask_f]), torch.cat([embeds, mask_e.to(embeds.dtype)])
         positions = torch.arange(self.fed + 1, self.fed + 1 + m + extra, device=device)
         out, cache = net(feats, embeds, positions, self.cache)
