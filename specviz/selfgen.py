@@ -46,6 +46,7 @@ from specviz.config import Warp
 from specviz.errors import InputError
 
 HELD_OUT_EVERY = 12
+DEFAULT_BATCH = 32  # rows per target pass: on 2 CPU cores, a pass of 32 costs little more than one of 16
 SAMPLE_EVERY = 4  # every 4th batch samples (temperature SAMPLE_WARP) instead of decoding greedily
 SAMPLE_WARP = Warp(temperature=0.8, top_p=0.95)
 VERSION = 1
@@ -274,7 +275,7 @@ def _say(message: str) -> None:
     print(f"[specviz] {message}", file=sys.stderr, flush=True)
 
 
-def selfgen(pair, folder: Path, tokens: int, batch: int = 16, max_new_tokens: int = 256, seed: int = 0,
+def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_new_tokens: int = 256, seed: int = 0,
             progress: bool = True, layers: Optional[tuple] = None) -> SelfData:
     """Generate (or go on generating) until `folder` holds at least `tokens` positions; `layers`:
     the hidden states kept besides the last one (default: `feature_layers`, EAGLE-3's three)."""
@@ -288,11 +289,18 @@ def selfgen(pair, folder: Path, tokens: int, batch: int = 16, max_new_tokens: in
         raise InputError(f"layers must be whole numbers from 0 to {n_layers - 1} (the inputs of the target's "
                          f"decoder layers, 0 = the embeddings), got {list(layers)}.")
     hidden = hidden_and_vocab(pair.target)[0]
+    meta_path = folder / "selfgen.json"
+    if batch is None:  # a run goes on with its own batch size (which batches are sampled depends on it)
+        try:
+            batch = int(json.loads(meta_path.read_text())["batch"])
+        except (OSError, ValueError, KeyError, TypeError):
+            batch = DEFAULT_BATCH
+    if not isinstance(batch, int) or batch < 1:
+        raise InputError(f"batch must be a positive whole number, got {batch!r}.")
     describe = {"version": VERSION, "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""),
                 "layers": list(layers), "n_layers": n_layers, "hidden_size": hidden, "seed": seed,
                 "batch": batch, "max_new_tokens": max_new_tokens, "sample_every": SAMPLE_EVERY,
                 "sample_warp": {"temperature": SAMPLE_WARP.temperature, "top_p": SAMPLE_WARP.top_p}}
-    meta_path = folder / "selfgen.json"
     with files.lock(meta_path, f"generating {pair.name}'s training data in {folder}", _say):
         meta = {**describe, "tokens": 0, "prompts_done": 0, "batches": 0, "sequences": [], "seconds": 0.0}
         if meta_path.exists():
@@ -362,7 +370,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specviz selfgen", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pair", default=None, help="preset name (default: $SPECVIZ_PAIR or qwen-coder)")
     parser.add_argument("--tokens", type=int, default=1_000_000, help="positions to generate, prompts included")
-    parser.add_argument("--batch", type=int, default=16, help="prompts answered together, one target pass per step")
+    parser.add_argument("--batch", type=int, default=None, help="prompts answered together, one target pass per step "
+                        f"(default: the run's own when it goes on, else {DEFAULT_BATCH})")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None, help="folder (default: the pair's training folder / selfgen)")
@@ -370,7 +379,7 @@ def main(argv=None) -> int:
                         "of these decoder layers, e.g. 2,14,25 (default: EAGLE-3's low, middle and high)")
     args = parser.parse_args(argv)
     try:
-        if args.tokens < 1 or args.batch < 1 or args.max_new_tokens < 1:
+        if args.tokens < 1 or (args.batch is not None and args.batch < 1) or args.max_new_tokens < 1:
             raise InputError("--tokens, --batch and --max-new-tokens must be positive whole numbers.")
         try:
             layers = tuple(int(x) for x in args.layers.split(",") if x.strip())

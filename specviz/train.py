@@ -813,9 +813,15 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
         options = {"noise": 0.0, "unroll": 5, **options}
     cfg = TrainConfig(kind, epochs=epochs, seed=seed, draft_vocab=draft_vocab, **options)
     if data == "selfgen":  # the target's own answers, with its states at several layers (made or resumed)
-        from specviz.selfgen import selfgen
+        from specviz.selfgen import SelfData, selfgen
 
-        features = selfgen_features(selfgen(pair, work / "selfgen", tokens, seed=seed), tokens)
+        folder = work / "selfgen"
+        try:  # enough already (a longer run may still be generating there): read it as it is
+            made = SelfData(folder)
+            ready = made.meta["tokens"] >= tokens and made.meta["seed"] == seed and made.meta["pair"] == pair.name
+        except (OSError, ValueError, KeyError):
+            ready = False
+        features = selfgen_features(made if ready else selfgen(pair, folder, tokens, seed=seed), tokens)
     else:
         features = prepare(pair, tokens, work, seed, response_tokens)
     # a second `train` of the same heads on the same data waits, then resumes from the first

@@ -245,20 +245,29 @@ def test_interrupted_feature_extraction_resumes(tmp_path):
 
 
 def test_shipped_heads_fit_the_budget_and_their_manifest():
-    """The heads shipped for the real pair: both kinds, hashes that match, 32 MB at most together,
-    and a manifest that says how they were made (no model is loaded here)."""
+    """The heads shipped for the real pair: every kind, hashes that match, 64 MB at most together,
+    and a manifest that says how they were made, with the command that remakes them (no model is
+    loaded here)."""
     folder = heads_folder("qwen-coder")
     manifest = json.loads((folder / "manifest.json").read_text())
     total = 0
-    for kind in ("medusa", "eagle"):
+    for kind in ("medusa", "eagle", "eagle3", "peagle"):
         entry, path = check_heads_file(kind, "qwen-coder")
         total += path.stat().st_size
         for key in ("command", "data", "train_tokens", "steps", "seed", "held_out", "fingerprint", "config"):
             assert key in entry, (kind, key)
         assert entry["command"].startswith(f"python -m specviz train {kind} --pair qwen-coder")
+        assert "--data " in entry["command"]  # selfgen is the default now: a corpus-trained one says so
+        storage = entry.get("storage", "bf16")
+        assert (f"--storage {storage}" in entry["command"]) == (storage != "bf16")
+        if storage != "bf16":  # what the stored weights reach, measured before shipping
+            assert entry["held_out_stored"]["storage"] == storage
         assert entry["config"]["hidden"] == 1536 and entry["config"]["vocab_size"] == 151936
-    assert total <= 32 * 2**20
-    assert set(manifest) == {"medusa", "eagle"}
+        assert (folder / f"report-{kind}.json").is_file()
+    assert total <= 64 * 10**6
+    assert set(manifest) == {"medusa", "eagle", "eagle3", "peagle"}
+    probes = json.loads((folder / "report-eagle3.json").read_text())["layer_probes"]
+    assert probes["layers"] == [2, 14, 25, "last"] and len(probes["accuracy"]) == 4
 
 
 def test_evaluating_heads_again_gives_the_reports_numbers(tiny_trained, tmp_path):

@@ -87,6 +87,9 @@ def test_a_run_grows_resumes_and_survives_a_cut(tiny, tmp_path, monkeypatch):
     assert sum(s["length"] for s in meta["sequences"]) == meta["tokens"] == len(grown.tokens)
     with pytest.raises(selfgen.InputError, match="other settings"):
         selfgen.selfgen(tiny, tmp_path, tokens=10, batch=2, max_new_tokens=7, progress=False)
+    # no batch given (as `train eagle3` calls it): the run goes on with its own, 2 rows a pass
+    third = selfgen.selfgen(tiny, tmp_path, tokens=grown.meta["tokens"] + 1, max_new_tokens=6, progress=False)
+    assert third.meta["batch"] == 2 and third.meta["batches"] == 3 and len(third.sequences) == 6
 
 
 def test_cli_says_what_is_wrong_in_one_line(capsys):
