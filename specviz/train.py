@@ -595,8 +595,9 @@ def layer_probes(pair, features: Features, offsets: int = 4, steps: int = 150, b
     rows frozen) trained for `steps` on the training split to read the target's token t + j
     (j = 1..offsets) from the state at t alone; held-out top-1 and cross-entropy per (layer,
     offset), on the positions whose labels are answer tokens (Features.scored). The last
-    state at offset 1 is the target's own next-token choice (the draft vocabulary's ceiling);
-    EAGLE-3 reads the low, middle and high layers because each one holds part of the future."""
+    state at offset 1 is the target's own next-token choice (the draft vocabulary's ceiling).
+    (On qwen-coder no earlier layer alone beats the last state; EAGLE-3 fuses them as
+    complements: docs/heads.md.)"""
     if not features.layers:
         raise InputError("layer_probes reads several target layers: give it specviz.selfgen data.")
     from specviz.heads import hidden_and_vocab
