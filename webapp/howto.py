@@ -67,9 +67,10 @@ HOW_IT_WORKS = """
   dynamic tree from its likeliest nodes (EAGLE-2). Both methods read only the target's most
   frequent tokens; a rarer token the target wants is a rejection, never a wrong output.
 - **eagle3** / **eagle3-tree** (Li et al. 2025) read the target's low, middle and high layers
-  instead of its last one, and **peagle** (parallel drafting) drafts all k tokens in one small
-  forward from placeholders. They appear in the menu once heads for the pair are trained
-  (`python -m specviz train eagle3`).
+  instead of its last one, trained on the target's own answers; **peagle** (parallel drafting)
+  drafts all k tokens in one small forward: each depth after the first is a placeholder that
+  cannot see the tokens drafted before it. The menu marks a method whose heads the pair lacks
+  (train them with `python -m specviz train eagle3`).
 - **auto k**: k is chosen every step by a rule (heuristic, confidence or cost); the step panel says why.
 - **typical acceptance** keeps a draft when the target finds it typical enough. It is **LOSSY**:
   the output no longer follows the target's distribution, and every view says so.
