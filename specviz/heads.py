@@ -292,15 +292,21 @@ class BoundHeads:
 INT8_SCALE = ".int8_scale"  # suffix of a stored int8 matrix's per-row scales
 
 
-def _stored(name: str, t: torch.Tensor, storage: str) -> dict:
-    """One weight as the file keeps it: bf16, or (storage "int8", matrices only) int8 rows with a
-    bf16 scale each (symmetric, per output row: what specviz.quant does to the draft model)."""
-    t = t.detach().to("cpu", torch.float32)
-    if storage != "int8" or t.dim() != 2:
-        return {name: t.to(torch.bfloat16).contiguous()}
-    scale = (t.abs().amax(dim=1, keepdim=True) / 127.0).clamp_min(1e-12)
-    q = torch.round(t / scale).clamp(-127, 127).to(torch.int8)
-    return {name: q.contiguous(), name + INT8_SCALE: scale.to(torch.bfloat16).contiguous()}
+def _stored(net: nn.Module, storage: str) -> dict:
+    """`net`'s weights as the file keeps them: bf16, or (storage "int8", matrices only) int8 rows
+    with a bf16 scale each (specviz.quant's symmetric per-row rule, as for the int8 draft model)."""
+    from specviz.quant import fill_int8
+
+    out = {}
+    for name, t in net.state_dict().items():
+        t = t.detach().to("cpu", torch.float32)
+        if storage != "int8" or t.dim() != 2:
+            out[name] = t.to(torch.bfloat16).contiguous()
+            continue
+        q, scale = torch.empty(t.shape, dtype=torch.int8), torch.empty(t.shape[0])
+        fill_int8(q, scale, lambda a, b: t[a:b])
+        out[name], out[name + INT8_SCALE] = q, scale[:, None].to(torch.bfloat16).contiguous()
+    return out
 
 
 def _loaded(tensors: dict) -> dict:
@@ -316,10 +322,7 @@ def _loaded(tensors: dict) -> dict:
 
 def as_stored(net: nn.Module, storage: str) -> dict:
     """`net`'s weights as a file of that storage gives them back (to measure what int8 costs)."""
-    tensors = {}
-    for name, t in net.state_dict().items():
-        tensors.update(_stored(name, t, storage))
-    return _loaded(tensors)
+    return _loaded(_stored(net, storage))
 
 
 def save_heads(heads: HeadSet, folder: Path, fingerprint: list, storage: str = "bf16") -> Path:
@@ -333,9 +336,7 @@ def save_heads(heads: HeadSet, folder: Path, fingerprint: list, storage: str = "
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{heads.kind}.safetensors"
-    tensors = {}
-    for name, t in heads.net.state_dict().items():
-        tensors.update(_stored(name, t, storage))
+    tensors = _stored(heads.net, storage)
     if heads.vocab_ids is not None:
         tensors["vocab_ids"] = heads.vocab_ids.to("cpu", torch.int32).contiguous()
     manifest_path = folder / "manifest.json"

@@ -51,7 +51,7 @@ ROWS_INT8 = 4  # the kernel's block of rows: up to this many it reads the weight
 BLOCK_ELEMENTS = 1 << 22  # quantise this many weights at a time: float32 temporaries stay ~16 MB
 
 
-def _fill(qweight: torch.Tensor, scale: torch.Tensor, rows) -> None:
+def fill_int8(qweight: torch.Tensor, scale: torch.Tensor, rows) -> None:
     """Quantise the float rows `rows(start, stop)` into `qweight` (int8) and `scale`, symmetric
     per row, round to nearest: rows ~= scale[:, None] * qweight. A block of rows at a time in
     one reused float32 buffer: a whole float copy of a large matrix (the 1.5B's output head:
@@ -83,7 +83,7 @@ class Int8Linear(torch.nn.Module):
         self.compute = torch.float16 if linear.weight.dtype == torch.float16 else torch.bfloat16
         self.register_buffer("qweight", torch.empty(self.out_features, self.in_features, dtype=torch.int8))
         self.register_buffer("scale", torch.empty(self.out_features, dtype=self.compute))
-        _fill(self.qweight, self.scale, rows or (lambda a, b: linear.weight.detach()[a:b]))
+        fill_int8(self.qweight, self.scale, rows or (lambda a, b: linear.weight.detach()[a:b]))
         self.weight = linear.weight if keep_float else None  # shared with `linear`, not copied
         self.bias = linear.bias
         self.gemv = isinstance(linear, kernels.GemvLinear)  # many-row products: the same kernel as before
@@ -112,7 +112,7 @@ class Int8Embedding(torch.nn.Module):
         self.padding_idx, self.dtype = embedding.padding_idx, dtype
         self.register_buffer("qweight", torch.empty(self.num_embeddings, self.embedding_dim, dtype=torch.int8))
         self.register_buffer("scale", torch.empty(self.num_embeddings, dtype=torch.bfloat16))
-        _fill(self.qweight, self.scale, rows or (lambda a, b: embedding.weight.detach()[a:b]))
+        fill_int8(self.qweight, self.scale, rows or (lambda a, b: embedding.weight.detach()[a:b]))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         gathered = self.qweight[ids].float() * self.scale[ids].float()[..., None]  # (..., dim)

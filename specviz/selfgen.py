@@ -271,8 +271,17 @@ class SelfData:
         return [(s["start"], s["length"], s["held_out"]) for s in self.meta["sequences"]]
 
 
-def _say(message: str) -> None:
+def say(message: str) -> None:
+    """One line on stderr (training's and generation's notes: a lock waited on, a run's end)."""
     print(f"[specviz] {message}", file=sys.stderr, flush=True)
+
+
+def progress_bar(total: int, desc: str, unit: str = "tok", initial: int = 0, smoothing: float = 0.1):
+    """A tqdm bar with an ETA for long work (SPECVIZ_QUIET=1 hides it)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, initial=initial, unit_scale=True, smoothing=smoothing,
+                dynamic_ncols=True, disable=os.environ.get("SPECVIZ_QUIET") == "1")
 
 
 def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_new_tokens: int = 256, seed: int = 0,
@@ -301,7 +310,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                 "layers": list(layers), "n_layers": n_layers, "hidden_size": hidden, "seed": seed,
                 "batch": batch, "max_new_tokens": max_new_tokens, "sample_every": SAMPLE_EVERY,
                 "sample_warp": {"temperature": SAMPLE_WARP.temperature, "top_p": SAMPLE_WARP.top_p}}
-    with files.lock(meta_path, f"generating {pair.name}'s training data in {folder}", _say):
+    with files.lock(meta_path, f"generating {pair.name}'s training data in {folder}", say):
         meta = {**describe, "tokens": 0, "prompts_done": 0, "batches": 0, "sequences": [], "seconds": 0.0}
         if meta_path.exists():
             old = json.loads(meta_path.read_text())
@@ -317,12 +326,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
             with open(path, "ab") as fh:
                 fh.truncate(meta["tokens"] * size)
         bank = prompt_bank(seed)
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=tokens, initial=min(tokens, meta["tokens"]), desc="selfgen", unit="tok", unit_scale=True,
-                       smoothing=0.05, dynamic_ncols=True, disable=os.environ.get("SPECVIZ_QUIET") == "1")
+        bar = progress_bar(tokens, "selfgen", initial=min(tokens, meta["tokens"]), smoothing=0.05) if progress else None
         try:
             while meta["tokens"] < tokens:
                 first = meta["prompts_done"]
@@ -391,7 +395,7 @@ def main(argv=None) -> int:
     except SpecvizError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    _say(f"{data.meta['tokens']} positions from {len(data.sequences)} answers in {out}")
+    say(f"{data.meta['tokens']} positions from {len(data.sequences)} answers in {out}")
     return 0
 
 

@@ -26,11 +26,10 @@ token is accepted exactly when it is the target's argmax, so that is what the he
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import math
-import os
 import random
-import sys
 import sysconfig
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -41,6 +40,7 @@ import torch
 
 from specviz import files
 from specviz.errors import InputError
+from specviz.selfgen import progress_bar as _progress, say as _say
 from specviz.selfgen import stdlib_files  # noqa: F401  (the corpus's code; selfgen's prompts read it too)
 
 SEGMENT = 512  # tokens per target prefill; each segment is an independent sequence
@@ -50,17 +50,6 @@ PROMPTS_FILE = Path(__file__).parent / "data" / "train_prompts.txt"
 
 
 work_dir = files.train_dir  # where a pair's training data and checkpoints live (heads look there too)
-
-
-def _progress(total: int, desc: str, unit: str = "tok", initial: int = 0):
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit=unit, initial=initial, unit_scale=True, smoothing=0.1,
-                dynamic_ncols=True, disable=os.environ.get("SPECVIZ_QUIET") == "1")
-
-
-def _say(message: str) -> None:
-    print(f"[specviz] {message}", file=sys.stderr, flush=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -645,8 +634,11 @@ def layer_probes(pair, features: Features, offsets: int = 4, steps: int = 150, b
 
 
 def cached_layer_probes(pair, features: Features, **options) -> dict:
-    """layer_probes(pair, features, **options), kept in the data's folder for the next run."""
-    args = {"offsets": 4, "steps": 150, "batch": 512, "lr": 2e-3, "seed": 0, "draft_vocab": 16384, **options}
+    """layer_probes(pair, features, **options), kept in the data's folder for the next run (the
+    cache is keyed by every setting, layer_probes' own defaults filled in)."""
+    defaults = {name: p.default for name, p in inspect.signature(layer_probes).parameters.items()
+                if p.default is not inspect.Parameter.empty and name != "progress"}
+    args = {**defaults, **options}
     path = Path(features.folder) / f"layer-probes-{features.meta['tokens']}.json"
     if path.exists():
         cached = json.loads(path.read_text())
