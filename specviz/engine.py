@@ -35,7 +35,7 @@ from specviz.errors import InputError  # noqa: F401  (part of this module's API)
 from specviz.lm import runner_for, synchronize
 from specviz.record import EventWriter, StepRecord
 from specviz.run import (  # noqa: F401  (make_drafter, make_verifier, is_batch: this module's API too)
-    Clock, config_of, is_batch, make_drafter, make_verifier, started_event)
+    Clock, check_backend_method, config_of, is_batch, make_drafter, make_verifier, started_event)
 from specviz.tree import attention
 
 
@@ -55,6 +55,7 @@ every row's events carry `row`, and each shared pass is a batch_step event.
     that says what to change. `drafter` and `verifier` replace the method's own, e.g. in tests.
     """
     cfg = config_of(config, overrides)
+    check_backend_method(getattr(pair, "backend", "torch"), cfg, is_batch(prompt))
     if is_batch(prompt) or cfg.batch > 1 or cfg.k == "load":
         return generate_batch(pair, prompt, cfg, drafter=drafter, verifier=verifier)
     prompt_ids = prompt_to_ids(pair, prompt, cfg.chat)

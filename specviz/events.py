@@ -70,6 +70,7 @@ class RunStarted(Event):
     target_quant: str = "none"  # "int8" (memory="low"): the int8 target is the model being decoded
     cpu_linear: str = "aten"  # "gemv": linear layers run as W @ x.T on the CPU (specviz.kernels)
     cuda_graphs: bool = False  # the target's forwards replay CUDA graphs over a static cache (specviz.lm.GraphLM)
+    backend: str = "torch"  # "llama.cpp": the GGUF files run by llama.cpp's kernels; `dtype` is then the GGUF's type
     schema_version: int = SCHEMA_VERSION
 
 

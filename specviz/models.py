@@ -59,6 +59,8 @@ class Pair:
     cpu_linear: str = "aten"  # "gemv": linear layers run as W @ x.T (specviz.kernels)
     cpu_choice: Optional[dict] = None  # specviz.cpu: the measurement behind a CPU default dtype
     memory_choice: Optional[dict] = None  # why the weights are int8 (memory="low"), else None
+    backend: str = "torch"  # "llama.cpp": both GGUF files run by llama.cpp's kernels (specviz.llamacpp)
+    weights: str = ""  # the weights' type where it is not `dtype` (llama.cpp: the GGUF's, e.g. "Q4_K_M")
     _texts: dict = field(default_factory=dict, repr=False)
     _variants: dict = field(default_factory=dict, repr=False, compare=False)  # specviz.quant.quantize_draft
 
@@ -84,6 +86,8 @@ class Pair:
         quant = "" if self.draft_quant == "none" else f", draft_quant={self.draft_quant!r}"
         quant += "" if self.target_quant == "none" else f", target_quant={self.target_quant!r}"
         kernel = "" if self.cpu_linear == "aten" else f", cpu_linear={self.cpu_linear!r}"
+        if self.backend != "torch":
+            return f"Pair({self.name!r}, backend={self.backend!r}, weights={self.weights!r}, source={self.source!r})"
         return (f"Pair({self.name!r}, device={self.device}, dtype={str(self.dtype).replace('torch.', '')}"
                 f"{quant}{kernel}, source={self.source!r})")
 
@@ -135,8 +139,14 @@ def default_pair_name() -> str:
 
 def load_pair(name_or_spec: Any = None, device=None, dtype=None,
               progress: Optional[Progress] = None, draft_quant: Optional[str] = None,
-              cpu_linear: Optional[str] = None, memory: Optional[str] = None) -> Pair:
+              cpu_linear: Optional[str] = None, memory: Optional[str] = None,
+              backend: Optional[str] = None, gguf: Optional[str] = None) -> Pair:
     """Load a preset by name, or a `target=...,draft=...` spec (string or dict).
+
+    backend="llama.cpp" runs qwen-coder's packaged GGUF files in llama.cpp (specviz.llamacpp;
+    built by `python -m specviz llamacpp install`), as laptops run them: `gguf` picks the file's
+    type ("q4_k_m", the shipped one; "q8_0" or "f16", made from it once). The methods that run
+    chains of tokens (specviz.llamacpp.METHODS) run there; dtype, memory and kernels are PyTorch's.
 
     draft_quant="int8" keeps the draft's linear weights in int8 (CPU; see specviz.quant): a
     cheaper drafter, the same lossless output.
@@ -154,6 +164,12 @@ def load_pair(name_or_spec: Any = None, device=None, dtype=None,
     from specviz import kernels
     from specviz.quant import check_mode, quantize_draft
 
+    if check_backend(backend) == "llama.cpp":
+        return _load_llamacpp(name_or_spec, gguf, progress,
+                              dict(device=device, dtype=dtype, draft_quant=draft_quant, cpu_linear=cpu_linear,
+                                   memory=memory))
+    if gguf is not None:
+        raise InputError("gguf= picks the GGUF file llama.cpp runs: give it with backend='llama.cpp'.")
     mode = check_mode(draft_quant)
     kernels.check_mode(cpu_linear)  # before loading: a typo should not cost a model load
     memory = check_memory_mode(memory)
@@ -170,6 +186,29 @@ def load_pair(name_or_spec: Any = None, device=None, dtype=None,
     if pair.device.type == "cuda" and not isinstance(name_or_spec, Pair):
         _choose_cuda_graphs(pair, progress or _stderr_progress)
     return pair if mode == "none" else quantize_draft(pair, mode)
+
+
+BACKENDS = ("torch", "llama.cpp")
+
+
+def check_backend(backend) -> str:
+    name = "torch" if backend in (None, "", "pytorch") else str(backend).lower().replace("llamacpp", "llama.cpp")
+    if name not in BACKENDS:
+        raise InputError(f"Unknown backend {backend!r}: choose torch (PyTorch, the default) or llama.cpp.")
+    return name
+
+
+def _load_llamacpp(name_or_spec, gguf, progress, torch_only: dict) -> Pair:
+    from specviz import llamacpp
+
+    name = name_or_spec.name if isinstance(name_or_spec, Pair) else (name_or_spec or DEFAULT_PAIR)
+    if name != "qwen-coder":
+        raise InputError(f"backend='llama.cpp' runs the packaged GGUF files of qwen-coder, not {name!r}.")
+    given = [key for key, value in torch_only.items() if value not in (None, "", "none", "auto")]
+    if given:
+        raise InputError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} PyTorch's; llama.cpp runs the GGUF "
+                         "file's own types: pick one with gguf= (q4_k_m, q8_0, f16).")
+    return llamacpp.load_pair(gguf or "q4_k_m", progress=progress)
 
 
 def _choose_cuda_graphs(pair: Pair, say: Progress) -> None:
@@ -786,16 +825,12 @@ def convert_packaged(spec: PackagedModel, dest: Path, say: Progress) -> None:
     it sweeps what killed conversions left behind."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    gguf = cache_dir() / "gguf" / f"{spec.key}.gguf"
+    gguf = gguf_path(spec)
     files.sweep(dest)
-    files.sweep(gguf)
-    if gguf.exists() and not matches(gguf, spec.size, spec.sha256):
-        say(0.0, f"{spec.key}: {gguf} does not match its published sha256; assembling it again")
-        gguf.unlink()
-    files.check_space(dest.parent, (0 if gguf.exists() else spec.size) + 2 * spec.params + CONVERT_SPARE_BYTES,
+    kept = _gguf_checked(spec, gguf)  # a GGUF that was here before (llama.cpp runs it) stays
+    files.check_space(dest.parent, (0 if kept else spec.size) + 2 * spec.params + CONVERT_SPARE_BYTES,
                       f"converting {spec.key}")
-    if not gguf.exists():
-        assemble_gguf(spec, gguf, say)
+    ensure_gguf(spec, say)
     say(0.5, f"{spec.key}: de-quantising the GGUF (about a minute, once)")
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -810,7 +845,8 @@ def convert_packaged(spec: PackagedModel, dest: Path, say: Progress) -> None:
         tokenizer.save_pretrained(tmp)
         say(0.95, f"{spec.key}: recording what the converted files came from")
         files.write_json(tmp / CONVERTED_RECORD, _conversion_record(spec, tmp))
-    if not os.environ.get("SPECVIZ_KEEP_GGUF"):
+    if not (os.environ.get("SPECVIZ_KEEP_GGUF") or kept):
+        gguf.with_name(gguf.name + GGUF_RECORD).unlink(missing_ok=True)
         gguf.unlink()  # re-assembled from the installed parts if ever needed again
 
 
@@ -830,3 +866,68 @@ def _conversion_record(spec: PackagedModel, folder: Path) -> dict:
 
 def _stderr_progress(fraction: float, message: str) -> None:
     print(f"[specviz] {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# the packaged GGUF itself, for engines that run it as it is (specviz.llamacpp)
+
+GGUF_RECORD = ".checked.json"  # beside NAME.gguf: its size and mtime when its sha256 last matched
+
+
+def gguf_path(spec: PackagedModel) -> Path:
+    return cache_dir() / "gguf" / f"{spec.key}.gguf"
+
+
+def ensure_gguf(spec: PackagedModel, say: Progress) -> Path:
+    """The packaged model's GGUF file, whole and checked: assembled from the installed parts
+    the first time (under a lock, so two processes assemble it once), hashed again only when
+    its size or modification time changed since its sha256 last matched."""
+    gguf = gguf_path(spec)
+    if _gguf_checked(spec, gguf):
+        return gguf
+    if not _parts_installed(spec) and not gguf.exists():
+        raise WeightsMissingError(f"The GGUF file of {spec.hub_id} is not installed: run `{INSTALL_HINT}` "
+                                  "(about 1.6 GB) and start again.")
+    with files.lock(gguf, f"assembling {gguf.name}", lambda message: say(0.0, f"{spec.key}: {message}")):
+        if not _gguf_checked(spec, gguf):
+            files.sweep(gguf)
+            if gguf.exists() and not matches(gguf, spec.size, spec.sha256):
+                say(0.0, f"{spec.key}: {gguf} does not match its published sha256; assembling it again")
+                gguf.unlink()
+            if not gguf.exists():
+                files.check_space(gguf.parent, spec.size + CONVERT_SPARE_BYTES, f"assembling {gguf.name}")
+                assemble_gguf(spec, gguf, say)
+            stat = gguf.stat()
+            files.write_json(gguf.with_name(gguf.name + GGUF_RECORD),
+                             {"sha256": spec.sha256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    return gguf
+
+
+def _gguf_checked(spec: PackagedModel, gguf: Path) -> bool:
+    try:
+        record = json.loads(gguf.with_name(gguf.name + GGUF_RECORD).read_text())
+        stat = gguf.stat()
+    except (OSError, ValueError):
+        return False
+    return record == {"sha256": spec.sha256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def packaged_tokenizer(spec: PackagedModel, say: Progress):
+    """The packaged model's Hugging Face tokenizer without its weights: from the converted
+    folder when there is one, else built from the GGUF once and cached beside it."""
+    converted = cache_dir() / "models" / spec.key
+    if converted_problem(spec, converted) is None:
+        return _load_tokenizer(converted)
+    folder = cache_dir() / "gguf" / f"{spec.key}-tokenizer"
+    if not (folder / "tokenizer_config.json").exists():
+        from transformers import AutoTokenizer
+
+        gguf = ensure_gguf(spec, say)
+        with files.lock(folder, f"saving the tokenizer of {spec.key}") as waited:
+            if not (folder / "tokenizer_config.json").exists():
+                say(0.5, f"{spec.key}: reading its tokenizer from the GGUF (once)")
+                tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+                with files.new_folder(folder, f"saving the tokenizer of {spec.key}") as tmp:
+                    tokenizer.save_pretrained(tmp)
+    return _load_tokenizer(folder)
+

@@ -33,6 +33,21 @@ def config_of(config, overrides: dict) -> RunConfig:
     return config.replace(**overrides)
 
 
+LLAMACPP_METHODS = ("ar", "spec", "pld", "cascade")  # chains of causal passes: what a llama.cpp context runs
+
+
+def check_backend_method(backend: str, cfg: RunConfig, batch: bool = False) -> None:
+    """A pair run by llama.cpp (specviz.llamacpp) runs chains, one sequence at a time: tree
+    attention, the target's hidden states (Medusa, EAGLE) and batched rows are PyTorch's."""
+    if backend != "llama.cpp":
+        return
+    if cfg.method not in LLAMACPP_METHODS:
+        raise InputError(f"method={cfg.method!r} needs PyTorch (tree attention or the target's hidden states); "
+                         f"on llama.cpp choose one of {', '.join(LLAMACPP_METHODS)}.")
+    if batch or cfg.batch > 1 or cfg.k == "load":
+        raise InputError("Batched runs are PyTorch's; on llama.cpp decode one prompt at a time.")
+
+
 def make_drafter(pair, cfg: RunConfig, policy=None):
     eos = pair.eos_token_ids
     if cfg.method == "spec":
@@ -114,8 +129,8 @@ def started_event(pair, cfg: RunConfig, prompt: str, prompt_ids: list, verifier,
         top_k=cfg.warp.top_k, top_p=cfg.warp.top_p, max_new_tokens=cfg.max_new_tokens,
         seed=cfg.seed if seed is None else seed, chat=cfg.chat, prompt=prompt, prompt_ids=list(prompt_ids),
         prompt_texts=[pair.token_text(t) for t in prompt_ids], device=str(pair.device),
-        dtype=str(pair.dtype).replace("torch.", ""), rule=verifier.name,
+        dtype=pair.weights or str(pair.dtype).replace("torch.", ""), rule=verifier.name,
         lossless=bool(verifier.lossless), eos_token_ids=sorted(set(pair.eos_token_ids)),
         drafter=drafter, options=cfg.options(),
         draft_quant=pair.draft_quant, cpu_linear=pair.cpu_linear, target_quant=pair.target_quant,
-        cuda_graphs=cuda_graphs_on(pair.target), row=row)
+        cuda_graphs=cuda_graphs_on(pair.target), backend=pair.backend, row=row)

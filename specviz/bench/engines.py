@@ -1,0 +1,286 @@
+"""llama.cpp beside PyTorch: when does speculation pay, engine by engine (same GGUF files, same CPU).
+
+For each engine (PyTorch bf16 and float32 over the de-quantised weights; llama.cpp over the
+shipped Q4_K_M file and copies made from it, Q8_0 and F16):
+  cost    one target pass over n new tokens after a 64-token context, n = 1..64, as a multiple
+          of a one-token pass (the verify-cost curve), and c = a draft token's cost / a target's
+  lanes   specviz's AR, spec (k = 2 and 4) and pld on greedy code prompts no test uses: tok/s, tau,
+          alpha; the speedup predicted from alpha, c and the curve (theory.speedup_with_cost)
+          beside the measured one
+and llama.cpp's own programs on the same files: llama-server's greedy decoding without and
+with the draft model (its own speculation, draft-max 4), its tok/s and its drafted/accepted
+counters. Every lane of one report runs in one process on one machine, one after another
+(nothing else may share the cores).
+
+Usage: python -m specviz.bench.engines [--quick] [--tokens 64] [--out docs/benchmarks/engines-qwen-coder]
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from specviz import theory
+from specviz.argparsing import Parser
+from specviz.bench.forward import forward_cost
+
+COST_TOKENS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
+ENGINES = {  # name -> load_pair options
+    "torch-bf16": {"dtype": "bfloat16"},
+    "torch-fp32": {"dtype": "float32"},
+    "llama.cpp-q4_k_m": {"backend": "llama.cpp", "gguf": "q4_k_m"},
+    "llama.cpp-q8_0": {"backend": "llama.cpp", "gguf": "q8_0"},
+    "llama.cpp-f16": {"backend": "llama.cpp", "gguf": "f16"},
+}
+LANES = {"ar": {"method": "ar"}, "spec-k2": {"method": "spec", "k": 2}, "spec-k4": {"method": "spec", "k": 4},
+         "pld": {"method": "pld", "k": 4}}
+PROMPTS = (  # greedy code completion, no chat template; none of them is used by a test
+    "def merge_sorted(a: list, b: list) -> list:\n    \"\"\"Merge two sorted lists into one sorted list.\"\"\"\n",
+    "class LRUCache:\n    \"\"\"A least-recently-used cache with a fixed capacity.\"\"\"\n\n    def __init__(self, capacity: int):\n",
+    "import csv\n\n\ndef read_totals(path):\n    \"\"\"Sum the 'amount' column of a CSV file per 'category'.\"\"\"\n",
+)
+OWN_DRAFT_MAX = 4
+
+
+def say(text: str) -> None:
+    print(f"[engines] {text}", file=sys.stderr, flush=True)
+
+
+def load(options: dict):
+    from specviz.models import load_pair
+
+    return load_pair("qwen-coder", progress=lambda _f, m: None, **options)
+
+
+def cost_section(pair, tokens=COST_TOKENS, repeats: int = 5) -> dict:
+    """The target's pass over n tokens (seconds, best of `repeats`) and c from one-token passes."""
+    target = forward_cost(pair.target, list(tokens), repeats=repeats)
+    draft = forward_cost(pair.draft, [1], repeats=repeats)
+    return {"target_s": {str(n): s for n, s in target.items()}, "draft_1_s": draft[1],
+            "c": draft[1] / target[1], "curve": {str(n): s / target[1] for n, s in target.items()}}
+
+
+def run_lane(pair, prompt: str, options: dict, tokens: int) -> dict:
+    import specviz
+
+    events = list(specviz.generate(pair, prompt, max_new_tokens=tokens, temperature=0.0, **options))
+    done = events[-1]
+    steps = [e for e in events if e.kind == "step_finished"]
+    first = steps[0].elapsed if steps else 0.0  # step 0 holds the prompt's pass: decoding is timed after it
+    decode_s = done.metrics["wall_time"] - first
+    decoded = len(done.token_ids) - len(steps[0].emitted_ids)
+    return {"token_ids": done.token_ids, "tau": done.metrics.get("tau"), "alpha": done.metrics.get("alpha_empirical"),
+            "seconds": done.metrics["wall_time"], "decode_tokens_per_s": decoded / decode_s if decode_s > 0 else None,
+            "steps": len(steps)}
+
+
+def lanes_section(pair, tokens: int, repeats: int, lanes=LANES) -> dict:
+    """Every lane on every prompt, `repeats` rounds interleaved; each (lane, prompt) keeps its
+    fastest round. Tokens per second are decoding only (after the prompt's pass), summed over prompts."""
+    runs = {name: {} for name in lanes}
+    for r in range(repeats):
+        for name, options in lanes.items():
+            for i, prompt in enumerate(PROMPTS):
+                run = run_lane(pair, prompt, options, tokens)
+                best = runs[name].get(i)
+                if best is None or (run["decode_tokens_per_s"] or 0) > (best["decode_tokens_per_s"] or 0):
+                    runs[name][i] = run
+    out = {}
+    for name, per in runs.items():
+        rates = [run["decode_tokens_per_s"] for run in per.values()]
+        out[name] = {"decode_tokens_per_s": _harmonic(rates),
+                     "tau": _mean([run["tau"] for run in per.values()]),
+                     "alpha": _mean([run["alpha"] for run in per.values()]),
+                     "token_ids": [per[i]["token_ids"] for i in sorted(per)]}
+    return out
+
+
+def predictions(cost: dict, lanes: dict) -> dict:
+    """Each speculative lane's speedup over AR: predicted from its alpha, c and the engine's
+    verify-cost curve, and measured (tok/s over AR's tok/s in the same run)."""
+    curve = theory.interpolate_cost([(int(n), s) for n, s in cost["target_s"].items()])
+    ar = lanes["ar"]["decode_tokens_per_s"]
+    out = {}
+    for name, lane in lanes.items():
+        if name == "ar" or lane["alpha"] is None:
+            continue
+        k = LANES[name].get("k", 4)
+        c = 0.0 if name == "pld" else cost["c"]
+        predicted = theory.speedup_with_cost(lane["alpha"], k, c, curve)
+        measured = lane["decode_tokens_per_s"] / ar
+        out[name] = {"k": k, "c": c, "alpha": lane["alpha"], "verify_cost": curve(k + 1), "predicted": predicted,
+                     "measured": measured, "error": measured / predicted - 1.0}
+    best_k = theory.optimal_k(_mean([lanes[n]["alpha"] for n in ("spec-k2", "spec-k4")]), cost["c"], 8, curve)
+    out["best_k_predicted"] = best_k
+    return out
+
+
+def own_section(tokens: int, repeats: int, gguf: str = "q4_k_m") -> Optional[dict]:
+    """llama.cpp's own greedy decoding, without and with its draft model, through llama-server."""
+    from specviz import llamacpp_server
+
+    if llamacpp_server.missing():
+        say(f"llama.cpp's own lanes skipped: {llamacpp_server.missing()}")
+        return None
+    out = {}
+    for name, draft in (("own-ar", None), ("own-spec", OWN_DRAFT_MAX)):
+        with llamacpp_server.Server(gguf=gguf, draft_max=draft) as server:
+            per = {}
+            for _ in range(repeats):
+                for i, prompt in enumerate(PROMPTS):
+                    result = server.complete(prompt, tokens)
+                    if i not in per or result["tokens_per_s"] > per[i]["tokens_per_s"]:
+                        per[i] = result
+        drafted = sum(r["draft_n"] for r in per.values())
+        out[name] = {"decode_tokens_per_s": _harmonic([r["tokens_per_s"] for r in per.values()]),
+                     "draft_n": drafted, "draft_accepted": sum(r["draft_accepted"] for r in per.values()),
+                     "acceptance": (sum(r["draft_accepted"] for r in per.values()) / drafted) if drafted else None,
+                     "token_ids": [per[i]["token_ids"] for i in sorted(per)], "draft_max": draft}
+    return out
+
+
+def _mean(values) -> Optional[float]:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def _harmonic(rates) -> Optional[float]:
+    """Tokens per second over prompts of equal length: total tokens over total seconds."""
+    rates = [r for r in rates if r]
+    return len(rates) / sum(1.0 / r for r in rates) if rates else None
+
+
+def analyse(report: dict) -> dict:
+    """The issue's three numbers, from one report."""
+    engines, own = report["engines"], report.get("own") or {}
+    out = {}
+    lcpp = engines.get("llama.cpp-q4_k_m")
+    if lcpp and "own-ar" in own:
+        ratio = lcpp["lanes"]["ar"]["decode_tokens_per_s"] / own["own-ar"]["decode_tokens_per_s"]
+        out["ar_over_llamacpp_vs_own_ar"] = {"ratio": ratio, "met": ratio >= 0.85}
+    ours = {f"{e}/{lane}": v["decode_tokens_per_s"] for e, rep in engines.items() for lane, v in rep["lanes"].items()}
+    theirs = {lane: v["decode_tokens_per_s"] for lane, v in own.items()}
+    if ours and theirs:
+        best_ours, best_theirs = max(ours, key=ours.get), max(theirs, key=theirs.get)
+        out["fastest"] = {"specviz": best_ours, "specviz_tok_s": ours[best_ours], "llama.cpp": best_theirs,
+                          "llama.cpp_tok_s": theirs[best_theirs], "met": ours[best_ours] >= theirs[best_theirs]}
+    errors = {e: {lane: p["error"] for lane, p in rep["predictions"].items() if isinstance(p, dict)}
+              for e, rep in engines.items()}
+    out["prediction_error"] = {"per_engine": errors,
+                               "met": all(abs(v) <= 0.15 for per in errors.values() for v in per.values())}
+    return out
+
+
+def main(argv=None) -> int:
+    parser = Parser(prog="python -m specviz.bench.engines", description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="32 tokens, one round, costs best of 3")
+    parser.add_argument("--out", default="engines-qwen-coder", help="report path without extension (.json, .md)")
+    args = parser.parse_args(argv)
+    tokens, repeats = (32, 1) if args.quick else (args.tokens, args.repeats)
+    report = {"machine": _machine(), "tokens": tokens, "repeats": repeats, "prompts": list(PROMPTS), "engines": {}}
+    started = time.time()
+    for i, name in enumerate(args.engines):
+        say(f"{name} ({i + 1}/{len(args.engines)}, {time.time() - started:.0f} s so far): loading")
+        pair = load(ENGINES[name])
+        cost = cost_section(pair, repeats=3 if args.quick else 5)
+        say(f"{name}: c = {cost['c']:.2f}, a 5-token pass costs {cost['curve']['5']:.2f}x one token; lanes")
+        lanes = lanes_section(pair, tokens, repeats)
+        report["engines"][name] = {"pair": repr(pair), "cost": cost, "lanes": lanes,
+                                   "predictions": predictions(cost, lanes)}
+        del pair
+        gc.collect()
+    say("llama.cpp's own programs (llama-server, without and with the draft model)")
+    report["own"] = own_section(tokens, repeats)
+    report["analysis"] = analyse(report)
+    report["seconds"] = time.time() - started
+    out = Path(args.out)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    out.with_suffix(".md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+def _machine() -> dict:
+    import platform
+
+    import torch
+
+    from specviz.bench import machine
+
+    return {"cpu": machine._cpu_name(), "cores": machine._cpu_count(), "threads": torch.get_num_threads(),
+            "machine": platform.machine(), "torch": torch.__version__, "loadavg_start": machine.loadavg(),
+            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+
+
+def markdown(report: dict) -> str:
+    lines = [f"# llama.cpp beside PyTorch: qwen-coder, greedy code, {report['tokens']} tokens",
+             "", f"Machine: {report['machine'].get('cpu', '?')}, {report['machine'].get('threads', '?')} threads. "
+             "Every lane in one process, one after another; tok/s count decoding after the prompt's pass.", "",
+             "| engine | c | pass(5)/pass(1) | pass(64)/pass(1) | AR tok/s | spec k=2 | spec k=4 | pld | "
+             "alpha | predicted k=4 | measured k=4 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, rep in report["engines"].items():
+        lanes, pred, cost = rep["lanes"], rep["predictions"], rep["cost"]
+        lines.append(f"| {name} | {cost['c']:.2f} | {cost['curve']['5']:.2f} | {cost['curve']['64']:.2f} | "
+                     f"{lanes['ar']['decode_tokens_per_s']:.1f} | {_tps(lanes, 'spec-k2')} | {_tps(lanes, 'spec-k4')} | "
+                     f"{_tps(lanes, 'pld')} | {_f(lanes['spec-k4']['alpha'])} | {_x(pred['spec-k4']['predicted'])} | "
+                     f"{_x(pred['spec-k4']['measured'])} |")
+    own = report.get("own")
+    if own:
+        lines += ["", "llama.cpp's own programs (llama-server, same Q4_K_M files):", "",
+                  "| lane | tok/s | drafted | accepted | acceptance |", "|---|---|---|---|---|"]
+        for name, lane in own.items():
+            lines.append(f"| {name} | {lane['decode_tokens_per_s']:.1f} | {lane['draft_n']} | {lane['draft_accepted']} | "
+                         f"{_f(lane['acceptance'])} |")
+    lines += ["", "Predicted against measured speedup over each engine's own AR (theory.speedup_with_cost):", "",
+              "| engine | lane | k | c | alpha | verify cost | predicted | measured | error |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for name, rep in report["engines"].items():
+        for lane, p in rep["predictions"].items():
+            if isinstance(p, dict):
+                lines.append(f"| {name} | {lane} | {p['k']} | {p['c']:.2f} | {p['alpha']:.2f} | {p['verify_cost']:.2f} | "
+                             f"{_x(p['predicted'])} | {_x(p['measured'])} | {p['error']:+.0%} |")
+    lines += ["", "Cost curves (a pass over n tokens / a one-token pass):", "",
+              "| engine | " + " | ".join(str(n) for n in COST_TOKENS) + " |",
+              "|---|" + "---|" * len(COST_TOKENS)]
+    for name, rep in report["engines"].items():
+        lines.append(f"| {name} | " + " | ".join(f"{rep['cost']['curve'][str(n)]:.2f}" for n in COST_TOKENS) + " |")
+    analysis = report.get("analysis", {})
+    lines += ["", "## Targets", ""]
+    if "ar_over_llamacpp_vs_own_ar" in analysis:
+        a = analysis["ar_over_llamacpp_vs_own_ar"]
+        lines.append(f"- specviz AR over llama.cpp / llama.cpp's own AR: {a['ratio']:.2f} (>= 0.85: "
+                     f"{'met' if a['met'] else 'missed'})")
+    if "fastest" in analysis:
+        a = analysis["fastest"]
+        lines.append(f"- fastest specviz lane {a['specviz']} {a['specviz_tok_s']:.1f} tok/s against llama.cpp's best "
+                     f"{a['llama.cpp']} {a['llama.cpp_tok_s']:.1f} tok/s ({'met' if a['met'] else 'missed'})")
+    a = analysis.get("prediction_error")
+    if a:
+        worst = max((abs(v) for per in a["per_engine"].values() for v in per.values()), default=0.0)
+        lines.append(f"- prediction within 15% of the measured speedup, every engine and lane: worst {worst:.0%} "
+                     f"({'met' if a['met'] else 'missed'})")
+    return "\n".join(lines) + "\n"
+
+
+def _tps(lanes: dict, name: str) -> str:
+    lane = lanes.get(name)
+    return f"{lane['decode_tokens_per_s']:.1f}" if lane and lane["decode_tokens_per_s"] else "-"
+
+
+def _x(v) -> str:
+    return "-" if v is None else f"{v:.2f}x"
+
+
+def _f(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""llama.cpp under specviz's engine (specviz.llamacpp): the pair's own GGUF files run by
+llama.cpp's kernels, with specviz's exact algorithm and events; llama.cpp's own server beside it.
+
+Everything that needs llama.cpp skips, naming why, where it is not built
+(`python -m specviz llamacpp install`; CI builds it). The refusals and the missing-build message
+are checked everywhere.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import specviz
+from specviz import llamacpp, llamacpp_server, sampling
+from specviz.errors import InputError
+from specviz.verifiers import RejectionVerifier
+
+MISSING = llamacpp.available()
+needs_llamacpp = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
+needs_server = pytest.mark.skipif(MISSING is not None or llamacpp_server.missing() is not None,
+                                  reason=str(MISSING or llamacpp_server.missing()))
+PROMPTS = ("def is_prime(n):\n", "# Sort a list of words by length, then alphabetically\nwords = [")
+N = 40
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """The shipped Q4_K_M files, as laptops run them."""
+    return specviz.load_pair("qwen-coder", backend="llama.cpp")
+
+
+@pytest.fixture(scope="module")
+def f16():
+    """F16 copies of the same weights: llama.cpp's float files, where a pass over several tokens
+    and one-token decoding agree to rounding (as float32 does in PyTorch)."""
+    return specviz.load_pair("qwen-coder", backend="llama.cpp", gguf="f16")
+
+
+def _ids(pair, method, prompt, n=N, **kw):
+    events = list(specviz.generate(pair, prompt, method=method, max_new_tokens=n, temperature=0.0, **kw))
+    return events, events[-1].token_ids
+
+
+@needs_server
+def test_ar_equals_llama_servers_own_greedy_decoding(pair):
+    """specviz's AR loop over llama.cpp's passes emits what llama.cpp's own server emits, greedy,
+    on the same file, token for token."""
+    with llamacpp_server.Server() as server:
+        for prompt in PROMPTS:
+            ids = pair.encode(prompt)
+            own = server.complete(ids, N)["token_ids"]
+            _, ours = _ids(pair, "ar", prompt)
+            assert len(own) == N and ours == own, prompt
+
+
+@needs_llamacpp
+@pytest.mark.parametrize("method,k", [("spec", 4), ("spec", 2), ("pld", 4), ("cascade", 4)])
+def test_speculative_greedy_equals_ar_token_for_token(f16, method, k):
+    drafted = accepted = 0
+    for prompt in PROMPTS:
+        _, ar = _ids(f16, "ar", prompt)
+        events, ours = _ids(f16, method, prompt, k=k)
+        assert ours == ar, (method, prompt)
+        assert events[-1].metrics["tau"] > 1.0
+        drafted, accepted = drafted + events[-1].metrics["drafted"], accepted + events[-1].metrics["accepted"]
+    if method == "spec":  # a real speculation: several tokens per target pass, and rejections too
+        assert accepted > len(PROMPTS) * N / 3 and drafted > accepted
+
+
+@needs_llamacpp
+def test_on_q4_k_m_a_verification_pass_flips_only_near_ties(pair):
+    """On the Q4_K_M file llama.cpp's kernels for a pass over several tokens and for one token
+    round differently (logits differ by tenths), so greedy speculation may part from one-token
+    greedy decoding, as bf16 does in PyTorch. Where it does, the two tokens were a near tie: the
+    one-token path's margin between them is smaller than the two paths' largest difference in
+    logits at that position (a bug would part them at a clear winner)."""
+    prompt = "def fibonacci(n):"
+    _, ar = _ids(pair, "ar", prompt, n=48)
+    _, spec = _ids(pair, "spec", prompt, n=48, k=4)
+    if spec == ar:
+        return
+    i = next(j for j in range(48) if ar[j] != spec[j])
+    seq = pair.encode(prompt) + ar[:i]
+    one = pair.target.make_runner()
+    for t in seq:
+        single = one.forward([t], last_only=True)[-1]
+    batch = pair.target.make_runner().forward(seq, last_only=True)[-1]
+    margin = float(single[ar[i]] - single[spec[i]])
+    assert 0.0 <= margin <= float((single - batch).abs().max())
+
+
+@needs_llamacpp
+def test_events_say_llamacpp_and_the_files_type(pair):
+    events, _ = _ids(pair, "spec", PROMPTS[0], n=8, k=3)
+    started = events[0]
+    assert started.backend == "llama.cpp" and started.dtype == "Q4_K_M" and started.lossless
+    decided = [e for e in events if e.kind in ("token_accepted", "token_rejected")]
+    assert decided and all(0.0 <= e.p <= 1.0 and 0.0 < e.q <= 1.0 for e in decided)
+    json.dumps([e.to_dict() for e in events])  # the same JSON-safe events as every run
+
+
+@needs_llamacpp
+def test_rejected_positions_leave_the_kv_cache(pair):
+    """crop() removes positions from llama.cpp's cache: after feeding a wrong tail and cropping
+    it, the next pass sees exactly what a fresh context sees."""
+    ids = pair.encode(PROMPTS[0])
+    runner = pair.target.make_runner()
+    runner.forward(ids[:-1], last_only=True)
+    runner.forward([11, 12, 13, 14])  # a rejected draft
+    runner.crop(len(ids) - 1)
+    after = runner.forward(ids[-1:], last_only=True)
+    fresh = pair.target.make_runner()
+    fresh.forward(ids[:-1], last_only=True)
+    again = fresh.forward(ids[-1:], last_only=True)
+    assert runner.length == fresh.length == len(ids)
+    assert torch.equal(after, again)
+
+
+@needs_llamacpp
+def test_a_pass_gives_logits_at_every_fed_position(f16, pair):
+    """One pass over several tokens: its rows are the logits of each prefix (a verification
+    pass). On the F16 file they match one-token decoding to rounding; on Q4_K_M the two kernels
+    differ by far more (here over a tenth of a logit), the same argmax on this prompt."""
+    ids = f16.encode(PROMPTS[1])
+    gaps = {}
+    for name, p in (("f16", f16), ("q4_k_m", pair)):
+        rows = p.target.make_runner().forward(ids)  # (T, V)
+        single = p.target.make_runner()
+        one = torch.cat([single.forward([t], last_only=True) for t in ids])
+        assert rows.shape == one.shape == (len(ids), p.target.vocab_size)
+        assert torch.equal(rows.argmax(-1), one.argmax(-1))
+        gaps[name] = float((rows.softmax(-1) - one.softmax(-1)).abs().max())
+    assert gaps["f16"] < 2e-3 < 1e-2 < gaps["q4_k_m"]
+
+
+class ResampleFromTarget(RejectionVerifier):
+    """Broken: after a rejection, draws from p instead of the residual norm(max(p - q, 0))."""
+
+    def residual(self, p, q):
+        return p, 0.0
+
+
+SAMPLE_PROMPT = "# a random word: "
+RUNS = 600
+
+
+def _first_token_law(pair, verifier=None):
+    counts = {}
+    for seed in range(RUNS):
+        events = list(specviz.generate(pair, SAMPLE_PROMPT, method="spec", k=1, temperature=1.0, top_k=6,
+                                       max_new_tokens=2, seed=seed, record_topk=0, verifier=verifier))
+        first = events[-1].token_ids[0]
+        counts[first] = counts.get(first, 0) + 1
+    return counts
+
+
+def _p_value(pair, counts):
+    runner = pair.target.make_runner()
+    p = sampling.warp(runner.forward(pair.encode(SAMPLE_PROMPT), last_only=True)[-1],
+                      sampling.Warp(temperature=1.0, top_k=6))
+    support = torch.nonzero(p).flatten().tolist()
+    assert set(counts) <= set(support)
+    observed = [counts.get(t, 0) for t in support]
+    expected = [float(p[t]) * RUNS for t in support]
+    return chisquare(observed, [e * sum(observed) / sum(expected) for e in expected]).pvalue
+
+
+@needs_llamacpp
+def test_sampled_first_token_follows_the_targets_law(pair):
+    """Speculative sampling over llama.cpp: the first token's law is llama.cpp's target p
+    (chi-square); resampling from p instead of the residual fails the same test."""
+    assert _p_value(pair, _first_token_law(pair)) > 1e-3
+    assert _p_value(pair, _first_token_law(pair, ResampleFromTarget())) < 1e-3
+
+
+@needs_llamacpp
+@pytest.mark.parametrize("method", ["tree", "medusa", "eagle3", "lookahead"])
+def test_methods_that_need_pytorch_are_refused_in_one_sentence(pair, method):
+    with pytest.raises(InputError, match="needs PyTorch"):
+        specviz.generate(pair, "x", method=method)
+
+
+@needs_llamacpp
+def test_batches_are_refused(pair):
+    with pytest.raises(InputError, match="one prompt at a time"):
+        specviz.generate(pair, ["a", "b"], method="ar")
+
+
+def test_pytorch_options_are_refused_with_llamacpp_before_anything_loads():
+    with pytest.raises(InputError, match="dtype is PyTorch's"):
+        specviz.load_pair("qwen-coder", backend="llama.cpp", dtype="float32")
+    with pytest.raises(InputError, match="runs the packaged GGUF files of qwen-coder"):
+        specviz.load_pair("tiny", backend="llama.cpp")
+    with pytest.raises(InputError, match="Unknown backend"):
+        specviz.load_pair("tiny", backend="vllm")
+    with pytest.raises(InputError, match="with backend='llama.cpp'"):
+        specviz.load_pair("tiny", gguf="q8_0")
+
+
+def test_cli_refuses_a_tree_on_llamacpp_before_loading(capsys):
+    from specviz.cli import main
+
+    assert main(["generate", "--backend", "llama.cpp", "--method", "tree", "--prompt", "x"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: method='tree' needs PyTorch")
+
+
+def test_a_missing_build_is_one_sentence_that_says_how_to_build_it(tmp_path):
+    """With llama.cpp absent (its library path pointing nowhere), loading says how to build it."""
+    code = ("import specviz\n"
+            "try:\n    specviz.load_pair('qwen-coder', backend='llama.cpp')\n"
+            "except specviz.errors.SpecvizError as e:\n    print(e)\n")
+    env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(tmp_path), SPECVIZ_LLAMACPP=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.startswith("llama.cpp is not installed (")
+    assert "python -m specviz llamacpp install" in out.stdout and "Traceback" not in out.stderr
+
+
+@needs_server
+def test_a_q8_0_copy_is_made_once_and_decodes_as_its_server_does():
+    """gguf='q8_0': llama.cpp's quantizer makes the copy once (whole, under a lock), the pair
+    runs it, and its AR is what llama-server emits on that file."""
+    pair = specviz.load_pair("qwen-coder", backend="llama.cpp", gguf="q8_0")
+    assert pair.weights == "Q8_0" and "Q8_0" in pair.target.desc
+    _, ar = _ids(pair, "ar", PROMPTS[0], n=24)
+    with llamacpp_server.Server(gguf="q8_0") as server:
+        assert server.complete(pair.encode(PROMPTS[0]), 24)["token_ids"] == ar
