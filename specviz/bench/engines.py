@@ -75,7 +75,7 @@ def run_lane(pair, prompt: str, options: dict, tokens: int) -> dict:
     decoded = len(done.token_ids) - len(steps[0].emitted_ids)
     return {"token_ids": done.token_ids, "tau": done.metrics.get("tau"), "alpha": done.metrics.get("alpha_empirical"),
             "seconds": done.metrics["wall_time"], "decode_tokens_per_s": decoded / decode_s if decode_s > 0 else None,
-            "steps": len(steps)}
+            "steps": len(steps), "drafted": [s.drafted for s in steps[1:]]}
 
 
 def lanes_section(pair, tokens: int, repeats: int, lanes=LANES) -> dict:
@@ -95,27 +95,35 @@ def lanes_section(pair, tokens: int, repeats: int, lanes=LANES) -> dict:
         out[name] = {"decode_tokens_per_s": _harmonic(rates),
                      "tau": _mean([run["tau"] for run in per.values()]),
                      "alpha": _mean([run["alpha"] for run in per.values()]),
+                     "drafted": [k for i in sorted(per) for k in per[i]["drafted"]],  # per decoding step
                      "token_ids": [per[i]["token_ids"] for i in sorted(per)]}
     return out
 
 
 def predictions(cost: dict, lanes: dict) -> dict:
     """Each speculative lane's speedup over AR: predicted from its alpha, c and the engine's
-    verify-cost curve, and measured (tok/s over AR's tok/s in the same run)."""
+    verify-cost curve over the draft lengths its steps really had (prompt lookup drafts only
+    where it finds a match; near the end fewer), and measured (tok/s over AR's, same run):
+
+        predicted = sum_s E[tokens | alpha, k_s] / sum_s (V(k_s + 1) + c k_s)
+
+    with V(n) a pass over n tokens in one-token passes (AR pays 1 a token)."""
     curve = theory.interpolate_cost([(int(n), s) for n, s in cost["target_s"].items()])
     ar = lanes["ar"]["decode_tokens_per_s"]
     out = {}
     for name, lane in lanes.items():
-        if name == "ar" or lane["alpha"] is None:
+        if name == "ar" or lane["alpha"] is None or not lane["drafted"]:
             continue
-        k = LANES[name].get("k", 4)
         c = 0.0 if name == "pld" else cost["c"]
-        predicted = theory.speedup_with_cost(lane["alpha"], k, c, curve)
-        measured = lane["decode_tokens_per_s"] / ar
-        out[name] = {"k": k, "c": c, "alpha": lane["alpha"], "verify_cost": curve(k + 1), "predicted": predicted,
-                     "measured": measured, "error": measured / predicted - 1.0}
-    best_k = theory.optimal_k(_mean([lanes[n]["alpha"] for n in ("spec-k2", "spec-k4")]), cost["c"], 8, curve)
-    out["best_k_predicted"] = best_k
+        ks = lane["drafted"]
+        tokens = sum(theory.expected_tokens(lane["alpha"], k) for k in ks)
+        passes = sum(curve(k + 1) + c * k for k in ks)
+        predicted, measured = tokens / passes, lane["decode_tokens_per_s"] / ar
+        out[name] = {"k": LANES[name].get("k"), "mean_k": sum(ks) / len(ks), "c": c, "alpha": lane["alpha"],
+                     "verify_cost": curve(LANES[name]["k"] + 1), "predicted": predicted, "measured": measured,
+                     "error": measured / predicted - 1.0}
+    alpha = _mean([lanes[n]["alpha"] for n in ("spec-k2", "spec-k4") if n in lanes])
+    out["best_k_predicted"] = theory.optimal_k(alpha, cost["c"], 8, curve) if alpha is not None else None
     return out
 
 
@@ -239,12 +247,13 @@ def markdown(report: dict) -> str:
             lines.append(f"| {name} | {lane['decode_tokens_per_s']:.1f} | {lane['draft_n']} | {lane['draft_accepted']} | "
                          f"{_f(lane['acceptance'])} |")
     lines += ["", "Predicted against measured speedup over each engine's own AR (theory.speedup_with_cost):", "",
-              "| engine | lane | k | c | alpha | verify cost | predicted | measured | error |",
+              "| engine | lane | k (mean drafted) | c | alpha | V(k+1) | predicted | measured | error |",
               "|---|---|---|---|---|---|---|---|---|"]
     for name, rep in report["engines"].items():
         for lane, p in rep["predictions"].items():
             if isinstance(p, dict):
-                lines.append(f"| {name} | {lane} | {p['k']} | {p['c']:.2f} | {p['alpha']:.2f} | {p['verify_cost']:.2f} | "
+                lines.append(f"| {name} | {lane} | {p['k']} ({p['mean_k']:.1f}) | {p['c']:.2f} | {p['alpha']:.2f} | "
+                             f"{p['verify_cost']:.2f} | "
                              f"{_x(p['predicted'])} | {_x(p['measured'])} | {p['error']:+.0%} |")
     lines += ["", "Cost curves (a pass over n tokens / a one-token pass):", "",
               "| engine | " + " | ".join(str(n) for n in COST_TOKENS) + " |",

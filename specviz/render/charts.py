@@ -64,6 +64,20 @@ def summarize(events, compute_s: Optional[float] = None, label: str = "", baseli
     return record
 
 
+def engine_record(label: str, method: str, k: Optional[int], tokens: int, seconds: float, drafted: int = 0,
+                  accepted: int = 0, drafts: int = 0, baseline: Optional[dict] = None) -> dict:
+    """A record like `summarize`'s for a run of another engine's own program (llama-server),
+    from the counts it reports: alpha = accepted / drafted, tau = tokens per verification step."""
+    record = {"label": label, "pair": None, "method": method, "k": k, "k_setting": k, "lossless": True,
+              "rule": "llama.cpp", "tokens": tokens, "seconds": seconds,
+              "tokens_per_s": tokens / seconds if seconds else None,
+              "alpha": accepted / drafted if drafted else None, "tau": 1 + accepted / drafts if drafts else None,
+              "c": None, "speedup": None, "timing_note": None, "drafted": drafted, "accepted": accepted}
+    if baseline and baseline.get("tokens_per_s") and record["tokens_per_s"]:
+        record["speedup"] = record["tokens_per_s"] / baseline["tokens_per_s"]
+    return record
+
+
 def latest_c(history: list) -> Optional[float]:
     return next((r["c"] for r in reversed(history) if r.get("c")), None)
 

@@ -45,6 +45,26 @@ def cost_figure(curves: dict, title: str = "One forward pass: time vs tokens fed
     return fig
 
 
+def relative_cost_figure(curves: dict, title: str = "A pass over n tokens, in one-token passes, engine by engine") -> go.Figure:
+    """curves: {engine: {n_tokens: seconds}}, each drawn as t(n) / t(1) beside the line y = n
+    (every token paid in full): a line near 1 is the memory wall speculation spends, a line near
+    y = n a compute-bound kernel where every drafted token costs what decoding it would."""
+    fig = go.Figure()
+    ns_all = sorted({n for c in curves.values() for n in c})
+    fig.add_scatter(x=ns_all, y=ns_all, mode="lines", name="n (each token paid in full)",
+                    line=dict(color="#0f172a", dash="dot"), hoverinfo="skip")
+    for color, (label, cost) in zip(COLORS, curves.items()):
+        ns = sorted(cost)
+        fig.add_scatter(x=ns, y=[cost[n] / cost[ns[0]] for n in ns], mode="lines+markers", name=label,
+                        line=dict(color=color, width=3), marker=dict(size=8),
+                        hovertemplate="%{x} tokens: %{y:.2f}x one token<extra></extra>")
+    fig.update_layout(title=title, xaxis_title="tokens in one pass (after a cached prefix)",
+                      yaxis_title="cost / one-token pass", **LAYOUT)
+    fig.update_xaxes(type="log", tickvals=ns_all, gridcolor="#e2e8f0")
+    fig.update_yaxes(type="log", gridcolor="#e2e8f0")
+    return fig
+
+
 def throughput_figure(curves: dict, title: str = "Tokens processed per second of forward") -> go.Figure:
     """curves: {label: {n_tokens: seconds}} drawn as n / t(n): flat = compute-bound, rising =
     memory-bound (the same weights read once serve more tokens)."""

@@ -302,3 +302,23 @@ def _height(seconds: float, scale: float) -> float:
 
 def _ms(seconds: Optional[float]) -> str:
     return "—" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def engine_lanes_html(rows: list, note: str = "") -> Rendered:
+    """llama.cpp's own programs beside the race (records like charts.summarize's): one line
+    each, with its tok/s, the drafted and accepted counts it reported, and its speed over its own AR."""
+    if not rows:
+        return Rendered("")
+    body = "".join(_engine_row(r) for r in rows)
+    return Rendered('<div class="sv-engine-lanes"><div class="sv-muted">llama.cpp\'s own program on the same '
+                    'GGUF file, run after the race (llama-server: its own loop, its own speculation)</div>'
+                    '<table class="sv-table"><tr><th>lane</th><th>tokens</th><th>tok/s</th><th>drafted</th>'
+                    f'<th>accepted</th><th>acceptance</th><th>tokens/step</th><th>vs its AR</th></tr>{body}</table>'
+                    f'<div class="sv-muted">{text(note)}</div></div>')
+
+
+def _engine_row(r: dict) -> str:
+    speedup = "—" if r.get("speedup") is None else f"{r['speedup']:.2f}×"
+    return (f'<tr data-lane="{attr(r["label"])}"><td>{text(r["label"])}</td><td>{r["tokens"]}</td>'
+            f'<td>{num(r["tokens_per_s"], 1)}</td><td>{r.get("drafted", 0)}</td><td>{r.get("accepted", 0)}</td>'
+            f'<td>{num(r.get("alpha"), 2)}</td><td>{num(r.get("tau"), 2)}</td><td>{speedup}</td></tr>')
