@@ -221,10 +221,10 @@ def main(argv=None) -> int:
         from specviz.bench.suite import main as bench_main
 
         return bench_main(argv[1:])
-    if argv[:2] == ["llamacpp", "install"]:  # build llama.cpp from source (specviz.llamacpp_build)
+    if argv[:1] == ["llamacpp"]:  # `llamacpp install`: build llama.cpp from source (specviz.llamacpp_build)
         from specviz.llamacpp_build import main as install_main
 
-        return install_main(argv[2:])
+        return install_main(argv[1:])
     if argv[:1] == ["watch"]:  # a serving engine's speculative counters, live (specviz.watch)
         from specviz.watch import main as watch_main
 

@@ -155,6 +155,7 @@ class RunConfig:
 MAX_TREE_NODES = 64
 DRAFT_TREE_METHODS = ("tree", "medusa-tree", "eagle-tree", "eagle3-tree")  # trees drafted to a shape or a budget
 TREE_METHODS = ("lookahead", *DRAFT_TREE_METHODS)
+LLAMACPP_METHODS = ("ar", "spec", "pld", "cascade")  # chains of causal passes: what a llama.cpp context runs
 
 
 # ---------------------------------------------------------------------------------------------

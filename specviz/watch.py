@@ -19,7 +19,6 @@ acceptance allows; give your engine's measured costs (python -m specviz.bench.en
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import sys
@@ -27,6 +26,8 @@ import time
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from typing import Optional
+
+from specviz.argparsing import Parser
 
 SUFFIXES = {"drafts": "spec_decode_num_drafts_total", "draft_tokens": "spec_decode_num_draft_tokens_total",
             "accepted": "spec_decode_num_accepted_tokens_total"}
@@ -138,7 +139,7 @@ def watch(url: str, interval: float, count: int, c: float, verify: float, jsonl:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specviz watch", description=__doc__.splitlines()[0])
+    parser = Parser(prog="python -m specviz watch", description=__doc__.splitlines()[0])
     parser.add_argument("url", help="the server, e.g. http://127.0.0.1:8080 (its /metrics is read)")
     parser.add_argument("--interval", type=float, default=2.0, help="seconds between reads")
     parser.add_argument("--count", type=int, default=0, help="stop after this many reads (0: never)")

@@ -99,3 +99,20 @@ def test_watching_a_real_llama_server_reads_its_own_speculation(capsys):
     assert reading["accepted"] == accepted == sum(metrics.per_position)
     assert reading["mean_accepted_length"] == pytest.approx(1 + accepted / metrics.drafts)
     assert 0 < reading["acceptance_rate"] <= 1 and len(reading["position_acceptance"]) == 4
+
+
+@pytest.mark.parametrize("argv,starts", [
+    (["watch", "http://127.0.0.1:9", "--interval", "0"], "error: --interval and --verify must be positive"),
+    (["watch"], "error: the following arguments are required: url"),
+    (["llamacpp"], "error: the following arguments are required: action"),
+    (["llamacpp", "build"], "error: argument action: invalid choice: 'build'"),
+])
+def test_bad_command_lines_are_one_line_and_status_2(capsys, argv, starts):
+    from specviz.cli import main
+
+    try:
+        status = main(argv)
+    except SystemExit as exc:  # a usage mistake exits from the parser itself (specviz.argparsing)
+        status = exc.code
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and err[0].startswith(starts)

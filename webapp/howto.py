@@ -85,6 +85,17 @@ one costs arithmetic, and every rejected draft is paid for in full. So the speed
 grows, and at some batch size speculation loses: the crossover. Serving engines switch it off
 there (vLLM: a fixed batch size) or choose k from acceptance and load; `k = load` does the latter
 here. The Serving tab shows it on the real pair, one row per user, one column per shared pass.
+
+### The same files in llama.cpp: why speculation there can lose
+On laptops these models run in llama.cpp (Ollama, LM Studio), straight from the Q4_K_M GGUF files.
+Its quantised kernels unpack every block of weights for each row they multiply, so on a small CPU a
+pass over 5 tokens costs about **twice** a one-token pass, where PyTorch's bfloat16 pass on a CPU that
+multiplies bf16 natively costs about the same as one token. A step of k = 4 then costs about
+V(5) + 4c ≈ 2 + 4 × 0.5 = 4 one-token passes, and even five accepted tokens gain little.
+The pair **qwen-coder-llamacpp** (where llama.cpp is built) runs specviz's algorithm over
+llama.cpp's passes; its race also runs llama.cpp's own program, with and without its own
+speculation, on the same file. Verifying k + 1 tokens must cost about one pass for speculation to
+pay: the kernel decides, not the model.
 """
 
 

@@ -68,10 +68,9 @@ def method_choices(pair_name: str) -> list:
     not have (shipped, or trained with `python -m specviz train`) labelled so before a visitor picks
     one (run anyway, such a method answers with the command that trains its heads), and on the
     llama.cpp pair those that need PyTorch (run anyway, they answer with the methods it runs)."""
-    from specviz.config import HEAD_METHODS
+    from specviz.config import HEAD_METHODS, LLAMACPP_METHODS
     from specviz.heads import HeadsError, check_heads_file
     from specviz.models import LLAMACPP_PAIR
-    from specviz.run import LLAMACPP_METHODS
 
     out = []
     for method in engine.METHODS:
