@@ -40,7 +40,7 @@ def free_port() -> int:
 
 
 class Server:
-    """llama-server on the pair's GGUF files (`gguf` as in specviz.llamacpp.load_pair)."""
+    """llama-server on the pair's GGUF files (`gguf` as in load_pair(..., backend="llama.cpp", gguf=...))."""
 
     def __init__(self, gguf: str = "q4_k_m", draft_max: Optional[int] = None, threads: Optional[int] = None,
                  n_ctx: int = llamacpp.N_CTX, metrics: bool = True):
@@ -58,7 +58,8 @@ class Server:
         self.draft_max = draft_max
         self.args = [str(llamacpp.server_binary()), "--model", str(target), "--host", "127.0.0.1",
                      "--port", str(self.port), "--threads", str(threads), "--threads-batch", str(threads),
-                     "--ctx-size", str(n_ctx), "--parallel", "1", "--no-webui"]
+                     "--ctx-size", str(n_ctx), "--parallel", "1", "--no-webui",
+                     "-lv", "1"]  # its log: errors and warnings, not a line per request for a long-lived server
         if metrics:
             self.args.append("--metrics")
         if draft_max:

@@ -17,10 +17,9 @@ except ImportError:
 import gradio as gr
 
 import specviz
-from specviz import engine, presets as recorded
+from specviz import engine, llamacpp, presets as recorded
 from specviz.config import RunConfig
 from specviz.errors import SpecvizError
-from specviz import llamacpp
 from specviz.models import LLAMACPP_PAIR, default_pair_name, list_pairs
 from specviz.quant import MODES, quantize_draft
 from specviz.render import CSS

@@ -50,7 +50,7 @@ def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, s
         raise gr.Error(str(exc)) from exc
     ar, spec = race_summaries(lanes, cfg.method)
     own = own_lanes(pair_name, prompt, cfg)
-    history = history + [ar, spec] + own[1:]
+    history = history + [ar, spec] + own
     yield {**race_view(lanes, ar, spec, own), **charts.chart_view(lanes["spec"]["events"], history),
            ui.history_state: history}
 
