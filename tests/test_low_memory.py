@@ -1,8 +1,11 @@
 """The real pair in memory="low" (int8 weights for both models): it fits an 8 GB laptop, and the
 int8 target is the model being decoded, so greedy speculative output is its own AR output.
 
-One subprocess loads the pair and generates, so that its peak RSS (ru_maxrss: the whole life of
-the process, the load included) is this mode's alone, not this test worker's.
+One subprocess loads the pair and generates, so that its peak RSS (the whole life of the
+process, the load included) is this mode's alone, not this test worker's. It is read as the
+child's own high-water mark (VmHWM, Linux), not getrusage's ru_maxrss: Python starts the child
+with vfork, and Linux carries the parent's RSS at exec into the child's ru_maxrss (a worker that
+held llama.cpp's GGUF files before this test made a 0.1 GiB child report 15 GiB).
 """
 
 import json
@@ -24,9 +27,21 @@ N = 24
 
 CHILD = r'''
 import json, resource, sys
+
+import torch
+
 from specviz import generate, load_pair
 from specviz.quant import Int8Linear
-import torch
+
+
+def peak_rss_kib():
+    """This process's own peak RSS: VmHWM where /proc has it (ru_maxrss elsewhere)."""
+    try:
+        with open("/proc/self/status") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
 
 pair = load_pair("qwen-coder", device="cpu", memory="low", progress=lambda f, m: None)
 floats = [name for model in (pair.target, pair.draft) for name, m in model.named_modules()
@@ -38,7 +53,7 @@ spec = list(generate(pair, prompt, method="spec", k=4, max_new_tokens=n))
 print(json.dumps({"ar": ar[-1].token_ids, "spec": spec[-1].token_ids, "text": ar[-1].text,
                   "tau": spec[-1].metrics["tau"], "started": ar[0].to_dict(), "floats": floats,
                   "dtype": str(pair.dtype), "memory_choice": pair.memory_choice,
-                  "peak_rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                  "peak_rss_kib": peak_rss_kib()}))
 '''
 
 
