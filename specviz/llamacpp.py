@@ -128,7 +128,7 @@ class LlamaCppModel:
         self._ptr = lib.llama_model_load_from_file(str(path).encode(), params)
         if not self._ptr:
             raise PairError(f"llama.cpp could not load {path}: is it a whole GGUF file?")
-        self._free = weakref.finalize(self, lib.llama_model_free, self._ptr)
+        weakref.finalize(self, lib.llama_model_free, self._ptr)  # contexts' finalizers, made later, run first
         self.path, self.threads, self.n_ctx = Path(path), threads or default_threads(), n_ctx
         self._vocab = lib.llama_model_get_vocab(self._ptr)
         self.vocab_size = lib.llama_vocab_n_tokens(self._vocab)
