@@ -157,9 +157,14 @@ RUNS = 150  # the broken rule's chi-square noncentrality is about 0.22 a run: 33
 def _first_token_law(pair, verifier=None):
     counts = {}
     for seed in range(RUNS):
-        events = list(specviz.generate(pair, SAMPLE_PROMPT, method="spec", k=1, temperature=1.0, top_k=6,
-                                       max_new_tokens=2, seed=seed, record_topk=0, verifier=verifier))
-        first = events[-1].token_ids[0]
+        # max_new_tokens=2 lets the first step draft (k=1); the run is closed after that step,
+        # whose first emitted token is the one whose law is tested (a second step decides nothing)
+        run = specviz.generate(pair, SAMPLE_PROMPT, method="spec", k=1, temperature=1.0, top_k=6,
+                               max_new_tokens=2, seed=seed, record_topk=0, verifier=verifier)
+        step = next(e for e in run if e.kind == "step_finished")
+        run.close()
+        assert step.drafted == 1
+        first = step.emitted_ids[0]
         counts[first] = counts.get(first, 0) + 1
     return counts
 
