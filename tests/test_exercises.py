@@ -532,7 +532,9 @@ def test_notebook_with_the_solutions_passes_every_check(path, monkeypatch, tmp_p
     client = nbclient.NotebookClient(nb, km=km, timeout=240, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    client.execute()
+    # cleanup_kc: the kernel is shut down when the run ends (nbclient does so by itself only for a
+    # kernel manager it made; each leaked kernel kept its 0.4-1.5 GB until the worker ended)
+    client.execute(cleanup_kc=True)
     checks = [c for c in nb.cells if c.cell_type == "code" and "exercises.check_" in c.source]
     assert checks
     for cell in checks:

@@ -92,7 +92,9 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch, tmp_path):
     client = nbclient.NotebookClient(nb, km=km, timeout=TIMEOUT_PER_CELL, kernel_name="python3",
                                      resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    client.execute()  # raises CellExecutionError, with the cell and traceback, on any error
+    # cleanup_kc: the kernel is shut down when the run ends (nbclient does so by itself only for a
+    # kernel manager it made; each leaked kernel kept its 0.4-1.5 GB until the worker ended)
+    client.execute(cleanup_kc=True)  # raises CellExecutionError, with the cell and traceback, on any error
     seconds = time.perf_counter() - start
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
