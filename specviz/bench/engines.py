@@ -6,10 +6,11 @@ shipped Q4_K_M file and copies made from it, Q8_0 and F16):
           of a one-token pass (the verify-cost curve), and c = a draft token's cost / a target's
   lanes   specviz's AR, spec (k = 2 and 4) and pld on greedy code prompts no test uses: tok/s, tau,
           alpha; the speedup predicted from alpha, c and the curve (theory.speedup_with_cost)
-          beside the measured one
+          beside the measured one; and spec at the k the engine's own curve predicts fastest
+          (theory.optimal_k with a pilot run's alpha), chosen before the timed lanes run
 and llama.cpp's own programs on the same files: llama-server's greedy decoding without and
-with the draft model (its own speculation, draft-max 4), its tok/s and its drafted/accepted
-counters. Every lane of one report runs in one process on one machine, one after another
+with the draft model (its own speculation, draft-max 4 and the curve's k for Q4_K_M), its tok/s
+and its drafted/accepted counters. Every lane of one report runs in one process on one machine, one after another
 (nothing else may share the cores).
 
 Usage: python -m specviz.bench.engines [--quick] [--tokens 64] [--out docs/benchmarks/engines-qwen-coder]
@@ -44,6 +45,7 @@ PROMPTS = (  # greedy code completion, no chat template; none of them is used by
     "import csv\n\n\ndef read_totals(path):\n    \"\"\"Sum the 'amount' column of a CSV file per 'category'.\"\"\"\n",
 )
 OWN_DRAFT_MAX = 4
+K_CHOICES = 8  # the longest draft the cost curve may choose
 
 
 def say(text: str) -> None:
@@ -100,7 +102,29 @@ def lanes_section(pair, tokens: int, repeats: int, lanes=LANES) -> dict:
     return out
 
 
-def predictions(cost: dict, lanes: dict) -> dict:
+def pilot_alpha(pair, tokens: int) -> Optional[float]:
+    """alpha of spec k=4 over the prompts, one greedy run each: what the curve's choice of k needs
+    before the timed lanes run."""
+    return _mean([run_lane(pair, prompt, LANES["spec-k4"], tokens)["alpha"] for prompt in PROMPTS])
+
+
+def best_k(cost: dict, alpha: Optional[float]) -> int:
+    """The draft length the engine's own verify-cost curve predicts fastest (0: do not speculate)."""
+    if alpha is None:
+        return 0
+    curve = theory.interpolate_cost([(int(n), s) for n, s in cost["target_s"].items()])
+    return theory.optimal_k(min(alpha, 0.999), cost["c"], K_CHOICES, curve)
+
+
+def lanes_for(k_best: int) -> dict:
+    """The fixed lanes, and spec at the curve's k where that is neither of theirs."""
+    lanes = dict(LANES)
+    if k_best and k_best not in (2, 4):
+        lanes["spec-best"] = {"method": "spec", "k": k_best}
+    return lanes
+
+
+def predictions(cost: dict, lanes: dict, options: dict = LANES) -> dict:
     """Each speculative lane's speedup over AR: predicted from its alpha, c and the engine's
     verify-cost curve over the draft lengths its steps really had (prompt lookup drafts only
     where it finds a match; near the end fewer), and measured (tok/s over AR's, same run):
@@ -119,23 +143,26 @@ def predictions(cost: dict, lanes: dict) -> dict:
         tokens = sum(theory.expected_tokens(lane["alpha"], k) for k in ks)
         passes = sum(curve(k + 1) + c * k for k in ks)
         predicted, measured = tokens / passes, lane["decode_tokens_per_s"] / ar
-        out[name] = {"k": LANES[name].get("k"), "mean_k": sum(ks) / len(ks), "c": c, "alpha": lane["alpha"],
-                     "verify_cost": curve(LANES[name]["k"] + 1), "predicted": predicted, "measured": measured,
+        out[name] = {"k": options[name].get("k"), "mean_k": sum(ks) / len(ks), "c": c, "alpha": lane["alpha"],
+                     "verify_cost": curve(options[name]["k"] + 1), "predicted": predicted, "measured": measured,
                      "error": measured / predicted - 1.0}
-    alpha = _mean([lanes[n]["alpha"] for n in ("spec-k2", "spec-k4") if n in lanes])
-    out["best_k_predicted"] = theory.optimal_k(alpha, cost["c"], 8, curve) if alpha is not None else None
     return out
 
 
-def own_section(tokens: int, repeats: int, gguf: str = "q4_k_m") -> Optional[dict]:
-    """llama.cpp's own greedy decoding, without and with its draft model, through llama-server."""
+def own_section(tokens: int, repeats: int, gguf: str = "q4_k_m", k_best: int = 0) -> Optional[dict]:
+    """llama.cpp's own greedy decoding, without and with its draft model (draft max 4, and the
+    draft length the engine's cost curve chose for specviz's lane, so both get the same tuning),
+    through llama-server."""
     from specviz import llamacpp_server
 
     if llamacpp_server.missing():
         say(f"llama.cpp's own lanes skipped: {llamacpp_server.missing()}")
         return None
     out = {}
-    for name, draft in (("own-ar", None), ("own-spec", OWN_DRAFT_MAX)):
+    configs = [("own-ar", None), ("own-spec", OWN_DRAFT_MAX)]
+    if k_best and k_best != OWN_DRAFT_MAX:
+        configs.append((f"own-spec-k{k_best}", k_best))
+    for name, draft in configs:
         with llamacpp_server.Server(gguf=gguf, draft_max=draft) as server:
             per = {}
             for _ in range(repeats):
@@ -198,14 +225,19 @@ def main(argv=None) -> int:
         say(f"{name} ({i + 1}/{len(args.engines)}, {time.time() - started:.0f} s so far): loading")
         pair = load(ENGINES[name])
         cost = cost_section(pair, repeats=3 if args.quick else 5)
-        say(f"{name}: c = {cost['c']:.2f}, a 5-token pass costs {cost['curve']['5']:.2f}x one token; lanes")
-        lanes = lanes_section(pair, tokens, repeats)
-        report["engines"][name] = {"pair": repr(pair), "cost": cost, "lanes": lanes,
-                                   "predictions": predictions(cost, lanes)}
+        alpha = pilot_alpha(pair, tokens)
+        k_best = best_k(cost, alpha)
+        options = lanes_for(k_best)
+        say(f"{name}: c = {cost['c']:.2f}, a 5-token pass costs {cost['curve']['5']:.2f}x one token, "
+            f"alpha ~ {_f(alpha)}: the curve's best k = {k_best}; lanes")
+        lanes = lanes_section(pair, tokens, repeats, options)
+        report["engines"][name] = {"pair": repr(pair), "cost": cost, "k_best": k_best, "lanes": lanes,
+                                   "predictions": predictions(cost, lanes, options)}
         del pair
         gc.collect()
     say("llama.cpp's own programs (llama-server, without and with the draft model)")
-    report["own"] = own_section(tokens, repeats)
+    q4 = report["engines"].get("llama.cpp-q4_k_m", {})
+    report["own"] = own_section(tokens, repeats, k_best=q4.get("k_best", 0))
     report["analysis"] = analyse(report)
     report["seconds"] = time.time() - started
     out = Path(args.out)
@@ -232,12 +264,14 @@ def markdown(report: dict) -> str:
              "", f"Machine: {report['machine'].get('cpu', '?')}, {report['machine'].get('threads', '?')} threads. "
              "Every lane in one process, one after another; tok/s count decoding after the prompt's pass.", "",
              "| engine | c | pass(5)/pass(1) | pass(64)/pass(1) | AR tok/s | spec k=2 | spec k=4 | pld | "
-             "alpha | predicted k=4 | measured k=4 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "best k (curve) | spec best k | alpha | predicted k=4 | measured k=4 |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, rep in report["engines"].items():
         lanes, pred, cost = rep["lanes"], rep["predictions"], rep["cost"]
         lines.append(f"| {name} | {cost['c']:.2f} | {cost['curve']['5']:.2f} | {cost['curve']['64']:.2f} | "
                      f"{lanes['ar']['decode_tokens_per_s']:.1f} | {_tps(lanes, 'spec-k2')} | {_tps(lanes, 'spec-k4')} | "
-                     f"{_tps(lanes, 'pld')} | {_f(lanes['spec-k4']['alpha'])} | {_x(pred['spec-k4']['predicted'])} | "
+                     f"{_tps(lanes, 'pld')} | {rep.get('k_best', '-')} | {_tps(lanes, _best_lane(rep))} | "
+                     f"{_f(lanes['spec-k4']['alpha'])} | {_x(pred['spec-k4']['predicted'])} | "
                      f"{_x(pred['spec-k4']['measured'])} |")
     own = report.get("own")
     if own:
@@ -276,6 +310,12 @@ def markdown(report: dict) -> str:
         lines.append(f"- prediction within 15% of the measured speedup, every engine and lane: worst {worst:.0%} "
                      f"({'met' if a['met'] else 'missed'})")
     return "\n".join(lines) + "\n"
+
+
+def _best_lane(rep: dict) -> str:
+    """The lane that ran the curve's k: its own, or spec-k2/k4 when the curve chose one of those."""
+    k = rep.get("k_best")
+    return "spec-best" if "spec-best" in rep["lanes"] else f"spec-k{k}"
 
 
 def _tps(lanes: dict, name: str) -> str:
