@@ -22,7 +22,7 @@ app: setup
 	$(PY) -m specviz app
 
 # optional: llama.cpp beside PyTorch, built from PyPI's llama-cpp-python source into
-# .venv/llama.cpp (about 5 minutes on 2 cores, once; needs a C/C++ compiler). Tests that need it
+# .venv/llama.cpp (about 4 minutes on 2 cores, once; needs a C/C++ compiler). Tests that need it
 # skip, saying so, until it is built.
 llamacpp: $(VENV)/llama.cpp/specviz-build.txt
 
