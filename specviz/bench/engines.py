@@ -10,8 +10,8 @@ shipped Q4_K_M file and copies made from it, Q8_0 and F16):
           (theory.optimal_k with a pilot run's alpha), chosen before the timed lanes run
 and llama.cpp's own programs on the same files: llama-server's greedy decoding without and
 with the draft model (its own speculation, draft-max 4 and the curve's k for Q4_K_M), its tok/s
-and its drafted/accepted counters. Every lane of one report runs in one process on one machine, one after another
-(nothing else may share the cores).
+and its drafted/accepted counters. Every lane of one report runs in one process on one machine,
+one after another (nothing else may share the cores).
 
 Usage: python -m specviz.bench.engines [--quick] [--tokens 64] [--out docs/benchmarks/engines-qwen-coder]
 """
