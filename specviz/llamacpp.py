@@ -274,7 +274,8 @@ def quantize(src: Path, dest: Path, gguf_type: str) -> None:
     """Write `src` as a GGUF of `gguf_type` (llama.cpp's own quantizer; re-quantising allowed)."""
     lib = binding()
     params = lib.llama_model_quantize_default_params()
-    params.ftype, params.allow_requantize, params.nthread = GGUF_TYPES[check_gguf_type(gguf_type)][0], True, default_threads()
+    params.ftype = GGUF_TYPES[check_gguf_type(gguf_type)][0]
+    params.allow_requantize, params.nthread = True, default_threads()
     code = lib.llama_model_quantize(str(src).encode(), str(dest).encode(), ctypes.byref(params))
     if code != 0 or not dest.exists():
         raise PairError(f"llama.cpp could not write {dest.name} (llama_model_quantize returned {code}).")

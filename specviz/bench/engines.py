@@ -102,6 +102,11 @@ def lanes_section(pair, tokens: int, repeats: int, lanes=LANES) -> dict:
     return out
 
 
+def verify_curve(cost: dict):
+    """V(n), a target pass over n tokens in one-token passes, from a cost section's timings."""
+    return theory.interpolate_cost([(int(n), s) for n, s in cost["target_s"].items()])
+
+
 def pilot_alpha(pair, tokens: int) -> Optional[float]:
     """alpha of spec k=4 over the prompts, one greedy run each: what the curve's choice of k needs
     before the timed lanes run."""
@@ -112,7 +117,7 @@ def best_k(cost: dict, alpha: Optional[float]) -> int:
     """The draft length the engine's own verify-cost curve predicts fastest (0: do not speculate)."""
     if alpha is None:
         return 0
-    curve = theory.interpolate_cost([(int(n), s) for n, s in cost["target_s"].items()])
+    curve = verify_curve(cost)
     return theory.optimal_k(min(alpha, 0.999), cost["c"], K_CHOICES, curve)
 
 
@@ -132,7 +137,7 @@ def predictions(cost: dict, lanes: dict, options: dict = LANES) -> dict:
         predicted = sum_s E[tokens | alpha, k_s] / sum_s (V(k_s + 1) + c k_s)
 
     with V(n) a pass over n tokens in one-token passes (AR pays 1 a token)."""
-    curve = theory.interpolate_cost([(int(n), s) for n, s in cost["target_s"].items()])
+    curve = verify_curve(cost)
     ar = lanes["ar"]["decode_tokens_per_s"]
     out = {}
     for name, lane in lanes.items():
