@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "(default: the pair's training folder under the specviz cache)")
     tr.add_argument("--storage", choices=["bf16", "int8"], default="bf16",
                     help="how the heads file keeps the weights: bf16, or int8 rows with a scale each (half the bytes)")
+    tr.add_argument("--labels", choices=["hard", "soft"], default="hard",
+                    help="EAGLE kinds: learn the target's argmax (hard) or its whole distribution over the "
+                         "draft vocabulary (soft, EAGLE-3's loss)")
     tr.add_argument("--no-check", action="store_true", help="skip the greedy runs on the pair at the end")
     return parser
 
@@ -203,7 +206,7 @@ def cmd_train(args) -> int:
 
     heads, report = train(args.kind, args.pair or default_pair_name(), tokens=args.tokens, epochs=args.epochs,
                           out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check,
-                          data=args.data, storage=args.storage)
+                          data=args.data, storage=args.storage, labels=args.labels)
     held = report["held_out"]
     print(f"{args.kind}: held-out top-1 per depth {held['accuracy']}; E[drafts accepted] of a full chain "
           f"{held['accepted']:.2f} (teacher-forced on held-out text)")

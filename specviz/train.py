@@ -284,6 +284,8 @@ class TrainConfig:
     unroll: int = 3  # eagle: training-time test, the depths trained on the layer's own predictions
     feature_loss: float = 0.1  # eagle: weight of the regression onto the next true feature
     noise: float = 0.05  # eagle: uniform noise on input features, in units of their RMS (EAGLE-1)
+    labels: str = "hard"  # eagle kinds: "hard", the target's argmax; "soft", its whole distribution over the
+    #                       draft vocabulary (EAGLE's and EAGLE-3's loss: -sum p log q, p from the target's head)
     eval_every: int = 50  # steps between held-out evaluations (the learning curve)
     depths: int = 5  # depths evaluated on held-out data
     seed: int = 0
@@ -392,14 +394,30 @@ class _Trainer:
     def logits(self, feats: torch.Tensor) -> torch.Tensor:
         return feats @ self.head.T
 
-    def ce(self, feats: torch.Tensor, labels: torch.Tensor, keep: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Mean cross-entropy over the labels inside the draft vocabulary (and `keep`); 0 if none."""
+    def ce(self, feats: torch.Tensor, labels: torch.Tensor, keep: Optional[torch.Tensor] = None,
+           soft: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Mean cross-entropy over the labels inside the draft vocabulary (and `keep`); 0 if none.
+        `soft`: the target's last hidden states at the labels' positions: the loss is then the
+        cross-entropy from the target's whole distribution there (restricted to the draft
+        vocabulary, as EAGLE-3 does), -sum p log q, on the same positions."""
         target = self.remap[labels]
         if keep is not None:
             target = target.masked_fill(~keep, -100)
-        if not bool(target.ge(0).any()):
+        used = target.ge(0)
+        if not bool(used.any()):
             return feats.sum() * 0.0
-        return torch.nn.functional.cross_entropy(self.logits(feats).float(), target, ignore_index=-100)
+        if soft is None:
+            return torch.nn.functional.cross_entropy(self.logits(feats).float(), target, ignore_index=-100)
+        with torch.no_grad():
+            p = torch.softmax(self.logits(soft[used].float()), dim=-1)
+        return -(p * torch.log_softmax(self.logits(feats[used]).float(), dim=-1)).sum(-1).mean()
+
+    def soft_targets(self, f: torch.Tensor) -> Optional[torch.Tensor]:
+        """The target's last hidden states (what its output head reads) of rows `f`, when the
+        config trains on soft labels; None for hard labels."""
+        if self.cfg.labels != "soft":
+            return None
+        return f[:, -1] if f.dim() == 3 else f
 
     def hits(self, feats: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Top-1 of the draft (restricted vocabulary) equals the target's argmax."""
@@ -463,10 +481,12 @@ class _Trainer:
             outs = self.eagle_unroll(net, window, cfg.unroll, cfg.noise)
             f, _, labels = self.data.rows(window)
             keep = self.data.keep(window[1:])  # answer positions only (prompts are context)
+            soft = self.soft_targets(f[1:])
             for s, out in enumerate(outs, start=1):
                 valid = slice(s - 1, None)  # pairs with at least one real feature before the draft
                 total = total + (0.8 ** (s - 1)) * self.ce(out[valid], labels[1:][valid],
-                                                           None if keep is None else keep[valid])
+                                                           None if keep is None else keep[valid],
+                                                           None if soft is None else soft[valid])
             if cfg.feature_loss and cfg.kind == "eagle":  # EAGLE-3 drops the regression onto the target's features
                 true = f[1:] / self.data.rms
                 total = total + cfg.feature_loss * torch.nn.functional.smooth_l1_loss(outs[0] / self.data.rms, true)
@@ -793,6 +813,9 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
         raise InputError(f"storage must be bf16 or int8, got {storage!r}.")
     if data not in ("selfgen", "corpus"):
         raise InputError(f"data must be selfgen or corpus, got {data!r}.")
+    labels = options.get("labels", "hard")
+    if labels not in ("hard", "soft") or (labels == "soft" and kind == "medusa"):
+        raise InputError(f"labels must be hard or soft (soft: EAGLE kinds only), got {labels!r} for {kind}.")
     if data == "corpus" and kind in FUSED:
         raise InputError(f"{kind} reads several target layers: train it on selfgen data (the corpus keeps the "
                          "last hidden state only).")
@@ -834,7 +857,8 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
         heads.manifest["engine"] = report["engine"]
     heads.manifest["command"] = (f"python -m specviz train {kind} --pair {pair.name} --tokens {tokens} "
                                  f"--epochs {epochs:g} --seed {seed} --draft-vocab {draft_vocab} --data {data}"
-                                 + (f" --storage {storage}" if storage != "bf16" else ""))
+                                 + (f" --storage {storage}" if storage != "bf16" else "")
+                                 + (f" --labels {cfg.labels}" if cfg.labels != "hard" else ""))
     save_heads(heads, out, head_fingerprint(pair.target), storage)
     report["out"] = str(out)
     files.write_json(out / f"report-{kind}.json", report)

@@ -252,3 +252,42 @@ def test_only_answers_are_trained_on_and_scored(tiny3):
     assert report["held_out"]["positions"] == bases
     assert train.Features(features.folder, {"done": 0, "segments": []}, features.tokens, features.feats,
                           features.labels).scored is None  # the corpus: every position
+
+
+def test_soft_labels_are_the_targets_own_distribution(tiny3):
+    """labels="soft" (EAGLE-3's loss): the cross-entropy from the target's distribution over the
+    draft vocabulary at the label's position, read from its last hidden state. A draft that
+    outputs exactly that state scores the entropy of p, which no other output beats; the state of
+    the position before (the target one token off) scores more. Hard labels are the argmax alone."""
+    pair, features, _ = tiny3
+    cfg = train.TrainConfig("eagle3", labels="soft", draft_vocab=60)
+    data = train._Data(features, torch.device("cpu"), torch.float32)
+    ids = train.draft_vocabulary(features, 60, pair.target.config.vocab_size, pair.eos_token_ids)
+    trainer = train._Trainer(cfg, pair, data, ids)
+    index = data.positions(data.train_segments, 1)[:200]
+    f, _, labels = data.rows(index)
+    last = trainer.soft_targets(f)
+    assert torch.equal(last, f[:, -1])  # the state after the final norm: what the target's head reads
+    used = trainer.remap[labels].ge(0)
+    p = torch.softmax(last[used] @ trainer.head.T, -1)
+    entropy = float(-(p * p.log()).sum(-1).mean())
+    assert float(trainer.ce(last, labels, soft=last)) == pytest.approx(entropy, rel=1e-5)
+    shifted = torch.cat([last[:1], last[:-1]])  # each position's state one token early
+    assert float(trainer.ce(shifted, labels, soft=last)) > entropy + 0.1
+    hard = torch.nn.functional.cross_entropy(last[used] @ trainer.head.T, trainer.remap[labels][used])
+    assert float(trainer.ce(last, labels)) == pytest.approx(float(hard), rel=1e-5)
+    assert train._Trainer(train.TrainConfig("eagle3"), pair, data, ids).soft_targets(f) is None
+
+
+def test_heads_learn_from_soft_labels_and_say_so(tiny3, tmp_path):
+    pair, features, _ = tiny3
+    cfg = train.TrainConfig("eagle3", epochs=6, batch=256, window=64, eval_every=10_000, draft_vocab=60, lr=3e-3,
+                            noise=0.0, unroll=4, labels="soft", **TINY_NET)
+    heads, report = train.train_heads(pair, features, cfg, tmp_path, progress=False)
+    before, after = report["curve"][0], report["curve"][-1]
+    assert after["accuracy"][0] > 2 * before["accuracy"][0], (before["accuracy"], after["accuracy"])
+    assert report["config"]["labels"] == "soft"
+    with pytest.raises(train.InputError, match="labels"):
+        train.train("medusa", pair, tokens=2048, labels="soft")
+    with pytest.raises(train.InputError, match="labels"):
+        train.train("eagle3", pair, tokens=2048, labels="smooth")
