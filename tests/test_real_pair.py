@@ -14,7 +14,8 @@ pytestmark = pytest.mark.real
 
 CODE = "def fibonacci(n):"
 CHAT = "What does a hash map do? Answer in one sentence."
-N = 24
+N = 24  # AR's reference length (the coherence check reads its text)
+SPEC_N = 16  # each speculative run's length: CI's budget (every run below compares with AR's first tokens)
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +52,10 @@ def test_coherent_greedy_output(ar):
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 @pytest.mark.parametrize("chat", [False, True], ids=["code", "chat"])
 def test_greedy_spec_equals_ar(qwen, ar, chat, k):
-    events = list(generate(qwen, CHAT if chat else CODE, method="spec", k=k, max_new_tokens=N, chat=chat))
-    assert events[-1].token_ids == ar[chat].token_ids
+    events = list(generate(qwen, CHAT if chat else CODE, method="spec", k=k, max_new_tokens=SPEC_N, chat=chat))
+    assert events[-1].token_ids == ar[chat].token_ids[:SPEC_N]
     m = events[-1].metrics
-    assert m["tau"] > 1.0 and m["target_forwards"] < N  # the drafter really saved target passes
+    assert m["tau"] > 1.0 and m["target_forwards"] < SPEC_N  # the drafter really saved target passes
 
 
 METHODS = [dict(method="tree", tree="3,2,1"), dict(method="tree", tree="dynamic"), dict(method="pld"),
@@ -67,7 +68,7 @@ METHODS = [dict(method="tree", tree="3,2,1"), dict(method="tree", tree="dynamic"
 @pytest.mark.parametrize("kw", METHODS, ids=[",".join(f"{k}={v}" for k, v in kw.items()) for kw in METHODS])
 @pytest.mark.parametrize("chat", [False, True], ids=["code", "chat"])
 def test_every_method_greedy_equals_ar(qwen, ar, chat, kw):
-    n = 16  # a shorter run per method keeps this file within CI's budget
+    n = 12  # a shorter run per method keeps this file within CI's budget
     events = list(generate(qwen, CHAT if chat else CODE, max_new_tokens=n, chat=chat, **kw))
     assert events[-1].token_ids == ar[chat].token_ids[:n]
 
@@ -79,9 +80,9 @@ def test_an_int8_draft_keeps_greedy_output_and_drafts_well(qwen, ar, chat):
     from specviz.quant import quantize_draft
 
     events = list(generate(quantize_draft(qwen, "int8"), CHAT if chat else CODE, method="spec", k=4,
-                           max_new_tokens=N, chat=chat))
+                           max_new_tokens=SPEC_N, chat=chat))
     assert events[0].draft_quant == "int8"
-    assert events[-1].token_ids == ar[chat].token_ids
+    assert events[-1].token_ids == ar[chat].token_ids[:SPEC_N]
     assert events[-1].metrics["tau"] > 2.0
 
 
@@ -111,7 +112,7 @@ def test_batched_rows_equal_their_own_ar(qwen, ar):
     ar, spec and EAGLE chains (docs/benchmarks/batched-*.md checks B up to 32 the same way)."""
     from specviz.batch import split_rows
 
-    n = 12
+    n = 8
     prompts = [CODE, "import os\n\n\ndef list_python_files(folder):\n    \"\"\"Return the .py files under folder.\"\"\"\n",
                "class Stack:"]
     refs = [ar[False].token_ids[:n]] + [list(generate(qwen, p, method="ar", max_new_tokens=n))[-1].token_ids

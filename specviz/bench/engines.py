@@ -80,13 +80,14 @@ def run_lane(pair, prompt: str, options: dict, tokens: int) -> dict:
             "steps": len(steps), "drafted": [s.drafted for s in steps[1:]]}
 
 
-def lanes_section(pair, tokens: int, repeats: int, lanes=LANES) -> dict:
-    """Every lane on every prompt, `repeats` rounds interleaved; each (lane, prompt) keeps its
-    fastest round. Tokens per second are decoding only (after the prompt's pass), summed over prompts."""
+def lanes_section(pair, tokens: int, repeats: int, lanes=LANES, prompts=PROMPTS) -> dict:
+    """Every lane on every prompt (default: the report's), `repeats` rounds interleaved; each
+    (lane, prompt) keeps its fastest round. Tokens per second are decoding only (after the
+    prompt's pass), summed over prompts."""
     runs = {name: {} for name in lanes}
     for r in range(repeats):
         for name, options in lanes.items():
-            for i, prompt in enumerate(PROMPTS):
+            for i, prompt in enumerate(prompts):
                 run = run_lane(pair, prompt, options, tokens)
                 best = runs[name].get(i)
                 if best is None or (run["decode_tokens_per_s"] or 0) > (best["decode_tokens_per_s"] or 0):
