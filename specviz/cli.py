@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--labels", choices=["hard", "soft"], default="hard",
                     help="EAGLE kinds: learn the target's argmax (hard) or its whole distribution over the "
                          "draft vocabulary (soft, EAGLE-3's loss)")
+    tr.add_argument("--targets", choices=["answers", "all"], default="answers",
+                    help="EAGLE kinds on selfgen data: learn the answers' tokens only, or the prompts' too "
+                         "(held-out accuracy is scored on answers either way)")
     tr.add_argument("--no-check", action="store_true", help="skip the greedy runs on the pair at the end")
     return parser
 
@@ -206,7 +209,8 @@ def cmd_train(args) -> int:
 
     heads, report = train(args.kind, args.pair or default_pair_name(), tokens=args.tokens, epochs=args.epochs,
                           out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check,
-                          data=args.data, storage=args.storage, labels=args.labels)
+                          data=args.data, storage=args.storage, labels=args.labels,
+                          targets=args.targets)
     held = report["held_out"]
     print(f"{args.kind}: held-out top-1 per depth {held['accuracy']}; E[drafts accepted] of a full chain "
           f"{held['accepted']:.2f} (teacher-forced on held-out text)")

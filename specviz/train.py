@@ -284,6 +284,8 @@ class TrainConfig:
     unroll: int = 3  # eagle: training-time test, the depths trained on the layer's own predictions
     feature_loss: float = 0.1  # eagle: weight of the regression onto the next true feature
     noise: float = 0.05  # eagle: uniform noise on input features, in units of their RMS (EAGLE-1)
+    targets: str = "answers"  # eagle kinds, selfgen data: train on the answers' labels, or on "all" (prompts too;
+    #                           held-out scores stay on answers either way)
     labels: str = "hard"  # eagle kinds: "hard", the target's argmax; "soft", its whole distribution over the
     #                       draft vocabulary (EAGLE's and EAGLE-3's loss: -sum p log q, p from the target's head)
     eval_every: int = 50  # steps between held-out evaluations (the learning curve)
@@ -480,7 +482,8 @@ class _Trainer:
         for window in windows:
             outs = self.eagle_unroll(net, window, cfg.unroll, cfg.noise)
             f, _, labels = self.data.rows(window)
-            keep = self.data.keep(window[1:])  # answer positions only (prompts are context)
+            # answer positions only (prompts are context), unless the prompts are targets too
+            keep = None if cfg.targets == "all" else self.data.keep(window[1:])
             soft = self.soft_targets(f[1:])
             for s, out in enumerate(outs, start=1):
                 valid = slice(s - 1, None)  # pairs with at least one real feature before the draft
@@ -813,6 +816,8 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
         raise InputError(f"storage must be bf16 or int8, got {storage!r}.")
     if data not in ("selfgen", "corpus"):
         raise InputError(f"data must be selfgen or corpus, got {data!r}.")
+    if options.get("targets", "answers") not in ("answers", "all"):
+        raise InputError(f"targets must be answers or all, got {options.get('targets')!r}.")
     labels = options.get("labels", "hard")
     if labels not in ("hard", "soft") or (labels == "soft" and kind == "medusa"):
         raise InputError(f"labels must be hard or soft (soft: EAGLE kinds only), got {labels!r} for {kind}.")
@@ -858,7 +863,8 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
     heads.manifest["command"] = (f"python -m specviz train {kind} --pair {pair.name} --tokens {tokens} "
                                  f"--epochs {epochs:g} --seed {seed} --draft-vocab {draft_vocab} --data {data}"
                                  + (f" --storage {storage}" if storage != "bf16" else "")
-                                 + (f" --labels {cfg.labels}" if cfg.labels != "hard" else ""))
+                                 + (f" --labels {cfg.labels}" if cfg.labels != "hard" else "")
+                                 + (f" --targets {cfg.targets}" if cfg.targets != "answers" else ""))
     save_heads(heads, out, head_fingerprint(pair.target), storage)
     report["out"] = str(out)
     files.write_json(out / f"report-{kind}.json", report)

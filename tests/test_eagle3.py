@@ -291,3 +291,22 @@ def test_heads_learn_from_soft_labels_and_say_so(tiny3, tmp_path):
         train.train("medusa", pair, tokens=2048, labels="soft")
     with pytest.raises(train.InputError, match="labels"):
         train.train("eagle3", pair, tokens=2048, labels="smooth")
+
+
+def test_prompts_are_targets_only_when_asked(tiny3):
+    """targets="answers" (the default): a window inside a prompt teaches nothing (loss 0);
+    targets="all": its labels are learnt too."""
+    pair, features, trained = tiny3
+    net = copy.deepcopy(trained["eagle3"][0].net).float()
+    data = train._Data(features, torch.device("cpu"), torch.float32)
+    seq = max(SelfData(features.folder).meta["sequences"], key=lambda s: s["prompt_tokens"])
+    window = np.arange(seq["start"], seq["start"] + seq["prompt_tokens"] - 1)  # labels before the answer
+    assert len(window) > 4 and not features.scored[window].any()
+    data.windows = lambda *args: [window]
+    losses = {}
+    for targets in ("answers", "all"):
+        cfg = train.TrainConfig("eagle3", window=len(window), batch=len(window), unroll=2, targets=targets)
+        losses[targets] = float(train._Trainer(cfg, pair, data, None).eagle_loss(net, np.random.default_rng(0)))
+    assert losses["answers"] == 0.0 and losses["all"] > 0.5, losses
+    with pytest.raises(train.InputError, match="targets"):
+        train.train("eagle3", pair, tokens=2048, targets="prompts")
