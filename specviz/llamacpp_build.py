@@ -144,10 +144,9 @@ function(_specviz_unity_exceptions)
     DIRECTORY "${root}/common" PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
 endfunction()
 cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _specviz_unity_exceptions)
-# The server's HTTP and JSON, the shared helpers and the multimodal library do no work per token
-# that shows: compiled at -O1 (appended after Release's -O3, so it wins) they build in about
-# two thirds of the time, and llama-server decodes as fast (measured: 13.0 tok/s either way, the
-# same Q4_K_M file, alternating rounds). libllama and ggml, where the tokens are computed, keep -O3.
+# The server's HTTP and JSON, the shared helpers and the multimodal library do no per-token work
+# that shows: compiled at -O1 (appended after Release's -O3, so it wins) they build much faster and
+# llama-server decodes as fast (docs/llamacpp.md). libllama and ggml, where tokens are computed, keep -O3.
 function(_specviz_light_targets)
   foreach(target llama-common mtmd llama-server-impl llama-server)
     if(TARGET ${target})
@@ -163,8 +162,8 @@ def _unity(cmake: str, work: Path) -> list:
     """A unity (jumbo) build: CMake compiles batches of sources as one translation unit, so the
     shared headers are parsed once a batch. On 2 cores that cut the compile by about a fifth
     (the same sources, flags and targets); the same include compiles the targets off the decoding
-    path at -O1, which cut it by a further 30% (347 s -> 242 s, one machine, one day). Needs CMake
-    3.19 (cmake_language DEFER); not on Windows, where MSVC's build was not tried this way."""
+    path at -O1, a further cut (docs/llamacpp.md). Needs CMake 3.19 (cmake_language DEFER); not
+    on Windows, where MSVC's build was not tried this way."""
     if os.name == "nt":
         return []
     try:

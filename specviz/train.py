@@ -399,9 +399,8 @@ class _Trainer:
     def ce(self, feats: torch.Tensor, labels: torch.Tensor, keep: Optional[torch.Tensor] = None,
            soft: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Mean cross-entropy over the labels inside the draft vocabulary (and `keep`); 0 if none.
-        `soft`: the target's last hidden states at the labels' positions: the loss is then the
-        cross-entropy from the target's whole distribution there (restricted to the draft
-        vocabulary, as EAGLE-3 does), -sum p log q, on the same positions."""
+        `soft`: the target's distribution p at the labels' positions (`soft_targets`, one row
+        each): the loss is then the cross-entropy from it, -sum p log q, on the same positions."""
         target = self.remap[labels]
         if keep is not None:
             target = target.masked_fill(~keep, -100)
@@ -410,16 +409,16 @@ class _Trainer:
             return feats.sum() * 0.0
         if soft is None:
             return torch.nn.functional.cross_entropy(self.logits(feats).float(), target, ignore_index=-100)
-        with torch.no_grad():
-            p = torch.softmax(self.logits(soft[used].float()), dim=-1)
-        return -(p * torch.log_softmax(self.logits(feats[used]).float(), dim=-1)).sum(-1).mean()
+        return -(soft[used] * torch.log_softmax(self.logits(feats[used]).float(), dim=-1)).sum(-1).mean()
 
+    @torch.no_grad()
     def soft_targets(self, f: torch.Tensor) -> Optional[torch.Tensor]:
-        """The target's last hidden states (what its output head reads) of rows `f`, when the
-        config trains on soft labels; None for hard labels."""
+        """The target's distribution over the draft vocabulary after each of rows `f` (its own
+        head on its last hidden state, restricted as EAGLE-3 does), once a window for all the
+        depths that learn from it, when the config trains on soft labels; None for hard labels."""
         if self.cfg.labels != "soft":
             return None
-        return f[:, -1] if f.dim() == 3 else f
+        return torch.softmax(self.logits((f[:, -1] if f.dim() == 3 else f).float()), dim=-1)
 
     def hits(self, feats: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """Top-1 of the draft (restricted vocabulary) equals the target's argmax."""
