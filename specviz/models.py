@@ -19,6 +19,7 @@ memory available with headroom, else low. Peak RSS of each mode, measured: docs/
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -851,8 +852,9 @@ def convert_packaged(spec: PackagedModel, dest: Path, say: Progress) -> None:
                       f"converting {spec.key}")
     ensure_gguf(spec, say)
     say(0.5, f"{spec.key}: de-quantising the GGUF (about a minute, once)")
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    with _gguf_parsed_once():
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # transformers refuses to save a GGUF-loaded model while it still looks quantised.
     model.hf_quantizer = None
     model.is_quantized = False
@@ -867,6 +869,44 @@ def convert_packaged(spec: PackagedModel, dest: Path, say: Progress) -> None:
     if not (os.environ.get("SPECVIZ_KEEP_GGUF") or kept):
         gguf.with_name(gguf.name + GGUF_RECORD).unlink(missing_ok=True)
         gguf.unlink()  # re-assembled from the installed parts if ever needed again
+
+
+@contextlib.contextmanager
+def _gguf_parsed_once():
+    """transformers opens the GGUF three times for one conversion (the config, the weights, the
+    tokenizer), and gguf's reader walks every metadata field each time: for Qwen's 151k-token
+    vocabulary and merges that walk costs more than de-quantising the weights. Within this block
+    each file is parsed once and its (read-only, memory-mapped) reader shared; the readers are
+    dropped on leaving it, before the GGUF may be deleted."""
+    import gguf
+    import numpy as np
+
+    original, readers = gguf.GGUFReader, {}
+
+    class PlainViewReader(original):
+        """The same reader over a plain ndarray view of its memory map (no copy): slicing a
+        np.memmap builds a memmap object per field part, millions of them for the vocabulary."""
+
+        @property
+        def data(self):
+            return self._plain
+
+        @data.setter
+        def data(self, value):
+            self._plain = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    def reader(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in readers:
+            readers[key] = PlainViewReader(path, mode)
+        return readers[key]
+
+    gguf.GGUFReader = reader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+        readers.clear()
 
 
 def _conversion_record(spec: PackagedModel, folder: Path) -> dict:
