@@ -2,6 +2,8 @@
 at each stage, truncated and corrupted files, a full disk. Each case runs real processes
 (tests/cache_child.py) through specviz's own assembly, lock, de-quantisation and record, on a
 tiny real GGUF split into parts (tests/tiny_gguf.py), then checks what a normal start finds.
+The processes are forked from one that imported torch and transformers once (cache_child.py's
+zygote): each is still a process of its own, without paying those imports two dozen times.
 """
 
 import json
@@ -14,11 +16,13 @@ from pathlib import Path
 import pytest
 
 import tiny_gguf
+from cache_child import Forked
 from specviz import files, models
 
 CHILD = Path(__file__).parent / "cache_child.py"
 KEY = "tiny-gguf"  # PackagedModel("specviz-test/tiny-gguf", ...).key
 TIMEOUT = 120
+_ZYGOTE = {}  # "socket": the path the module's zygote listens on
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +40,27 @@ def _env(cache: Path) -> dict:
             "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parent)}
 
 
+@pytest.fixture(scope="module", autouse=True)
+def zygote(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("zygote")
+    path, log = folder / "fork.sock", folder / "zygote.log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sys.executable, str(CHILD), "--zygote", str(path)], env=_env(folder / "unused"),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        ready = proc.stdout.readline()
+        assert ready == "READY\n", f"the zygote did not start: {log.read_text()[-1500:]}"
+        _ZYGOTE["socket"] = str(path)
+        yield
+    finally:
+        _ZYGOTE.clear()
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+
+
 def _start(parts_dir, cache, *flags, stdin=None):
-    return subprocess.Popen([sys.executable, str(CHILD), str(parts_dir), *flags], env=_env(cache), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=stdin)
+    return Forked(_ZYGOTE["socket"], [str(parts_dir), *flags], {"SPECVIZ_CACHE": str(cache)},
+                  stdin=stdin is not None)
 
 
 def _run(parts_dir, cache, *flags) -> dict:
