@@ -144,11 +144,12 @@ function(_specviz_unity_exceptions)
     DIRECTORY "${root}/common" PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
 endfunction()
 cmake_language(DEFER DIRECTORY "${CMAKE_SOURCE_DIR}" CALL _specviz_unity_exceptions)
-# The server's HTTP and JSON, the shared helpers and the multimodal library do no per-token work
-# that shows: compiled at -O1 (appended after Release's -O3, so it wins) they build much faster and
-# llama-server decodes as fast (docs/llamacpp.md). libllama and ggml, where tokens are computed, keep -O3.
+# The server (its slots, HTTP and JSON), the shared helpers and the multimodal library do no
+# per-token work that shows: compiled at -O1 (appended after Release's -O3, so it wins) they build
+# much faster and llama-server decodes as fast (docs/llamacpp.md). libllama and ggml, where tokens
+# are computed, keep -O3.
 function(_specviz_light_targets)
-  foreach(target llama-common mtmd llama-server-impl llama-server)
+  foreach(target llama-common mtmd llama-server-impl llama-server server-context cpp-httplib)
     if(TARGET ${target})
       set_property(TARGET ${target} APPEND PROPERTY COMPILE_OPTIONS -O1)
     endif()
