@@ -14,8 +14,7 @@ pytestmark = pytest.mark.real
 
 CODE = "def fibonacci(n):"
 CHAT = "What does a hash map do? Answer in one sentence."
-N = 24  # AR's reference length (the coherence check reads its text)
-SPEC_N = 16  # each speculative run's length: CI's budget (every run below compares with AR's first tokens)
+N = 16  # AR's reference length and each speculative run's (CI's budget)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +43,7 @@ def test_pair_shape(qwen):
 def test_coherent_greedy_output(ar):
     code, chat = ar[False], ar[True]
     assert code.token_ids[:8] == [198, 262, 421, 308, 2651, 220, 15, 510]
-    assert code.text.startswith("\n    if n <= 0:\n        return 0\n    elif n == 1:")
+    assert code.text.startswith("\n    if n <= 0:\n        return 0\n    elif n")
     assert chat.token_ids[:8] == [32, 5175, 2415, 374, 264, 821, 5944, 429]
     assert chat.text.startswith("A hash map is a data structure that stores key-value pairs")
 
@@ -52,10 +51,10 @@ def test_coherent_greedy_output(ar):
 @pytest.mark.parametrize("k", [1, 2, 4, 8])
 @pytest.mark.parametrize("chat", [False, True], ids=["code", "chat"])
 def test_greedy_spec_equals_ar(qwen, ar, chat, k):
-    events = list(generate(qwen, CHAT if chat else CODE, method="spec", k=k, max_new_tokens=SPEC_N, chat=chat))
-    assert events[-1].token_ids == ar[chat].token_ids[:SPEC_N]
+    events = list(generate(qwen, CHAT if chat else CODE, method="spec", k=k, max_new_tokens=N, chat=chat))
+    assert events[-1].token_ids == ar[chat].token_ids[:N]
     m = events[-1].metrics
-    assert m["tau"] > 1.0 and m["target_forwards"] < SPEC_N  # the drafter really saved target passes
+    assert m["tau"] > 1.0 and m["target_forwards"] < N  # the drafter really saved target passes
 
 
 METHODS = [dict(method="tree", tree="3,2,1"), dict(method="tree", tree="dynamic"), dict(method="pld"),
@@ -66,11 +65,16 @@ METHODS = [dict(method="tree", tree="3,2,1"), dict(method="tree", tree="dynamic"
 
 
 @pytest.mark.parametrize("kw", METHODS, ids=[",".join(f"{k}={v}" for k, v in kw.items()) for kw in METHODS])
-@pytest.mark.parametrize("chat", [False, True], ids=["code", "chat"])
-def test_every_method_greedy_equals_ar(qwen, ar, chat, kw):
+def test_every_method_greedy_equals_ar(qwen, ar, kw):
+    """Every method on the chat prompt (through the chat template), where within 12 tokens
+    every method drafts and has drafts accepted (on the code prompt PLD finds nothing to copy
+    that early). The code prompt runs spec at four k, the int8 draft and the batched rows here;
+    the tiny pair runs every method on several prompts (test_methods, test_tree, test_heads,
+    test_eagle3)."""
     n = 12  # a shorter run per method keeps this file within CI's budget
-    events = list(generate(qwen, CHAT if chat else CODE, max_new_tokens=n, chat=chat, **kw))
-    assert events[-1].token_ids == ar[chat].token_ids[:n]
+    events = list(generate(qwen, CHAT, max_new_tokens=n, chat=True, **kw))
+    assert events[-1].token_ids == ar[True].token_ids[:n]
+    assert events[-1].metrics["accepted"] > 0  # the method really drafted, and not in vain
 
 
 @pytest.mark.parametrize("chat", [False, True], ids=["code", "chat"])
@@ -80,9 +84,9 @@ def test_an_int8_draft_keeps_greedy_output_and_drafts_well(qwen, ar, chat):
     from specviz.quant import quantize_draft
 
     events = list(generate(quantize_draft(qwen, "int8"), CHAT if chat else CODE, method="spec", k=4,
-                           max_new_tokens=SPEC_N, chat=chat))
+                           max_new_tokens=N, chat=chat))
     assert events[0].draft_quant == "int8"
-    assert events[-1].token_ids == ar[chat].token_ids[:SPEC_N]
+    assert events[-1].token_ids == ar[chat].token_ids[:N]
     assert events[-1].metrics["tau"] > 2.0
 
 
