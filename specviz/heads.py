@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import json
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -241,6 +242,7 @@ class HeadSet:
     vocab_ids: Optional[torch.Tensor]  # (N,) target token ids the heads can propose; None: all
     config: dict  # the network's constructor arguments, plus hidden and vocab_size
     manifest: dict = field(default_factory=dict)  # how it was made (data, steps, held-out accuracy...)
+    _bound: Optional[tuple] = field(default=None, init=False, repr=False, compare=False)  # bind()'s last copy
 
     @property
     def depth(self) -> int:
@@ -257,9 +259,24 @@ class HeadSet:
 
     def bind(self, target) -> "BoundHeads":
         """A copy of the network on the target's device and dtype, with the target's output head
-        (cut to the draft vocabulary) and input embeddings; made for each run (tens of
-        milliseconds, before its clock starts), so a network trained further is seen next run."""
-        return BoundHeads(self, target)
+        (cut to the draft vocabulary) and input embeddings. Runs only read it, so the copy is
+        kept for the next run on the same target, and made again once the network's weights
+        changed (trained further, or loaded into: any in-place write bumps a tensor's version)."""
+        key = self._version_of(target)
+        kept = self._bound
+        if kept is not None and kept[0] == key and kept[1]() is target:
+            return kept[2]
+        bound = BoundHeads(self, target)
+        self._bound = (key, weakref.ref(target), bound)
+        return bound
+
+    def _version_of(self, target) -> tuple:
+        """What the bound copy was made from: the network's tensors, the draft vocabulary and the
+        target's output head (where, in which version: an in-place write bumps `_version`)."""
+        head = target.get_output_embeddings()
+        tensors = (*self.net.parameters(), *self.net.buffers(), *head.parameters(), *head.buffers(),
+                   *(() if self.vocab_ids is None else (self.vocab_ids,)))
+        return tuple((t.data_ptr(), t._version) for t in tensors)
 
 
 class BoundHeads:

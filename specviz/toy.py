@@ -40,12 +40,15 @@ class TableLM:
         return self.vocab_size
 
     def get_output_embeddings(self) -> torch.nn.Linear:
-        head = torch.nn.Linear(self.vocab_size, self.vocab_size, bias=False)
-        head.weight.data = torch.eye(self.vocab_size)
-        return head
+        if getattr(self, "_head", None) is None:  # one module, as a real model's (heads.bind keys on it)
+            self._head = torch.nn.Linear(self.vocab_size, self.vocab_size, bias=False)
+            self._head.weight.data = torch.eye(self.vocab_size)
+        return self._head
 
     def get_input_embeddings(self) -> torch.nn.Embedding:
-        return torch.nn.Embedding.from_pretrained(torch.eye(self.vocab_size))
+        if getattr(self, "_embed", None) is None:
+            self._embed = torch.nn.Embedding.from_pretrained(torch.eye(self.vocab_size))
+        return self._embed
 
     def logits_after(self, context: list) -> torch.Tensor:
         need = self.order - 1

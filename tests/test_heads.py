@@ -49,6 +49,30 @@ def test_greedy_heads_equal_ar(tiny_trained, kw, prompt):
     assert drafted, "the heads drafted"
 
 
+def test_a_bound_copy_is_kept_until_the_network_changes(tiny_trained):
+    """Runs share one bound copy of the network (no copy of the net and its output rows per run);
+    a network trained further, or given other weights, is bound again and its drafts change."""
+    pair, _ = tiny_trained
+    heads = pair._heads[("eagle", None)]
+
+    def drafts():
+        events = generate(pair, "def fibonacci(n):", method="eagle", k=4, max_new_tokens=12)
+        return [(e.token_id, round(e.q, 5)) for e in events if e.kind == "draft_proposed"]
+
+    first, bound = drafts(), heads.bind(pair.target)
+    assert heads.bind(pair.target) is bound and drafts() == first
+    weight = next(heads.net.parameters())
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.mul_(-3.0)  # a training step writes the weights in place, as this does
+        assert heads.bind(pair.target) is not bound and drafts() != first
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+    assert drafts() == first
+
+
 def test_trained_heads_drafts_are_accepted(tiny_trained):
     """Not a vacuous equality: drafts of each kind are accepted on the tiny target (a random model,
     so not often), and the accepted path is the one emitted."""
