@@ -2,8 +2,8 @@
 at each stage, truncated and corrupted files, a full disk. Each case runs real processes
 (tests/cache_child.py) through specviz's own assembly, lock, de-quantisation and record, on a
 tiny real GGUF split into parts (tests/tiny_gguf.py), then checks what a normal start finds.
-The processes are forked from one that imported torch and transformers once (cache_child.py's
-zygote): each is still a process of its own, without paying those imports two dozen times.
+The processes are forked from one that imported torch and transformers once (tests/forkserver.py):
+each is still a process of its own, without paying those imports two dozen times.
 """
 
 import json
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 
 import tiny_gguf
-from cache_child import Forked
+from forkserver import ForkServer
 from specviz import files, models
 
 CHILD = Path(__file__).parent / "cache_child.py"
 KEY = "tiny-gguf"  # PackagedModel("specviz-test/tiny-gguf", ...).key
 TIMEOUT = 120
-_ZYGOTE = {}  # "socket": the path the module's zygote listens on
+_FORKS = {}  # "server": the module's ForkServer
 
 
 @pytest.fixture(scope="module")
@@ -41,26 +41,18 @@ def _env(cache: Path) -> dict:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def zygote(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("zygote")
-    path, log = folder / "fork.sock", folder / "zygote.log"
-    with open(log, "w") as err:
-        proc = subprocess.Popen([sys.executable, str(CHILD), "--zygote", str(path)], env=_env(folder / "unused"),
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True)
-    try:
-        ready = proc.stdout.readline()
-        assert ready == "READY\n", f"the zygote did not start: {log.read_text()[-1500:]}"
-        _ZYGOTE["socket"] = str(path)
+def forks(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("forkserver")
+    preload = ["torch", "transformers.modeling_utils", "tiny_gguf", "specviz.models"]
+    with ForkServer(folder, _env(folder / "unused"), preload) as server:
+        _FORKS["server"] = server
         yield
-    finally:
-        _ZYGOTE.clear()
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
+    _FORKS.clear()
 
 
 def _start(parts_dir, cache, *flags, stdin=None):
-    return Forked(_ZYGOTE["socket"], [str(parts_dir), *flags], {"SPECVIZ_CACHE": str(cache)},
-                  stdin=stdin is not None)
+    return _FORKS["server"].start(CHILD, [parts_dir, *flags], {"SPECVIZ_CACHE": str(cache)},
+                                  stdin=stdin is not None)
 
 
 def _run(parts_dir, cache, *flags) -> dict:

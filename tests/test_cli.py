@@ -1,4 +1,9 @@
-"""The command line: text and a metrics line, JSONL events, one-line errors with exit status 2."""
+"""The command line: text and a metrics line, JSONL events, one-line errors with exit status 2.
+
+`python -m specviz` runs in processes of its own, forked from one that imported torch and
+transformers once (tests/forkserver.py: specviz itself is imported afresh in each); the first
+test runs it as a plain new Python process.
+"""
 
 import json
 import os
@@ -7,17 +12,29 @@ import sys
 
 import pytest
 
+from forkserver import ForkServer
 from specviz import events as ev
+
+ENV = {"SPECVIZ_PAIR": "tiny", "HF_HUB_OFFLINE": "1"}
+_FORKS = {}  # "server": the module's ForkServer
+
+
+@pytest.fixture(scope="module", autouse=True)
+def forks(tmp_path_factory):
+    with ForkServer(tmp_path_factory.mktemp("forkserver"), {**os.environ, **ENV},
+                    ["torch", "transformers.modeling_utils"]) as server:
+        _FORKS["server"] = server
+        yield
+    _FORKS.clear()
 
 
 def cli(*args):
-    env = {**os.environ, "SPECVIZ_PAIR": "tiny", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "specviz", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return _FORKS["server"].run("specviz", list(args), ENV, kind="module", timeout=120)
 
 
 def test_pairs_lists_presets():
-    out = cli("pairs")
+    out = subprocess.run([sys.executable, "-m", "specviz", "pairs"], capture_output=True, text=True,
+                         env={**os.environ, **ENV}, timeout=120)
     assert out.returncode == 0
     lines = out.stdout.splitlines()
     assert lines[0].startswith("qwen-coder") and lines[1].startswith("tiny") and "(default)" in lines[1]
