@@ -26,7 +26,7 @@ needs_llamacpp = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 needs_server = pytest.mark.skipif(MISSING is not None or llamacpp_server.missing() is not None,
                                   reason=str(MISSING or llamacpp_server.missing()))
 PROMPTS = ("def is_prime(n):\n", "# Sort a list of words by length, then alphabetically\nwords = [")
-N = 32
+N = 16  # tokens a run compares (CI's budget)
 
 
 @pytest.fixture(scope="module")

@@ -48,8 +48,8 @@ def test_coherent_greedy_output(ar):
     assert chat.text.startswith("A hash map is a data structure that stores key-value pairs")
 
 
-@pytest.mark.parametrize("k", [1, 2, 4, 8])
-@pytest.mark.parametrize("chat", [False, True], ids=["code", "chat"])
+@pytest.mark.parametrize("chat,k", [(False, 1), (False, 2), (False, 4), (False, 8), (True, 4)],
+                         ids=["code-1", "code-2", "code-4", "code-8", "chat-4"])
 def test_greedy_spec_equals_ar(qwen, ar, chat, k):
     events = list(generate(qwen, CHAT if chat else CODE, method="spec", k=k, max_new_tokens=N, chat=chat))
     assert events[-1].token_ids == ar[chat].token_ids[:N]
@@ -57,20 +57,22 @@ def test_greedy_spec_equals_ar(qwen, ar, chat, k):
     assert m["tau"] > 1.0 and m["target_forwards"] < N  # the drafter really saved target passes
 
 
-METHODS = [dict(method="tree", tree="3,2,1"), dict(method="tree", tree="dynamic"), dict(method="pld"),
-           dict(method="lookahead"), dict(method="cascade"), dict(method="spec", k="auto"),
-           dict(method="spec", k="auto", auto_rule="heuristic"), dict(method="medusa", k=4),
-           dict(method="medusa-tree", tree="3,2,1,1"), dict(method="eagle", k=5), dict(method="eagle-tree"),
-           dict(method="eagle3", k=5), dict(method="eagle3-tree"), dict(method="peagle", k=5)]
+# the methods whose passes differ from spec's chain on this pair: trees and lookahead (attention
+# masks over the real model's attention), and the shipped heads (the files made for this target).
+# PLD, cascades and adaptive k verify chains as spec does; the tiny pair runs them on several
+# prompts, greedy and sampled (test_methods).
+METHODS = [dict(method="tree", tree="3,2,1"), dict(method="tree", tree="dynamic"), dict(method="lookahead"),
+           dict(method="medusa", k=4), dict(method="medusa-tree", tree="3,2,1,1"), dict(method="eagle", k=5),
+           dict(method="eagle-tree"), dict(method="eagle3", k=5), dict(method="eagle3-tree"),
+           dict(method="peagle", k=5)]
 
 
 @pytest.mark.parametrize("kw", METHODS, ids=[",".join(f"{k}={v}" for k, v in kw.items()) for kw in METHODS])
 def test_every_method_greedy_equals_ar(qwen, ar, kw):
-    """Every method on the chat prompt (through the chat template), where within 12 tokens
-    every method drafts and has drafts accepted (on the code prompt PLD finds nothing to copy
-    that early). The code prompt runs spec at four k, the int8 draft and the batched rows here;
-    the tiny pair runs every method on several prompts (test_methods, test_tree, test_heads,
-    test_eagle3)."""
+    """Each on the chat prompt (through the chat template), where within 12 tokens each drafts
+    and has drafts accepted. The code prompt runs spec at four k, the int8 draft and the batched
+    rows here; the tiny pair runs every method on several prompts (test_methods, test_tree,
+    test_heads, test_eagle3)."""
     n = 12  # a shorter run per method keeps this file within CI's budget
     events = list(generate(qwen, CHAT, max_new_tokens=n, chat=True, **kw))
     assert events[-1].token_ids == ar[True].token_ids[:n]
