@@ -41,7 +41,7 @@ import torch
 from specviz import files
 from specviz.errors import InputError
 from specviz.selfgen import progress_bar as _progress, say as _say
-from specviz.selfgen import stdlib_files  # noqa: F401  (the corpus's code; selfgen's prompts read it too)
+from specviz.selfgen import DEFAULT_BATCH, stdlib_files  # noqa: F401  (the corpus's code; selfgen's prompts read it too)
 
 SEGMENT = 512  # tokens per target prefill; each segment is an independent sequence
 MAX_SEGMENTS_PER_FILE = 3  # a long module gives at most this many segments: more modules, more variety
@@ -192,7 +192,7 @@ def selfgen_features(data, tokens: Optional[int] = None) -> Features:
     kept = [s for s in data.meta["sequences"] if tokens is None or s["start"] + s["length"] <= tokens]
     segments = [[s["start"], s["length"], bool(s["held_out"])] for s in kept]
     n = segments[-1][0] + segments[-1][1] if segments else 0
-    meta = {**{k: data.meta[k] for k in ("pair", "dtype", "seed", "layers", "max_new_tokens")},
+    meta = {**{k: data.meta[k] for k in ("pair", "dtype", "seed", "layers", "max_new_tokens", "batch")},
             "source": "selfgen", "tokens": n, "segments": segments, "done": len(segments),
             "answer_from": [max(0, s["prompt_tokens"] - 1) for s in kept]}
     return Features(data.folder, meta, data.tokens[:n], data.feats[:n], data.labels[:n])
@@ -711,7 +711,7 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
               "tokens_per_step": per_step, "train_tokens": train_tokens,
               "held_out_tokens": int(sum(n for _, n, _ in data.held_segments)),
               "data": {k: features.meta.get(k) for k in ("pair", "dtype", "seed", "python", "response_tokens",
-                                                          "prompts", "tokens")},
+                                                          "prompts", "tokens", "batch")},
               "loss": [], "curve": [], "device": str(device)}
     folder = Path(folder) if folder is not None else features.folder  # beside its data: one checkpoint per corpus
     folder.mkdir(parents=True, exist_ok=True)
@@ -866,7 +866,12 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
     if check:
         report["engine"] = engine_check(pair, heads, report["steps"] * report["tokens_per_step"])
         heads.manifest["engine"] = report["engine"]
-    heads.manifest["command"] = (f"python -m specviz train {kind} --pair {pair.name} --tokens {tokens} "
+    # selfgen data depends on the run's batch size (which rows are sampled): a run made with another
+    # than the default is named, so that the two commands together make the same data again
+    made_with = features.meta.get("batch") if data == "selfgen" else None
+    heads.manifest["command"] = ((f"python -m specviz selfgen --pair {pair.name} --tokens {tokens} --batch {made_with} "
+                                  f"--seed {seed} && " if made_with not in (None, DEFAULT_BATCH) else "")
+                                 + f"python -m specviz train {kind} --pair {pair.name} --tokens {tokens} "
                                  f"--epochs {epochs:g} --seed {seed} --draft-vocab {draft_vocab} --data {data}"
                                  + (f" --storage {storage}" if storage != "bf16" else "")
                                  + (f" --labels {cfg.labels}" if cfg.labels != "hard" else "")

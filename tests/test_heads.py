@@ -12,6 +12,7 @@ from specviz.cli import main as cli_main
 from specviz.heads import (EagleNet, HeadSet, HeadsError, MedusaHeads, attach_heads, check_heads_file,
                            head_fingerprint, heads_folder, load_heads, save_heads)
 from specviz.models import build_tiny_pair
+from specviz.selfgen import DEFAULT_BATCH
 from specviz.sampling import Warp
 
 from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
@@ -280,7 +281,15 @@ def test_shipped_heads_fit_the_budget_and_their_manifest():
         total += path.stat().st_size
         for key in ("command", "data", "train_tokens", "steps", "seed", "held_out", "fingerprint", "config"):
             assert key in entry, (kind, key)
-        assert entry["command"].startswith(f"python -m specviz train {kind} --pair qwen-coder")
+        made, train = entry["command"].rpartition(" && ")[::2]
+        assert train.startswith(f"python -m specviz train {kind} --pair qwen-coder")
+        batch = entry["data"].get("batch")  # selfgen data made with another batch than the default says so
+        if batch not in (None, DEFAULT_BATCH):
+            tokens = train.split("--tokens ")[1].split()[0]  # the same positions as the training's
+            assert made == (f"python -m specviz selfgen --pair qwen-coder --tokens {tokens} "
+                            f"--batch {batch} --seed {entry['seed']}"), kind
+        else:
+            assert made == "", kind
         assert "--data " in entry["command"]  # selfgen is the default now: a corpus-trained one says so
         storage = entry.get("storage", "bf16")
         assert (f"--storage {storage}" in entry["command"]) == (storage != "bf16")
