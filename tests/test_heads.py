@@ -281,11 +281,11 @@ def test_shipped_heads_fit_the_budget_and_their_manifest():
         total += path.stat().st_size
         for key in ("command", "data", "train_tokens", "steps", "seed", "held_out", "fingerprint", "config"):
             assert key in entry, (kind, key)
-        made, train = entry["command"].rpartition(" && ")[::2]
-        assert train.startswith(f"python -m specviz train {kind} --pair qwen-coder")
+        made, command = entry["command"].rpartition(" && ")[::2]
+        assert command.startswith(f"python -m specviz train {kind} --pair qwen-coder")
         batch = entry["data"].get("batch")  # selfgen data made with another batch than the default says so
         if batch not in (None, DEFAULT_BATCH):
-            tokens = train.split("--tokens ")[1].split()[0]  # the same positions as the training's
+            tokens = command.split("--tokens ")[1].split()[0]  # the same positions as the training's
             assert made == (f"python -m specviz selfgen --pair qwen-coder --tokens {tokens} "
                             f"--batch {batch} --seed {entry['seed']}"), kind
         else:
