@@ -82,6 +82,7 @@ def test_load_rows_equal_their_own_ar_when_the_policy_speculates(tiny, tiny_ar, 
     # the first pass probes, the second is the one plain step, then it speculates (the last steps,
     # rows at their budgets, may be plain)
     assert ks[:2] == [LoadK.PROBE_K, 0] and all(k > 0 for k in ks[2:8]), ks
+    assert sum(sum(e.drafted) for e in events if e.kind == "batch_step") > 0
 
 
 @pytest.mark.parametrize("kw", [dict(method="medusa", k=3), dict(method="eagle", k=4), dict(method="eagle", k="load")],
