@@ -30,6 +30,7 @@ import ast
 import json
 import os
 import random
+import shutil
 import sys
 import sysconfig
 import time
@@ -284,6 +285,26 @@ def progress_bar(total: int, desc: str, unit: str = "tok", initial: int = 0, smo
                 dynamic_ncols=True, disable=os.environ.get("SPECVIZ_QUIET") == "1")
 
 
+def need_disk(folder: Path, positions: int, row_bytes: int, overshoot: int) -> None:
+    """Refuse, before any work, a run whose data would not fit on the disk: `positions` more, each
+    `row_bytes` (the states of every kept layer: most of it), plus the last batch's `overshoot`
+    (it ends where its answers end, past the asked total). A disk that fills mid-run would stop it
+    with its last batch cut (kept data is safe, but hours of a night's run may be gone)."""
+    if positions <= 0:
+        return
+    need = (positions + overshoot) * row_bytes
+    free = shutil.disk_usage(folder).free
+    if need > free:
+        def size(n: float) -> str:
+            return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+        fits = max(0, free // row_bytes - overshoot)
+        raise InputError(f"{positions:,} more positions need about {size(need)} in {folder} "
+                         f"({row_bytes / 1e3:.1f} kB each: the target's states at every kept layer), and "
+                         f"{size(free)} are free there: free some space, give another --out, or ask for "
+                         f"fewer --tokens (about {fits:,} more fit).")
+
+
 def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_new_tokens: int = 256, seed: int = 0,
             progress: bool = True, layers: Optional[tuple] = None) -> SelfData:
     """Generate (or go on generating) until `folder` holds at least `tokens` positions; `layers`:
@@ -325,6 +346,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
             path = folder / name
             with open(path, "ab") as fh:
                 fh.truncate(meta["tokens"] * size)
+        need_disk(folder, tokens - meta["tokens"], sum(row_bytes.values()), batch * max_new_tokens)
         bank = prompt_bank(seed)
         bar = progress_bar(tokens, "selfgen", initial=min(tokens, meta["tokens"]), smoothing=0.05) if progress else None
         try:

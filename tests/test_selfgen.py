@@ -4,6 +4,7 @@ states at every position, a bank that never holds the benchmark's prompts, and a
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -90,6 +91,23 @@ def test_a_run_grows_resumes_and_survives_a_cut(tiny, tmp_path, monkeypatch):
     # no batch given (as `train eagle3` calls it): the run goes on with its own, 2 rows a pass
     third = selfgen.selfgen(tiny, tmp_path, tokens=grown.meta["tokens"] + 1, max_new_tokens=6, progress=False)
     assert third.meta["batch"] == 2 and third.meta["batches"] == 3 and len(third.sequences) == 6
+
+
+def test_a_run_that_would_not_fit_on_the_disk_is_refused_before_any_work(tiny, tmp_path, monkeypatch):
+    small = [selfgen.BankPrompt("code", t, False) for t in TEXTS * 3]
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: small)
+    first = selfgen.selfgen(tiny, tmp_path, tokens=1, batch=2, max_new_tokens=6, progress=False)
+    kept = (tmp_path / "feats.f16").read_bytes()
+    row = 4 + 4 + 2 * first.feats.shape[1] * first.feats.shape[2]
+    usage = shutil.disk_usage(tmp_path)
+    # room for 100 positions and the last batch's overshoot, exactly
+    monkeypatch.setattr(selfgen.shutil, "disk_usage", lambda path: usage._replace(free=(100 + 2 * 6) * row))
+    with pytest.raises(selfgen.InputError, match=r"101 more positions need about 0.1 MB .* free some space.*about 100 more fit"):
+        selfgen.selfgen(tiny, tmp_path, tokens=first.meta["tokens"] + 101, progress=False, max_new_tokens=6)
+    assert (tmp_path / "feats.f16").read_bytes() == kept  # nothing generated, nothing lost
+    assert json.loads((tmp_path / "selfgen.json").read_text())["batches"] == 1
+    grown = selfgen.selfgen(tiny, tmp_path, tokens=first.meta["tokens"] + 100, max_new_tokens=6, progress=False)
+    assert grown.meta["tokens"] >= first.meta["tokens"] + 100
 
 
 def test_cli_says_what_is_wrong_in_one_line(capsys):
