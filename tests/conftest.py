@@ -6,6 +6,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TQDM_DISABLE", "1")
+# the app, its views and the notebooks under test start on the tiny pair, whatever the shell says:
+# webapp.common reads SPECVIZ_PAIR once, at its first import, and a worker imports it from several
+# test files (with it unset, `make test` in a fresh shell failed test_browser's setup). Tests of the
+# default itself set and unset it with monkeypatch; tests of the real pair name it.
+os.environ["SPECVIZ_PAIR"] = "tiny"
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     # each worker (and the kernels and CLIs it starts) gets its share of the cores: two workers
     # whose OpenMP threads outnumber the cores spin against each other and run 3-4x slower
