@@ -187,13 +187,14 @@ def disk_full(folder: Path, what: str) -> DiskFullError:
                          "disk) and start again.")
 
 
-def check_space(folder: Path, need: int, what: str) -> None:
-    """Refuse before starting work that would fill the disk."""
+def check_space(folder: Path, need: int, what: str, instead: str = "") -> None:
+    """Refuse before starting work that would fill the disk; `instead`: what else the caller could
+    ask for (a smaller job), said after the advice to free space."""
     free = free_bytes(folder)
     if free < need:
         raise DiskFullError(f"Not enough space on the disk holding {folder} for {what}: it needs about {_gb(need)} "
                             f"free and {_gb(free)} is free. Free some space (or point SPECVIZ_CACHE at a larger disk) "
-                            "and start again.")
+                            "and start again." + (f" Or {instead}." if instead else ""))
 
 
 def _gb(n: int) -> str:

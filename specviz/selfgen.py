@@ -30,7 +30,6 @@ import ast
 import json
 import os
 import random
-import shutil
 import sys
 import sysconfig
 import time
@@ -290,19 +289,12 @@ def need_disk(folder: Path, positions: int, row_bytes: int, overshoot: int) -> N
     `row_bytes` (the states of every kept layer: most of it), plus the last batch's `overshoot`
     (it ends where its answers end, past the asked total). A disk that fills mid-run would stop it
     with its last batch cut (kept data is safe, but hours of a night's run may be gone)."""
-    if positions <= 0:
-        return
-    need = (positions + overshoot) * row_bytes
-    free = shutil.disk_usage(folder).free
-    if need > free:
-        def size(n: float) -> str:
-            return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
-
-        fits = max(0, free // row_bytes - overshoot)
-        raise InputError(f"{positions:,} more positions need about {size(need)} in {folder} "
-                         f"({row_bytes / 1e3:.1f} kB each: the target's states at every kept layer), and "
-                         f"{size(free)} are free there: free some space, give another --out, or ask for "
-                         f"fewer --tokens (about {fits:,} more fit).")
+    if positions > 0:
+        fits = max(0, files.free_bytes(folder) // row_bytes - overshoot)
+        files.check_space(folder, (positions + overshoot) * row_bytes,
+                          f"{positions:,} more positions of training data ({row_bytes / 1e3:.1f} kB each: the "
+                          "target's states at every kept layer)",
+                          instead=f"give another --out, or ask for fewer --tokens (about {fits:,} more positions fit)")
 
 
 def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_new_tokens: int = 256, seed: int = 0,

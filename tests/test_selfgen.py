@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from specviz import generate, selfgen
+from specviz import files, generate, selfgen
 from specviz.bench.prompts import PROMPTS, SERVING_BANK
 from specviz.cli import main as cli_main
 from specviz.config import Warp
@@ -101,8 +101,9 @@ def test_a_run_that_would_not_fit_on_the_disk_is_refused_before_any_work(tiny, t
     row = 4 + 4 + 2 * first.feats.shape[1] * first.feats.shape[2]
     usage = shutil.disk_usage(tmp_path)
     # room for 100 positions and the last batch's overshoot, exactly
-    monkeypatch.setattr(selfgen.shutil, "disk_usage", lambda path: usage._replace(free=(100 + 2 * 6) * row))
-    with pytest.raises(selfgen.InputError, match=r"101 more positions need about 0.1 MB .* free some space.*about 100 more fit"):
+    monkeypatch.setattr(files.shutil, "disk_usage", lambda path: usage._replace(free=(100 + 2 * 6) * row))
+    with pytest.raises(files.DiskFullError,
+                       match=r"for 101 more positions .* needs about 0.1 MB free .* Free some space.*about 100 more positions fit"):
         selfgen.selfgen(tiny, tmp_path, tokens=first.meta["tokens"] + 101, progress=False, max_new_tokens=6)
     assert (tmp_path / "feats.f16").read_bytes() == kept  # nothing generated, nothing lost
     assert json.loads((tmp_path / "selfgen.json").read_text())["batches"] == 1
