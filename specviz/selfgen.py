@@ -8,8 +8,10 @@ learn from text the target writes, read through the target's own states (EAGLE-3
 training data with the target for this reason). This module has the target answer a bank of
 prompts (`prompt_bank`: code to complete, code to rewrite, explain or test, programming
 questions), batched on specviz's batched engine runner (`specviz.batch.BatchLM`, one target pass
-per step for every row), greedy for most batches and sampled for every SAMPLE_EVERY-th, and keeps
-from the very passes that generate the answers, at every position t of prompt and answer:
+per step for every row), greedy for most batches and sampled for every SAMPLE_EVERY-th (a run
+longer than the bank goes round it again, sampling every answer: a greedy answer given twice would
+be the same data twice), and keeps from the very passes that generate the answers, at every
+position t of prompt and answer:
 
   - the token x_t,
   - the target's hidden states at three depths (low, middle, high: the inputs of decoder layers
@@ -192,7 +194,7 @@ def held_out(prompt: BankPrompt) -> bool:
 # ---------------------------------------------------------------------------------------------
 # one batch: the answers, with the target's states from the passes that generate them
 
-def generate_rows(pair, prompts: list, max_new_tokens: int, layers: tuple, warp: Warp = Warp(),
+def generate_rows(pair, prompts: list, max_new_tokens: int, layers: tuple, warp=Warp(),
                   seeds: Optional[list] = None) -> list:
     """One batch: every prompt (token ids) answered by the target, one pass per step for all rows
     (`specviz.batch.BatchLM`; prompts prefilled in chunks of at most BatchLM.CHUNK_TOKENS tokens),
@@ -200,11 +202,13 @@ def generate_rows(pair, prompts: list, max_new_tokens: int, layers: tuple, warp:
     Returns per row {"tokens", "labels", "feats", "answer"}: the positions the target ran on (the
     prompt and the answer but its last token), its argmax after each, and its states there
     ((n, len(layers) + 1, d) float16: the inputs of those layers, then the last hidden state after
-    the final norm); "answer" is the whole answer, its last token included."""
+    the final norm); "answer" is the whole answer, its last token included. `warp`: one Warp for
+    every row, or a list of one per row."""
     from specviz.batch import BatchLM
     from specviz.sampling import sample, warp as warp_probs
 
     rows, layers = len(prompts), tuple(layers)
+    warps = list(warp) if isinstance(warp, (list, tuple)) else [warp] * rows
     runner = BatchLM(pair.target, rows)
     eos = set(pair.eos_token_ids)
     generators = [torch.Generator(device=pair.device).manual_seed(s) for s in (seeds or range(rows))]
@@ -228,7 +232,7 @@ def generate_rows(pair, prompts: list, max_new_tokens: int, layers: tuple, warp:
     while live:
         chosen = []
         for b in live:
-            token = sample(warp_probs(last[b], warp), warp, generators[b])
+            token = sample(warp_probs(last[b], warps[b]), warps[b], generators[b])
             out[b]["answer"].append(token)
             chosen.append(token)
         going = [i for i, (b, t) in enumerate(zip(live, chosen)) if t not in eos
@@ -346,10 +350,14 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                 first = meta["prompts_done"]
                 chunk = [bank[(first + j) % len(bank)] for j in range(batch)]
                 ids = [pair.encode(p.text, chat=p.chat) for p in chunk]
-                sampled = meta["batches"] % SAMPLE_EVERY == SAMPLE_EVERY - 1
+                # every SAMPLE_EVERY-th batch samples, and so does every prompt the bank gives again
+                # (its seed, from its place in the run, differs from its first answer's)
+                sampling = meta["batches"] % SAMPLE_EVERY == SAMPLE_EVERY - 1
+                sampled = [sampling or first + j >= len(bank) for j in range(batch)]
                 started = time.perf_counter()
                 with torch.inference_mode():
-                    rows = generate_rows(pair, ids, max_new_tokens, layers, SAMPLE_WARP if sampled else Warp(),
+                    rows = generate_rows(pair, ids, max_new_tokens, layers,
+                                         [SAMPLE_WARP if s else Warp() for s in sampled],
                                          seeds=[seed * 1_000_003 + first + j for j in range(batch)])
                 with open(folder / "tokens.i32", "ab") as t, open(folder / "labels.i32", "ab") as lab, \
                         open(folder / "feats.f16", "ab") as f:
@@ -360,7 +368,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                         f.write(np.ascontiguousarray(row["feats"], np.float16).tobytes())
                         meta["sequences"].append({"start": meta["tokens"], "length": n, "prompt": (first + j) % len(bank),
                                                   "kind": p.kind, "prompt_tokens": len(ids[j]),
-                                                  "answer_tokens": len(row["answer"]), "sampled": sampled,
+                                                  "answer_tokens": len(row["answer"]), "sampled": sampled[j],
                                                   "held_out": held_out(p)})
                         meta["tokens"] += n
                     for fh in (t, lab, f):

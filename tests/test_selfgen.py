@@ -93,6 +93,28 @@ def test_a_run_grows_resumes_and_survives_a_cut(tiny, tmp_path, monkeypatch):
     assert third.meta["batch"] == 2 and third.meta["batches"] == 3 and len(third.sequences) == 6
 
 
+def test_a_run_longer_than_the_bank_samples_the_prompts_it_gives_again(tiny, tmp_path, monkeypatch):
+    # three prompts, two a batch: batches 0-2 are greedy by the schedule (SAMPLE_EVERY > 3), so
+    # only the second pass over the bank makes the repeats sampled, each row with its own seed
+    bank = [selfgen.BankPrompt("code", t, False) for t in TEXTS[:3]]
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: bank)
+    assert selfgen.SAMPLE_EVERY > 3
+    tokens = 1
+    for batches in (1, 2, 3):  # grown a batch at a time
+        data = selfgen.selfgen(tiny, tmp_path, tokens=tokens, batch=2, max_new_tokens=8, progress=False)
+        assert data.meta["batches"] == batches
+        tokens = data.meta["tokens"] + 1
+    seqs = data.meta["sequences"]
+    assert [s["prompt"] for s in seqs] == [0, 1, 2, 0, 1, 2]
+    assert [s["sampled"] for s in seqs] == [False, False, False, True, True, True]
+    answers = [data.tokens[s["start"] + s["prompt_tokens"]:s["start"] + s["length"]].tolist() for s in seqs]
+    assert answers[3:] != answers[:3]  # the same prompts, new answers: not the same data twice
+    # each repeat is the target's own sampled answer from that row's seed, whatever shares its batch
+    ids = [tiny.encode(t) for t in TEXTS[:3]]
+    alone = selfgen.generate_rows(tiny, [ids[1]], 8, data.meta["layers"], selfgen.SAMPLE_WARP, seeds=[4])[0]
+    assert alone["tokens"] == data.tokens[seqs[4]["start"]:seqs[4]["start"] + seqs[4]["length"]].tolist()
+
+
 def test_a_run_that_would_not_fit_on_the_disk_is_refused_before_any_work(tiny, tmp_path, monkeypatch):
     small = [selfgen.BankPrompt("code", t, False) for t in TEXTS * 3]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: small)
