@@ -269,6 +269,16 @@ def prepare(pair, tokens: int, folder: Optional[Path] = None, seed: int = 0,
 # ---------------------------------------------------------------------------------------------
 # phase 4: training
 
+EVALUATIONS = 20  # held-out evaluations in a run (eval_every=0): its learning curve's points
+
+
+def eval_interval(steps: int, eval_every: int = 0) -> int:
+    """Steps between held-out evaluations (and checkpoints): `eval_every`, or for 0 about
+    EVALUATIONS a run and at least 50 steps apart. A run on more data has more held-out positions
+    to score as well as more steps, so a fixed interval would spend ever more of it evaluating."""
+    return eval_every or max(50, math.ceil(steps / EVALUATIONS))
+
+
 @dataclass
 class TrainConfig:
     kind: str  # "medusa" | "eagle" | "eagle3" | "peagle"
@@ -288,7 +298,8 @@ class TrainConfig:
     #                           held-out scores stay on answers either way)
     labels: str = "hard"  # eagle kinds: "hard", the target's argmax; "soft", its whole distribution over the
     #                       draft vocabulary (EAGLE's and EAGLE-3's loss: -sum p log q, p from the target's head)
-    eval_every: int = 50  # steps between held-out evaluations (the learning curve)
+    eval_every: int = 0  # steps between held-out evaluations (the learning curve) and checkpoints; 0: about
+    #                      EVALUATIONS a run, at least every 50 steps (held-out data grows with the run's data)
     depths: int = 5  # depths evaluated on held-out data
     seed: int = 0
     train_tokens: int = 0  # train on the first this many tokens of the training split only (0: all): the data curve
@@ -404,10 +415,11 @@ class _Trainer:
         return feats @ self.head.T
 
     def ce(self, feats: torch.Tensor, labels: torch.Tensor, keep: Optional[torch.Tensor] = None,
-           soft: Optional[torch.Tensor] = None) -> torch.Tensor:
+           soft: Optional[torch.Tensor] = None, logits: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Mean cross-entropy over the labels inside the draft vocabulary (and `keep`); 0 if none.
         `soft`: the target's distribution p at the labels' positions (`soft_targets`, one row
-        each): the loss is then the cross-entropy from it, -sum p log q, on the same positions."""
+        each): the loss is then the cross-entropy from it, -sum p log q, on the same positions.
+        `logits`: self.logits(feats) when the caller has them already (hard labels only)."""
         target = self.remap[labels]
         if keep is not None:
             target = target.masked_fill(~keep, -100)
@@ -415,7 +427,8 @@ class _Trainer:
         if not bool(used.any()):
             return feats.sum() * 0.0
         if soft is None:
-            return torch.nn.functional.cross_entropy(self.logits(feats).float(), target, ignore_index=-100)
+            logits = self.logits(feats) if logits is None else logits
+            return torch.nn.functional.cross_entropy(logits.float(), target, ignore_index=-100)
         return -(soft[used] * torch.log_softmax(self.logits(feats[used]).float(), dim=-1)).sum(-1).mean()
 
     @torch.no_grad()
@@ -427,9 +440,10 @@ class _Trainer:
             return None
         return torch.softmax(self.logits((f[:, -1] if f.dim() == 3 else f).float()), dim=-1)
 
-    def hits(self, feats: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    def hits(self, feats: torch.Tensor, labels: torch.Tensor, logits: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Top-1 of the draft (restricted vocabulary) equals the target's argmax."""
-        return self.remap[labels].eq(self.logits(feats).argmax(-1)) & self.remap[labels].ge(0)
+        logits = self.logits(feats) if logits is None else logits
+        return self.remap[labels].eq(logits.argmax(-1)) & self.remap[labels].ge(0)
 
     # -- Medusa: head k at position t reads the target's argmax at t + k
     def medusa_loss(self, net, rng) -> torch.Tensor:
@@ -445,8 +459,9 @@ class _Trainer:
         f, _, _ = self.data.rows(index)
         out = net(f)
         labels = [self.data.labels(index + j + 1) for j in range(net.heads)]
-        hits = torch.stack([self.hits(out[:, j], labels[j]) for j in range(net.heads)], 1)
-        return hits, [float(self.ce(out[:, j], labels[j])) * len(index) for j in range(net.heads)]
+        logits = [self.logits(out[:, j]) for j in range(net.heads)]  # once: top-1 and cross-entropy read them
+        hits = torch.stack([self.hits(None, labels[j], logits[j]) for j in range(net.heads)], 1)
+        return hits, [float(self.ce(out[:, j], labels[j], logits=logits[j])) * len(index) for j in range(net.heads)]
 
     # -- EAGLE: one pass per depth, each on the layer's own predictions (training-time test)
     def eagle_unroll(self, net, window: np.ndarray, steps: int, noise: float = 0.0) -> list:
@@ -514,13 +529,14 @@ class _Trainer:
             labels = self.data.labels(window)[1:]
             cut = [slice(s - 1, s - 1 + bases) for s in range(1, depths + 1)]
             keep = self.data.keep(window[1:1 + bases])  # drafts from a base in an answer (None: all)
-            hits = torch.stack([self.hits(outs[s][cut[s]], labels[cut[s]]) for s in range(depths)], 1)
             kept = bases if keep is None else int(keep.sum())
             if not kept:
                 continue
+            logits = [self.logits(outs[s][cut[s]]) for s in range(depths)]  # once: top-1 and cross-entropy read them
+            hits = torch.stack([self.hits(None, labels[cut[s]], logits[s]) for s in range(depths)], 1)
             rows.append(hits if keep is None else hits[keep])
             for s in range(depths):
-                ce[s] += float(self.ce(outs[s][cut[s]], labels[cut[s]], keep)) * kept
+                ce[s] += float(self.ce(outs[s][cut[s]], labels[cut[s]], keep, logits=logits[s])) * kept
         return (torch.cat(rows) if rows else torch.zeros(0, depths, dtype=torch.bool)), ce
 
     def evaluate(self, net) -> dict:
@@ -703,11 +719,12 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
     per_step = cfg.batch if cfg.kind == "medusa" else max(1, cfg.batch // cfg.window) * cfg.window
     train_tokens = int(sum(n for _, n, _ in data.train_segments))
     steps = max(1, int(math.ceil(cfg.epochs * train_tokens / per_step)))
+    every = eval_interval(steps, cfg.eval_every)
     optim = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=0.0)
     warmup = max(1, steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
         optim, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / steps))))
-    report = {"kind": cfg.kind, "config": asdict(cfg), "net": net_config, "steps": steps,
+    report = {"kind": cfg.kind, "config": asdict(cfg), "net": net_config, "steps": steps, "eval_every": every,
               "tokens_per_step": per_step, "train_tokens": train_tokens,
               "held_out_tokens": int(sum(n for _, n, _ in data.held_segments)),
               "data": {k: features.meta.get(k) for k in ("pair", "dtype", "seed", "python", "response_tokens",
@@ -748,7 +765,7 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
         if bar is not None:
             bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
             bar.update(1)
-        if step % cfg.eval_every == 0 or step == steps:
+        if step % every == 0 or step == steps:
             with autocast:
                 report["curve"].append({"step": step, "tokens": step * per_step, **trainer.evaluate(net)})
             state = {"config": asdict(cfg), "net": net_config, "data": report["data"], "step": step,

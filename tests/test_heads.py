@@ -224,6 +224,14 @@ def test_too_deep_for_the_heads_is_an_input_error(tiny_trained):
         list(generate(pair, "x", method="medusa", k=6))
 
 
+def test_the_learning_curve_has_about_twenty_points_whatever_the_run_length():
+    assert train.TrainConfig("eagle3").eval_every == 0  # the default: by the run's length
+    assert train.eval_interval(710) == 50  # the shipped runs' curves: every 50 steps, as they were made
+    assert train.eval_interval(300) == 50  # never closer than 50 steps
+    assert train.eval_interval(2150) == 108 and len(range(0, 2150, train.eval_interval(2150))) == 20
+    assert train.eval_interval(2150, 5) == 5  # asked for: as asked
+
+
 def test_an_interrupted_training_resumes_exactly(tiny_trained, tmp_path):
     """Stopped after its first checkpoint and started again, a training ends with exactly the
     weights of a run that was never interrupted (weights, optimiser and random streams are saved)."""
