@@ -40,14 +40,41 @@ def warp(logits: torch.Tensor, spec: Warp) -> torch.Tensor:
     return probs
 
 
+NUCLEUS_HEAD = 1024  # top-p looks for its nucleus among this many most likely tokens first
+
+
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one)."""
+    if probs.dim() == 1 and probs.numel() > 4 * NUCLEUS_HEAD:
+        kept = _top_p_from_head(probs, top_p)
+        if kept is not None:
+            return kept / kept.sum(dim=-1, keepdim=True)
     sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
     mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
     drop_sorted = mass_before >= top_p
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     kept = probs.masked_fill(drop, 0.0)
     return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def _top_p_from_head(probs: torch.Tensor, top_p: float) -> Optional[torch.Tensor]:
+    """The full sort's kept probabilities (bit for bit), found among the NUCLEUS_HEAD most likely
+    tokens, or None where that cannot be told from them. Sorting a vocabulary of 150k for every
+    sampled position costs more than a small model's forward on a CPU; a nucleus is usually a few
+    dozen tokens. The same cumulative sums are taken over the same leading values, so the kept
+    positions are the same; they are read as "every token at least as likely as the last kept
+    one", which is exact unless that value is tied across the cut (which tied token a sort puts
+    first is its own affair: then, and when the nucleus may reach past the head, the full sort
+    decides)."""
+    head = torch.topk(probs, NUCLEUS_HEAD).values  # descending
+    mass_before = torch.cumsum(head, dim=-1) - head
+    drop = mass_before >= top_p
+    cut = int(torch.argmax(drop.to(torch.uint8)))  # the first dropped position (0: none in the head)
+    if cut == 0 or not bool(drop[cut:].all()) or float(mass_before[-1]) < top_p + 1e-4:
+        return None  # the nucleus reaches the head's end (or sums too close to top_p there to be sure)
+    if not bool(head[cut - 1] > head[cut]):
+        return None  # the last kept value ties with the first dropped one
+    return probs.masked_fill(probs < head[cut - 1], 0.0)
 
 
 def sample(probs: torch.Tensor, spec: Warp, generator: torch.Generator) -> int:

@@ -23,6 +23,38 @@ def test_warp_temperature_topk_topp_exact():
     assert torch.allclose(sampling.warp(logits, Warp(0.0)), torch.tensor([0.5, 0.3, 0.15, 0.05]))
 
 
+def _top_p_by_full_sort(probs, top_p):
+    """The rule as first written: sort the whole vocabulary, keep while the mass before is < top_p."""
+    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    drop_sorted = torch.cumsum(sorted_probs, dim=-1) - sorted_probs >= top_p
+    kept = probs.masked_fill(torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted), 0.0)
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def test_top_p_from_the_head_is_the_full_sort_bit_for_bit():
+    """A real vocabulary's nucleus is found among its most likely NUCLEUS_HEAD tokens, and the
+    result is the full sort's exactly (the same samples from the same seeds): peaked and flat
+    distributions, bf16-rounded logits (full of ties), at several temperatures and top-p."""
+    g = torch.Generator().manual_seed(0)
+    paths = {"head": 0, "full": 0}
+    for trial in range(120):
+        vocab = (151936, 32000, 4 * sampling.NUCLEUS_HEAD + 1)[trial % 3]
+        logits = (torch.randn(vocab, generator=g) * (0.5, 3, 8, 16)[trial % 4]).to(torch.bfloat16).float()
+        for temperature, top_p in ((0.8, 0.95), (1.0, 0.9), (0.5, 0.5), (1.3, 0.99)):
+            probs = torch.softmax(logits / temperature, -1)
+            assert torch.equal(sampling._top_p(probs, top_p), _top_p_by_full_sort(probs, top_p)), (trial, top_p)
+            paths["head" if sampling._top_p_from_head(probs, top_p) is not None else "full"] += 1
+    assert paths["head"] > 100 and paths["full"] > 100  # both ways were taken
+    # a tie across the cut: two tokens of 0.2 after one of 0.5, top-p 0.6 keeps one of them, and
+    # which one is the sort's choice: the head declines and the full sort decides
+    logits = torch.full((4 * sampling.NUCLEUS_HEAD + 1,), -30.0)
+    logits[[7, 3, 11]] = torch.log(torch.tensor([0.5, 0.2, 0.2]))
+    probs = torch.softmax(logits, -1)
+    assert sampling._top_p_from_head(probs, 0.6) is None
+    assert torch.equal(sampling._top_p(probs, 0.6), _top_p_by_full_sort(probs, 0.6))
+    assert int((sampling._top_p(probs, 0.6) > 0).sum()) == 2
+
+
 def test_residual_and_overlap_exact():
     p = torch.tensor([0.1, 0.6, 0.3, 0.0])
     q = torch.tensor([0.4, 0.2, 0.3, 0.1])
