@@ -59,13 +59,13 @@ def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def _top_p_from_head(probs: torch.Tensor, top_p: float) -> Optional[torch.Tensor]:
     """The full sort's kept probabilities (bit for bit), found among the NUCLEUS_HEAD most likely
-    tokens, or None where that cannot be told from them. Sorting a vocabulary of 150k for every
-    sampled position costs more than a small model's forward on a CPU; a nucleus is usually a few
-    dozen tokens. The same cumulative sums are taken over the same leading values, so the kept
-    positions are the same; they are read as "every token at least as likely as the last kept
-    one", which is exact unless that value is tied across the cut (which tied token a sort puts
-    first is its own affair: then, and when the nucleus may reach past the head, the full sort
-    decides)."""
+    tokens, or None where that cannot be told from them. Sorting a whole vocabulary (150k tokens
+    for Qwen) at every sampled position cost a batched CPU run (selfgen's sampled batches) about
+    as much per row as the target's pass; a nucleus is usually a few dozen tokens. The same
+    cumulative sums are taken over the same leading values, so the kept positions are the same;
+    they are read as "every token at least as likely as the last kept one", which is exact unless
+    that value is tied across the cut (which tied token a sort puts first is its own affair: then,
+    and when the nucleus may reach past the head, the full sort decides)."""
     head = torch.topk(probs, NUCLEUS_HEAD).values  # descending
     mass_before = torch.cumsum(head, dim=-1) - head
     drop = mass_before >= top_p
