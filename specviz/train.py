@@ -445,6 +445,11 @@ class _Trainer:
         logits = self.logits(feats) if logits is None else logits
         return self.remap[labels].eq(logits.argmax(-1)) & self.remap[labels].ge(0)
 
+    def scores(self, feats: torch.Tensor, labels: torch.Tensor, keep: Optional[torch.Tensor] = None) -> tuple:
+        """(hits, mean cross-entropy) of an evaluation: the logits computed once for both."""
+        logits = self.logits(feats)
+        return self.hits(feats, labels, logits), self.ce(feats, labels, keep, logits=logits)
+
     # -- Medusa: head k at position t reads the target's argmax at t + k
     def medusa_loss(self, net, rng) -> torch.Tensor:
         k = net.heads
@@ -458,10 +463,8 @@ class _Trainer:
         """(B, K) hits of head k (depth k) at `index`, and the summed cross-entropy per head."""
         f, _, _ = self.data.rows(index)
         out = net(f)
-        labels = [self.data.labels(index + j + 1) for j in range(net.heads)]
-        logits = [self.logits(out[:, j]) for j in range(net.heads)]  # once: top-1 and cross-entropy read them
-        hits = torch.stack([self.hits(None, labels[j], logits[j]) for j in range(net.heads)], 1)
-        return hits, [float(self.ce(out[:, j], labels[j], logits=logits[j])) * len(index) for j in range(net.heads)]
+        scores = [self.scores(out[:, j], self.data.labels(index + j + 1)) for j in range(net.heads)]
+        return torch.stack([h for h, _ in scores], 1), [float(c) * len(index) for _, c in scores]
 
     # -- EAGLE: one pass per depth, each on the layer's own predictions (training-time test)
     def eagle_unroll(self, net, window: np.ndarray, steps: int, noise: float = 0.0) -> list:
@@ -532,11 +535,11 @@ class _Trainer:
             kept = bases if keep is None else int(keep.sum())
             if not kept:
                 continue
-            logits = [self.logits(outs[s][cut[s]]) for s in range(depths)]  # once: top-1 and cross-entropy read them
-            hits = torch.stack([self.hits(None, labels[cut[s]], logits[s]) for s in range(depths)], 1)
+            scores = [self.scores(outs[s][cut[s]], labels[cut[s]], keep) for s in range(depths)]
+            hits = torch.stack([h for h, _ in scores], 1)
             rows.append(hits if keep is None else hits[keep])
             for s in range(depths):
-                ce[s] += float(self.ce(outs[s][cut[s]], labels[cut[s]], keep, logits=logits[s])) * kept
+                ce[s] += float(scores[s][1]) * kept
         return (torch.cat(rows) if rows else torch.zeros(0, depths, dtype=torch.bool)), ce
 
     def evaluate(self, net) -> dict:
@@ -667,10 +670,9 @@ def layer_probes(pair, features: Features, offsets: int = 4, steps: int = 150, b
         with torch.no_grad(), autocast:
             for chunk in np.array_split(held_at, max(1, len(held_at) // 2048)):
                 guesses = probe(data.rows(chunk)[0])
-                hits += torch.tensor([float(trainer.hits(g, data.labels(chunk + j)).sum())
-                                      for j, g in enumerate(guesses)])
-                ce += torch.tensor([float(trainer.ce(g, data.labels(chunk + j))) * len(chunk)
-                                    for j, g in enumerate(guesses)])
+                scores = [trainer.scores(g, data.labels(chunk + j)) for j, g in enumerate(guesses)]
+                hits += torch.tensor([float(h.sum()) for h, _ in scores])
+                ce += torch.tensor([float(c) * len(chunk) for _, c in scores])
         out["accuracy"].append([round(float(h) / max(1, len(held_at)), 4) for h in hits])
         out["loss"].append([round(float(c) / max(1, len(held_at)), 4) for c in ce])
     if bar is not None:
