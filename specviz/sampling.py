@@ -45,15 +45,13 @@ NUCLEUS_HEAD = 1024  # top-p looks for its nucleus among this many most likely t
 
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one)."""
-    if probs.dim() == 1 and probs.numel() > 4 * NUCLEUS_HEAD:
-        kept = _top_p_from_head(probs, top_p)
-        if kept is not None:
-            return kept / kept.sum(dim=-1, keepdim=True)
-    sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-    mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-    drop_sorted = mass_before >= top_p
-    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-    kept = probs.masked_fill(drop, 0.0)
+    kept = _top_p_from_head(probs, top_p) if probs.dim() == 1 and probs.numel() > 4 * NUCLEUS_HEAD else None
+    if kept is None:
+        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+        drop_sorted = mass_before >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        kept = probs.masked_fill(drop, 0.0)
     return kept / kept.sum(dim=-1, keepdim=True)
 
 
