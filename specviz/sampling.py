@@ -44,35 +44,46 @@ NUCLEUS_HEAD = 1024  # top-p looks for its nucleus among this many most likely t
 
 
 def _top_p(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one)."""
-    kept = _top_p_from_head(probs, top_p) if probs.dim() == 1 and probs.numel() > 4 * NUCLEUS_HEAD else None
-    if kept is None:
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
+    """Keep the smallest set of most likely tokens whose mass reaches top_p (at least one), in
+    every row of (..., V) probabilities."""
+    rows = probs.reshape(-1, probs.shape[-1])
+    kept = torch.empty_like(rows)
+    full = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)  # rows the full sort decides
+    if rows.shape[-1] > 4 * NUCLEUS_HEAD and rows.shape[0]:
+        head_kept, found = _top_p_from_head(rows, top_p)
+        kept[found], full = head_kept[found], ~found
+    if bool(full.any()):
+        some = rows[full]
+        sorted_probs, order = torch.sort(some, dim=-1, descending=True)
         mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
         drop_sorted = mass_before >= top_p
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        kept = probs.masked_fill(drop, 0.0)
-    return kept / kept.sum(dim=-1, keepdim=True)
+        kept[full] = some.masked_fill(drop, 0.0)
+    return (kept / kept.sum(dim=-1, keepdim=True)).reshape(probs.shape)
 
 
-def _top_p_from_head(probs: torch.Tensor, top_p: float) -> Optional[torch.Tensor]:
-    """The full sort's kept probabilities (bit for bit), found among the NUCLEUS_HEAD most likely
-    tokens, or None where that cannot be told from them. Sorting a whole vocabulary (150k tokens
-    for Qwen) at every sampled position cost a batched CPU run (selfgen's sampled batches) about
-    as much per row as the target's pass; a nucleus is usually a few dozen tokens. The same
-    cumulative sums are taken over the same leading values, so the kept positions are the same;
-    they are read as "every token at least as likely as the last kept one", which is exact unless
-    that value is tied across the cut (which tied token a sort puts first is its own affair: then,
-    and when the nucleus may reach past the head, the full sort decides)."""
-    head = torch.topk(probs, NUCLEUS_HEAD).values  # descending
+def _top_p_from_head(rows: torch.Tensor, top_p: float) -> tuple:
+    """The full sort's kept probabilities (bit for bit) of (R, V) rows, found among each row's
+    NUCLEUS_HEAD most likely tokens: (kept (R, V), found (R,) bool); a row whose nucleus cannot be
+    told from its head is not found (its kept row is then meaningless). Sorting a whole vocabulary
+    (150k tokens for Qwen) at every sampled position cost a batched CPU run (selfgen's sampled
+    batches) about as much per row as the target's pass, and a speculative step as many sorts as it
+    verifies positions; a nucleus is usually a few dozen tokens. The same cumulative sums are
+    taken over the same leading values, so the kept positions are the same; they are read as
+    "every token at least as likely as the last kept one", which is exact unless that value is
+    tied across the cut (which tied token a sort puts first is its own affair: then, and when the
+    nucleus may reach past the head, the full sort decides)."""
+    head = torch.topk(rows, NUCLEUS_HEAD, dim=-1).values  # descending, each row
     mass_before = torch.cumsum(head, dim=-1) - head
     drop = mass_before >= top_p
-    cut = int(torch.argmax(drop.to(torch.uint8)))  # the first dropped position (0: none in the head)
-    if cut == 0 or not bool(drop[cut:].all()) or float(mass_before[-1]) < top_p + 1e-4:
-        return None  # the nucleus reaches the head's end (or sums too close to top_p there to be sure)
-    if not bool(head[cut - 1] > head[cut]):
-        return None  # the last kept value ties with the first dropped one
-    return probs.masked_fill(probs < head[cut - 1], 0.0)
+    cut = torch.argmax(drop.to(torch.uint8), dim=-1)  # each row's first dropped position (0: none in the head)
+    position = torch.arange(NUCLEUS_HEAD, device=rows.device)
+    last = head.gather(-1, (cut - 1).clamp(min=0)[:, None])  # the last kept value
+    found = ((cut > 0)
+             & (drop | (position < cut[:, None])).all(dim=-1)  # dropped from the cut on (rounding is not monotone)
+             & (mass_before[:, -1] >= top_p + 1e-4)  # not too close to top_p at the head's end to be sure
+             & (last[:, 0] > head.gather(-1, cut[:, None])[:, 0]))  # no tie across the cut
+    return rows.masked_fill(rows < last, 0.0), found
 
 
 def sample(probs: torch.Tensor, spec: Warp, generator: torch.Generator) -> int:

@@ -34,25 +34,49 @@ def _top_p_by_full_sort(probs, top_p):
 def test_top_p_from_the_head_is_the_full_sort_bit_for_bit():
     """A real vocabulary's nucleus is found among its most likely NUCLEUS_HEAD tokens, and the
     result is the full sort's exactly (the same samples from the same seeds): peaked and flat
-    distributions, bf16-rounded logits (full of ties), at several temperatures and top-p."""
+    distributions, bf16-rounded logits (full of ties), at several temperatures and top-p, one row
+    at a time and as the rows of one batch (a speculative step warps every verified position at
+    once: each row keeps the tokens it keeps alone, whichever way its neighbours went; torch sums
+    a row of a batch in another order than a row alone, so the normalised values may differ in
+    the last bit, with the full sort as without it)."""
     g = torch.Generator().manual_seed(0)
     paths = {"head": 0, "full": 0}
+    settings = ((0.8, 0.95), (1.0, 0.9), (0.5, 0.5), (1.3, 0.99))
+    batches = {(vocab, s): [] for vocab in (151936, 32000, 4 * sampling.NUCLEUS_HEAD + 1) for s in settings}
     for trial in range(120):
         vocab = (151936, 32000, 4 * sampling.NUCLEUS_HEAD + 1)[trial % 3]
         logits = (torch.randn(vocab, generator=g) * (0.5, 3, 8, 16)[trial % 4]).to(torch.bfloat16).float()
-        for temperature, top_p in ((0.8, 0.95), (1.0, 0.9), (0.5, 0.5), (1.3, 0.99)):
+        for temperature, top_p in settings:
             probs = torch.softmax(logits / temperature, -1)
-            assert torch.equal(sampling._top_p(probs, top_p), _top_p_by_full_sort(probs, top_p)), (trial, top_p)
-            paths["head" if sampling._top_p_from_head(probs, top_p) is not None else "full"] += 1
+            alone = sampling._top_p(probs, top_p)
+            assert torch.equal(alone, _top_p_by_full_sort(probs, top_p)), (trial, top_p)
+            paths["head" if bool(sampling._top_p_from_head(probs[None], top_p)[1][0]) else "full"] += 1
+            batches[vocab, (temperature, top_p)].append((probs, alone))
     assert paths["head"] > 100 and paths["full"] > 100  # both ways were taken
+    mixed = 0
+    for (vocab, (temperature, top_p)), rows in batches.items():
+        probs = torch.stack([row for row, _ in rows])
+        together = sampling._top_p(probs, top_p)
+        assert torch.equal(together, _top_p_by_full_sort(probs, top_p)), (vocab, top_p)
+        for i, (_, alone) in enumerate(rows):
+            assert torch.equal(together[i] > 0, alone > 0), (vocab, top_p, i)
+            assert torch.allclose(together[i], alone, rtol=1e-6, atol=0), (vocab, top_p, i)
+        found = sampling._top_p_from_head(probs, top_p)[1]
+        mixed += bool(found.any()) and not bool(found.all())
+    assert mixed >= 3  # batches whose rows went both ways
     # a tie across the cut: two tokens of 0.2 after one of 0.5, top-p 0.6 keeps one of them, and
-    # which one is the sort's choice: the head declines and the full sort decides
+    # which one is the sort's choice: the head declines and the full sort decides, alone and
+    # beside a row the head decides
     logits = torch.full((4 * sampling.NUCLEUS_HEAD + 1,), -30.0)
     logits[[7, 3, 11]] = torch.log(torch.tensor([0.5, 0.2, 0.2]))
     probs = torch.softmax(logits, -1)
-    assert sampling._top_p_from_head(probs, 0.6) is None
+    assert not bool(sampling._top_p_from_head(probs[None], 0.6)[1][0])
     assert torch.equal(sampling._top_p(probs, 0.6), _top_p_by_full_sort(probs, 0.6))
     assert int((sampling._top_p(probs, 0.6) > 0).sum()) == 2
+    peaked = torch.softmax(torch.randn(probs.shape[0], generator=g) * 16, -1)
+    pair = torch.stack([peaked, probs])
+    assert sampling._top_p_from_head(pair, 0.6)[1].tolist() == [True, False]
+    assert torch.equal(sampling._top_p(pair, 0.6), _top_p_by_full_sort(pair, 0.6))
 
 
 def test_residual_and_overlap_exact():
