@@ -24,6 +24,16 @@ labels.i32, feats.f16 ((N, 4, d) float16) and selfgen.json (what was generated, 
 sequence: where it starts, how long, which prompt, held out or not). They grow batch by batch; a
 restart truncates them to the last finished batch and goes on from there, so an interrupted run
 loses at most one batch. Every HELD_OUT_EVERY-th prompt (by a hash of its text) is held out.
+
+The text itself, a kilobyte or so per thousand positions against twelve megabytes of states, is
+kept apart as well: corpus/batch-NNNNN.npz, one file per batch (its sequences' tokens and what
+selfgen.json says of each). The states are hours of CPU, and a machine that is gone takes them
+along; the text is small enough to keep in the repository (data/selfgen/<pair>/ in a checkout,
+where the next training of the shipped heads starts from). A run given a corpus (`corpus=`, `--corpus`; a
+checkout's own by default) takes the batches the corpus holds from it instead of generating them:
+one plain forward over each whole sequence gives the states and the argmaxes the generating
+passes gave (the same up to rounding, as prefill and decoding differ), about half again as fast as
+generating them and the very same text. Past the corpus's last batch the run generates, as always.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import random
 import sys
 import sysconfig
 import time
+import zipfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +59,7 @@ from specviz.config import Warp
 from specviz.errors import InputError
 
 HELD_OUT_EVERY = 12
+PROMPT_KINDS = ("code", "rewrite", "chat")  # a corpus file stores a sequence's kind as its index here
 DEFAULT_BATCH = 32  # rows per target pass: on 2 CPU cores, a pass of 32 costs little more than one of 16
 SAMPLE_EVERY = 4  # every 4th batch samples (temperature SAMPLE_WARP) instead of decoding greedily
 SAMPLE_WARP = Warp(temperature=0.8, top_p=0.95)
@@ -254,6 +266,117 @@ def generate_rows(pair, prompts: list, max_new_tokens: int, layers: tuple, warp=
     return out
 
 
+def replay_rows(pair, sequences: list, layers: tuple) -> list:
+    """The states and argmaxes of stored sequences (token ids: a prompt and its answer but the
+    answer's last token), as `generate_rows` returns them for the sequences it generates: one
+    forward over each whole sequence (chunked by BatchLM.CHUNK_TOKENS), sequence by sequence, so
+    that no row pays for another's padding. Returns per row {"tokens", "labels", "feats"}."""
+    from specviz.batch import BatchLM
+
+    out = []
+    for tokens in sequences:
+        runner = BatchLM(pair.target, 1)
+        logits, states = runner.forward([list(tokens)], [len(tokens)], hidden=tuple(layers))
+        out.append({"tokens": list(tokens), "labels": logits[0].argmax(-1).to("cpu", torch.int32).numpy(),
+                    "feats": states[0].to("cpu", torch.float16).numpy()})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the corpus: the text of a run, batch by batch
+
+CORPUS_FIELDS = ("length", "prompt", "prompt_tokens", "answer_tokens", "sampled", "held_out")
+# what a corpus must share with a run to stand for its batches (the dtype may differ: the text is
+# the target's whatever it was computed in; only the recomputed states take the run's dtype)
+CORPUS_KEYS = ("version", "pair", "layers", "n_layers", "hidden_size", "seed", "batch", "max_new_tokens",
+               "sample_every", "sample_warp")
+
+
+def bank_fingerprint(bank: list) -> str:
+    """crc32 of the bank's texts in order: a corpus made from another bank (another Python's
+    standard library) cannot be continued by generating, since prompts_done would point elsewhere."""
+    return f"{zlib.crc32(chr(0).join(p.text for p in bank).encode()):08x}"
+
+
+def corpus_batch_path(corpus: Path, b: int) -> Path:
+    return Path(corpus) / f"batch-{b:05d}.npz"
+
+
+def write_corpus_batch(corpus: Path, b: int, sequences: list, tokens: list) -> None:
+    """Batch b's text: `tokens`, one list per sequence, and its sequences' entries of selfgen.json."""
+    import io
+
+    arrays = {"tokens": np.concatenate([np.asarray(t, np.int32) for t in tokens]) if tokens else np.zeros(0, np.int32),
+              "kind": np.asarray([PROMPT_KINDS.index(s["kind"]) for s in sequences], np.uint8)}
+    for name in CORPUS_FIELDS:
+        arrays[name] = np.asarray([s[name] for s in sequences], bool if name in ("sampled", "held_out") else np.int32)
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    files.write_bytes(corpus_batch_path(corpus, b), buffer.getvalue())
+
+
+def read_corpus_batch(corpus: Path, b: int) -> Optional[tuple]:
+    """([sequence entries without "start"], [token lists]) of batch b, or None if the corpus lacks it."""
+    path = corpus_batch_path(corpus, b)
+    if not path.exists():
+        return None
+    try:
+        with np.load(path) as z:
+            arrays = {name: z[name] for name in ("tokens", "kind", *CORPUS_FIELDS)}
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        raise InputError(f"{path} is not a corpus batch ({exc}): delete it, and the run generates that batch.") from None
+    ends = np.cumsum(arrays["length"])
+    if len(ends) and ends[-1] != len(arrays["tokens"]):
+        raise InputError(f"{path} is cut short (its sequences' lengths add up to {int(ends[-1])} tokens, it holds "
+                         f"{len(arrays['tokens'])}): delete it, and the run generates that batch.")
+    sequences, tokens = [], []
+    for i, end in enumerate(ends):
+        entry = {"kind": PROMPT_KINDS[int(arrays["kind"][i])]}
+        for name in CORPUS_FIELDS:
+            value = arrays[name][i]
+            entry[name] = bool(value) if name in ("sampled", "held_out") else int(value)
+        sequences.append(entry)
+        tokens.append(arrays["tokens"][end - entry["length"]:end].tolist())
+    return sequences, tokens
+
+
+def open_corpus(corpus: Optional[Path], describe: dict, bank: str) -> Optional[Path]:
+    """`corpus` if it holds batches made with the run's settings (None: no corpus given, or a
+    folder that does not exist); a corpus of other settings is refused, naming them."""
+    if corpus is None or not (Path(corpus) / "corpus.json").exists():
+        return None
+    meta = json.loads((Path(corpus) / "corpus.json").read_text())
+    differ = [k for k in CORPUS_KEYS if meta.get(k) != describe[k]]
+    if differ:
+        raise InputError(f"the corpus in {corpus} was generated with other settings ({', '.join(differ)} differ: "
+                         f"{', '.join(f'{k}={meta.get(k)!r}' for k in differ)}): run with those settings, "
+                         "or give --corpus none to generate everything.")
+    if meta.get("bank") != bank:
+        say(f"the corpus in {corpus} was made from another prompt bank (another Python's standard library?): "
+            "its batches are used as they are, but generating past them would answer other prompts")
+    return Path(corpus)
+
+
+def corpus_batches(corpus: Path) -> int:
+    """How many batches the corpus holds from the first on (0, 1, ... with none missing)."""
+    b = 0
+    while corpus_batch_path(corpus, b).exists():
+        b += 1
+    return b
+
+
+def write_corpus_meta(corpus: Path, describe: dict, bank: str) -> None:
+    files.write_json(Path(corpus) / "corpus.json", {**{k: describe[k] for k in CORPUS_KEYS}, "bank": bank,
+                                                    "batches": corpus_batches(corpus)})
+
+
+def checkout_corpus(pair_name: str) -> Optional[Path]:
+    """The corpus a source checkout keeps for `pair_name` (data/selfgen/<pair>/ beside the
+    package), or None (an installed package, or a pair without one)."""
+    folder = Path(__file__).resolve().parent.parent / "data" / "selfgen" / pair_name
+    return folder if (folder / "corpus.json").exists() else None
+
+
 # ---------------------------------------------------------------------------------------------
 # the whole run, resumable
 
@@ -301,14 +424,34 @@ def need_disk(folder: Path, positions: int, row_bytes: int, overshoot: int) -> N
                           instead=f"give another --out, or ask for fewer --tokens (about {fits:,} more positions fit)")
 
 
+def _export_corpus(folder: Path, meta: dict, own: Path) -> None:
+    """Write `own`'s files for the batches `folder` holds and `own` lacks (data generated before
+    runs kept their text): the tokens as stored, the entries of selfgen.json."""
+    missing = [b for b in range(meta["batches"]) if not corpus_batch_path(own, b).exists()]
+    if not missing:
+        return
+    tokens = np.memmap(folder / "tokens.i32", np.int32, "r", shape=(meta["tokens"],))
+    size = meta["batch"]
+    for b in missing:
+        entries = meta["sequences"][b * size:(b + 1) * size]
+        write_corpus_batch(own, b, [{k: v for k, v in e.items() if k != "start"} for e in entries],
+                           [tokens[e["start"]:e["start"] + e["length"]].tolist() for e in entries])
+    del tokens
+
+
 def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_new_tokens: int = 256, seed: int = 0,
-            progress: bool = True, layers: Optional[tuple] = None) -> SelfData:
+            progress: bool = True, layers: Optional[tuple] = None, corpus="checkout") -> SelfData:
     """Generate (or go on generating) until `folder` holds at least `tokens` positions; `layers`:
-    the hidden states kept besides the last one (default: `feature_layers`, EAGLE-3's three)."""
+    the hidden states kept besides the last one (default: `feature_layers`, EAGLE-3's three).
+    `corpus`: a folder of text made before (a run's corpus/, or a checkout's data/selfgen/<pair>)
+    whose batches are replayed instead of generated; "checkout" (the default): the checkout's own
+    for this pair, if any; None: generate every batch."""
     from specviz.heads import hidden_and_vocab
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    if corpus == "checkout":
+        corpus = checkout_corpus(pair.name)
     n_layers = pair.target.config.num_hidden_layers
     layers = tuple(layers) if layers else feature_layers(n_layers)
     if any(not isinstance(i, int) or not 0 <= i < n_layers for i in layers):
@@ -320,7 +463,10 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
         try:
             batch = int(json.loads(meta_path.read_text())["batch"])
         except (OSError, ValueError, KeyError, TypeError):
-            batch = DEFAULT_BATCH
+            try:  # a new run over a corpus takes the corpus's (its batches are only valid at that size)
+                batch = int(json.loads((Path(corpus) / "corpus.json").read_text())["batch"])
+            except (OSError, ValueError, KeyError, TypeError):
+                batch = DEFAULT_BATCH
     if not isinstance(batch, int) or batch < 1:
         raise InputError(f"batch must be a positive whole number, got {batch!r}.")
     describe = {"version": VERSION, "pair": pair.name, "dtype": str(pair.dtype).replace("torch.", ""),
@@ -344,36 +490,66 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                 fh.truncate(meta["tokens"] * size)
         need_disk(folder, tokens - meta["tokens"], sum(row_bytes.values()), batch * max_new_tokens)
         bank = prompt_bank(seed)
+        fingerprint = bank_fingerprint(bank)
+        # the run's own text, batch by batch (data made before the corpus existed: written from it now)
+        own = folder / "corpus"
+        own.mkdir(exist_ok=True)
+        _export_corpus(folder, meta, own)
+        write_corpus_meta(own, describe, fingerprint)
+        given = open_corpus(corpus, describe, fingerprint) if corpus is not None else None
+        if given is not None and Path(given).resolve() != own.resolve():
+            have = corpus_batches(given)
+            if have > meta["batches"]:
+                say(f"batches {meta['batches'] + 1}-{have} come from the corpus in {given}: its text, the target's "
+                    "states recomputed over it (one forward per sequence)")
+        else:
+            given = None
         bar = progress_bar(tokens, "selfgen", initial=min(tokens, meta["tokens"]), smoothing=0.05) if progress else None
         try:
             while meta["tokens"] < tokens:
-                first = meta["prompts_done"]
-                chunk = [bank[(first + j) % len(bank)] for j in range(batch)]
-                ids = [pair.encode(p.text, chat=p.chat) for p in chunk]
-                # every SAMPLE_EVERY-th batch samples, and so does every prompt the bank gives again
-                # (its seed, from its place in the run, differs from its first answer's)
-                sampling = meta["batches"] % SAMPLE_EVERY == SAMPLE_EVERY - 1
-                sampled = [sampling or first + j >= len(bank) for j in range(batch)]
+                first, b = meta["prompts_done"], meta["batches"]
                 started = time.perf_counter()
-                with torch.inference_mode():
-                    rows = generate_rows(pair, ids, max_new_tokens, layers,
-                                         [SAMPLE_WARP if s else Warp() for s in sampled],
-                                         seeds=[seed * 1_000_003 + first + j for j in range(batch)])
+                stored, replayed_from = read_corpus_batch(own, b), own
+                if stored is None and given is not None:
+                    stored, replayed_from = read_corpus_batch(given, b), given
+                if stored is not None:  # text made before: its states again, no generating
+                    entries, seq_tokens = stored
+                    if len(entries) != batch or [e["prompt"] for e in entries] != [(first + j) % len(bank)
+                                                                                   for j in range(batch)]:
+                        raise InputError(f"{corpus_batch_path(replayed_from, b)} does not hold batch {b} of this "
+                                         "run (its prompts differ): delete it, or give --corpus none.")
+                    with torch.inference_mode():
+                        rows = replay_rows(pair, seq_tokens, layers)
+                else:
+                    chunk = [bank[(first + j) % len(bank)] for j in range(batch)]
+                    ids = [pair.encode(p.text, chat=p.chat) for p in chunk]
+                    # every SAMPLE_EVERY-th batch samples, and so does every prompt the bank gives again
+                    # (its seed, from its place in the run, differs from its first answer's)
+                    sampling = b % SAMPLE_EVERY == SAMPLE_EVERY - 1
+                    sampled = [sampling or first + j >= len(bank) for j in range(batch)]
+                    with torch.inference_mode():
+                        rows = generate_rows(pair, ids, max_new_tokens, layers,
+                                             [SAMPLE_WARP if s else Warp() for s in sampled],
+                                             seeds=[seed * 1_000_003 + first + j for j in range(batch)])
+                    entries = [{"length": len(row["tokens"]), "prompt": (first + j) % len(bank), "kind": p.kind,
+                                "prompt_tokens": len(ids[j]), "answer_tokens": len(row["answer"]),
+                                "sampled": sampled[j], "held_out": held_out(p)}
+                               for j, (p, row) in enumerate(zip(chunk, rows))]
                 with open(folder / "tokens.i32", "ab") as t, open(folder / "labels.i32", "ab") as lab, \
                         open(folder / "feats.f16", "ab") as f:
-                    for j, (p, row) in enumerate(zip(chunk, rows)):
+                    for entry, row in zip(entries, rows):
                         n = len(row["tokens"])
                         t.write(np.asarray(row["tokens"], np.int32).tobytes())
                         lab.write(row["labels"].astype(np.int32).tobytes())
                         f.write(np.ascontiguousarray(row["feats"], np.float16).tobytes())
-                        meta["sequences"].append({"start": meta["tokens"], "length": n, "prompt": (first + j) % len(bank),
-                                                  "kind": p.kind, "prompt_tokens": len(ids[j]),
-                                                  "answer_tokens": len(row["answer"]), "sampled": sampled[j],
-                                                  "held_out": held_out(p)})
+                        meta["sequences"].append({"start": meta["tokens"], **entry})
                         meta["tokens"] += n
                     for fh in (t, lab, f):
                         fh.flush()
                         os.fsync(fh.fileno())
+                if replayed_from is not own or stored is None:  # the text, after the data, before the meta
+                    write_corpus_batch(own, b, entries, [row["tokens"] for row in rows])
+                    write_corpus_meta(own, describe, fingerprint)
                 meta["prompts_done"] = first + batch
                 meta["batches"] += 1
                 meta["seconds"] = meta.get("seconds", 0.0) + time.perf_counter() - started
@@ -403,6 +579,9 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="folder (default: the pair's training folder / selfgen)")
     parser.add_argument("--layers", default="", help="the hidden states to keep besides the last one, as the inputs "
                         "of these decoder layers, e.g. 2,14,25 (default: EAGLE-3's low, middle and high)")
+    parser.add_argument("--corpus", default="checkout", help="text generated before, whose batches are replayed "
+                        "(the target's states recomputed) instead of generated: a run's corpus/ folder; default: "
+                        "a source checkout's data/selfgen/<pair>, if it has one; none: generate every batch")
     args = parser.parse_args(argv)
     try:
         if args.tokens < 1 or (args.batch is not None and args.batch < 1) or args.max_new_tokens < 1:
@@ -413,7 +592,11 @@ def main(argv=None) -> int:
             raise InputError(f"--layers takes whole numbers separated by commas, got {args.layers!r}.") from None
         pair = load_pair(args.pair)
         out = Path(args.out) if args.out else files.train_dir(pair.name) / "selfgen"
-        data = selfgen(pair, out, args.tokens, args.batch, args.max_new_tokens, args.seed, layers=layers or None)
+        corpus = None if args.corpus.lower() == "none" else args.corpus if args.corpus == "checkout" else Path(args.corpus)
+        if isinstance(corpus, Path) and not (corpus / "corpus.json").exists():
+            raise InputError(f"--corpus {corpus}: no corpus there (a folder with corpus.json and batch-NNNNN.npz files).")
+        data = selfgen(pair, out, args.tokens, args.batch, args.max_new_tokens, args.seed, layers=layers or None,
+                       corpus=corpus)
     except SpecvizError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

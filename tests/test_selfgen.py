@@ -137,3 +137,73 @@ def test_cli_says_what_is_wrong_in_one_line(capsys):
     assert cli_main(["selfgen", "--pair", "tiny", "--tokens", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "--tokens" in err[0]
+
+
+def test_a_run_keeps_its_text_and_a_new_run_replays_it_instead_of_generating(tiny, tmp_path, monkeypatch):
+    small = [selfgen.BankPrompt("code", t, False) for t in TEXTS * 3]
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: small)
+    made = tmp_path / "made"
+    data = None
+    for _ in range(3):  # three batches, one run each
+        data = selfgen.selfgen(tiny, made, tokens=(data.meta["tokens"] + 1) if data else 1, batch=2,
+                               max_new_tokens=6, progress=False)
+    corpus = made / "corpus"
+    assert selfgen.corpus_batches(corpus) == 3 and json.loads((corpus / "corpus.json").read_text())["batches"] == 3
+    # the machine is gone, the text is kept: two batches of it (as a checkout keeps them)
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    for name in ("corpus.json", "batch-00000.npz", "batch-00001.npz"):
+        shutil.copy(corpus / name, kept / name)
+    generated = []
+    real = selfgen.generate_rows
+    monkeypatch.setattr(selfgen, "generate_rows", lambda *a, **k: generated.append(a[1]) or real(*a, **k))
+    again = selfgen.selfgen(tiny, tmp_path / "again", tokens=data.meta["tokens"], max_new_tokens=6,
+                            progress=False, corpus=kept)
+    assert again.meta["batch"] == 2  # the corpus's batch size, none given
+    assert len(generated) == 1 and generated[0] == _ids(tiny)[:2]  # batches 0 and 1 replayed, batch 2 generated
+    assert again.meta["sequences"] == data.meta["sequences"] and np.array_equal(again.tokens, data.tokens)
+    # the states of one forward over each whole sequence: the generating passes' own, up to rounding
+    np.testing.assert_allclose(again.feats.astype(np.float32), data.feats.astype(np.float32), atol=2e-2, rtol=1e-2)
+    assert np.array_equal(again.labels, data.labels)
+    # its own corpus is complete again, batch for batch the same text
+    for b in range(3):
+        assert selfgen.read_corpus_batch(tmp_path / "again" / "corpus", b) == selfgen.read_corpus_batch(corpus, b)
+    # a run made before runs kept their text writes it from its data
+    shutil.rmtree(corpus)
+    selfgen.selfgen(tiny, made, tokens=1, max_new_tokens=6, progress=False)
+    for b in range(3):
+        assert selfgen.read_corpus_batch(corpus, b) == selfgen.read_corpus_batch(tmp_path / "again" / "corpus", b)
+
+
+def test_a_corpus_of_other_settings_or_cut_short_is_refused_saying_what_to_do(tiny, tmp_path, monkeypatch):
+    small = [selfgen.BankPrompt("code", t, False) for t in TEXTS * 3]
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: small)
+    selfgen.selfgen(tiny, tmp_path / "made", tokens=1, batch=2, max_new_tokens=6, progress=False)
+    corpus = tmp_path / "made" / "corpus"
+    with pytest.raises(selfgen.InputError, match=r"other settings \(max_new_tokens differ: max_new_tokens=6\).*--corpus none"):
+        selfgen.selfgen(tiny, tmp_path / "other", tokens=1, batch=2, max_new_tokens=7, progress=False, corpus=corpus)
+    batch = corpus / "batch-00000.npz"
+    batch.write_bytes(batch.read_bytes()[:100])
+    with pytest.raises(selfgen.InputError, match="batch-00000.npz is not a corpus batch .* delete it"):
+        selfgen.selfgen(tiny, tmp_path / "third", tokens=1, batch=2, max_new_tokens=6, progress=False, corpus=corpus)
+    assert cli_main(["selfgen", "--pair", "tiny", "--tokens", "5", "--corpus", str(tmp_path / "nothing")]) == 2
+
+
+def test_the_checkout_keeps_its_selfgen_text_whole_and_made_as_the_shipped_heads_command_makes_it():
+    corpus = selfgen.checkout_corpus("qwen-coder")
+    assert corpus is not None, "data/selfgen/qwen-coder is missing from the checkout"
+    meta = json.loads((corpus / "corpus.json").read_text())
+    manifest = json.loads((files.Path(selfgen.__file__).parent / "data" / "heads" / "qwen-coder" / "manifest.json").read_text())
+    shipped = manifest["eagle3"]
+    assert f"--batch {meta['batch']}" in shipped["command"] and meta["layers"] == shipped["config"]["layers"]
+    assert meta["batches"] == selfgen.corpus_batches(corpus) > 0  # nothing missing before its last batch
+    held = []
+    for b in range(meta["batches"]):
+        entries, tokens = selfgen.read_corpus_batch(corpus, b)
+        assert len(entries) == meta["batch"] and [len(t) for t in tokens] == [e["length"] for e in entries]
+        assert [e["prompt"] for e in entries] == list(range(b * meta["batch"], (b + 1) * meta["batch"]))
+        assert all(e["prompt_tokens"] + e["answer_tokens"] - 1 == e["length"] for e in entries)
+        # greedy but every SAMPLE_EVERY-th batch (the bank is not yet gone round)
+        assert {e["sampled"] for e in entries} == {b % selfgen.SAMPLE_EVERY == selfgen.SAMPLE_EVERY - 1}
+        held += [e["held_out"] for e in entries]
+    assert 0.05 < sum(held) / len(held) < 0.12
