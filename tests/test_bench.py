@@ -357,3 +357,48 @@ def test_head_targets_judge_the_best_eagle_against_the_draft_model_and_medusa():
     assert parallel["value"] == pytest.approx(0.4) and parallel["met"]
     assert rows["medusa tau on greedy code completion"]["met"]
     assert _head_targets({"code@greedy": {"spec": lane(1.5, 4.0, 0.4)}}) == []  # no head lanes ran: no rows
+
+
+@pytest.mark.parametrize("method", ["spec", "tree"])
+def test_a_run_held_to_a_text_commits_that_text_and_counts_where_the_target_chose_otherwise(tiny, method):
+    from specviz.bench.held import HeldVerifier
+
+    prompt = "import os"
+    ar = list(generate(tiny, prompt, method="ar", max_new_tokens=16))[-1].token_ids
+    assert len(ar) == 16
+    held = HeldVerifier(ar)
+    run = list(generate(tiny, prompt, method=method, max_new_tokens=16, verifier=held))
+    assert run[-1].token_ids == ar and held.forced == 0  # float32: the real run, token for token
+    # a text the target would not write (a flipped near-tie, made by hand at token 5)
+    steps = [e for e in run if e.kind == "step_finished"]
+    assert len(steps) > 1  # several verify passes, so the hold is checked across steps
+    other = ar[:5] + [(ar[5] + 1) % 256] + ar[6:]
+    plain = list(generate(tiny, prompt, method=method, max_new_tokens=16))[-1].token_ids
+    assert plain != other  # unheld, the run writes the target's own text
+    held = HeldVerifier(other)
+    assert list(generate(tiny, prompt, method=method, max_new_tokens=16, verifier=held))[-1].token_ids == other
+    assert held.forced >= 1  # at least the flipped token; the tokens after it may disagree too
+    # counted once per committed position, never more than the text is long
+    assert held.forced <= len(other) and held.at == len(other)
+
+
+def test_the_suite_holds_greedy_specviz_lanes_to_ar_and_reports_what_it_forced(tiny):
+    from specviz.bench import report as rep
+    from specviz.bench.suite import measure_methods, plan_for
+
+    plan = plan_for(True, ["spec"], tokens=8, repeats=1, hold=True)
+    raw = measure_methods(tiny, plan, lambda *_: None)
+    greedy = [g for g in raw if g.endswith("@greedy")]
+    assert greedy and all(rec["forced"] == 0 for g in greedy for rec in raw[g]["spec"])
+    assert all("forced" not in rec for g in greedy for rec in raw[g]["ar"])  # AR is the text, never held
+    sampled = [g for g in raw if not g.endswith("@greedy")]
+    assert sampled and all("forced" not in rec for g in sampled for rec in raw[g]["spec"])
+    results = {g: analysis.summarise_group(raw[g], g.endswith("@greedy")) for g in raw}
+    results[greedy[0]]["spec"]["forced"] = 2  # as a run whose verify pass flipped two near-ties
+    text = "\n".join(rep.speedup_table({"results": results}))
+    assert "(2 held)" in text and "held to AR's text" in text
+    plain = {g: analysis.summarise_group(raw[g], g.endswith("@greedy")) for g in raw}
+    for g in plain:
+        for row in plain[g].values():
+            row["forced"] = None
+    assert "held to AR's text" not in "\n".join(rep.speedup_table({"results": plain}))

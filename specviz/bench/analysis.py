@@ -60,6 +60,8 @@ def summarise_method(runs: list) -> dict:
     out["draft_quant"] = runs[0].get("draft_quant")  # None where no draft model ran
     out["position_acceptance"] = mean_lists([r.get("position_acceptance") or [] for r in runs])
     out["tokens_per_s_runs"] = [r["tokens_per_s"] for r in runs]
+    forced = [r["forced"] for r in runs if r.get("forced") is not None]  # held to AR's text (bench.held)
+    out["forced"] = max(forced) if forced else None
     return out
 
 

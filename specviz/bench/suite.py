@@ -30,6 +30,7 @@ from specviz.argparsing import Parser
 from specviz.bench import analysis, forward, hf, roofline
 from specviz.bench import report as rep
 from specviz.bench.controlled import ControlledDrafter
+from specviz.bench.held import HeldVerifier
 from specviz.bench.machine import dtype_name, environment, loadavg
 from specviz.bench.prompts import PROMPTS
 from specviz.bench.synthetic import SIZES
@@ -137,6 +138,7 @@ class Plan:
     budget_s: float  # the wall time the suite should stay under on 2 CPU cores (real pair)
     prompt_tokens: tuple = ()  # ((prompt, new tokens), ...): prompts measured over a longer answer
     batch_tokens: int = 16  # new tokens per user in the batched runs (B users of the serving bank)
+    hold: bool = False  # greedy groups: specviz lanes held to AR's text (specviz.bench.held, --hold-to-ar)
 
     def tokens_for(self, prompt: str) -> int:
         return dict(self.prompt_tokens).get(prompt, self.tokens)
@@ -173,8 +175,9 @@ def groups(plan: Plan) -> dict:
 # one timed run
 
 def run_method(pair, table: dict, name: str, prompt_ids: list, temperature: float, tokens: int,
-               seed: int, static_cache: bool = False) -> dict:
-    """One timed run of the lane `table[name]`: the record analysis.summarise_method reads."""
+               seed: int, static_cache: bool = False, script: Optional[list] = None) -> dict:
+    """One timed run of the lane `table[name]`: the record analysis.summarise_method reads.
+    `script`: AR's greedy answer, to which a specviz lane's verification is held (HeldVerifier)."""
     lane = table[name]
     pair = quantize_draft(pair, lane.draft)  # the pair itself for "none"
     # transformers on the stock nn.Linear layers, as its users run it, unless the lane names a kernel
@@ -183,16 +186,19 @@ def run_method(pair, table: dict, name: str, prompt_ids: list, temperature: floa
         if lane.config is None:
             record = run_transformers(pair, lane, prompt_ids, temperature, tokens, seed, static_cache)
         else:
-            record = run_specviz(pair, lane.config, prompt_ids, temperature, tokens, seed)
+            held = HeldVerifier(script) if script is not None and lane.config.method != "ar" else None
+            record = run_specviz(pair, lane.config, prompt_ids, temperature, tokens, seed, verifier=held)
+            if held is not None:
+                record["forced"] = held.forced
     return {**record, "cpu_linear": "aten" if stock else getattr(pair, "cpu_linear", "aten")}
 
 
 def run_specviz(pair, cfg: RunConfig, prompt_ids: list, temperature: float, tokens: int, seed: int,
-                drafter=None) -> dict:
+                drafter=None, verifier=None) -> dict:
     """One run's numbers: the outer wall clock for tokens/s, the run's metrics for the rest."""
     start = time.perf_counter()
     events = list(generate(pair, prompt_ids, cfg.replace(temperature=temperature, max_new_tokens=tokens,
-                                                         seed=seed), drafter=drafter))
+                                                         seed=seed), drafter=drafter, verifier=verifier))
     seconds = time.perf_counter() - start
     m = events[-1].metrics
     new = m["new_tokens"]
@@ -242,12 +248,15 @@ def measure_methods(pair, plan: Plan, say, static_cache: bool = False, table: Op
     for name in plan.methods:  # warm-up: first calls pay one-off costs (allocations, kernels)
         run_method(pair, table, name, first, 0.0, 4, 0, static_cache)
     raw = {g: {m: [] for m in methods} for g, (_, _, methods) in plan_groups.items()}
+    # --hold-to-ar: AR's greedy answer per greedy group, untimed, the text the lanes are held to
+    scripts = {g: run_method(pair, table, "ar", ids[prompt], 0.0, plan.tokens_for(prompt), 0)["token_ids"]
+               for g, (prompt, temperature, _) in plan_groups.items() if plan.hold and temperature == 0.0}
     for r in range(plan.repeats):
         for i, (g, (prompt, temperature, methods)) in enumerate(plan_groups.items()):
             turn = (r + i) % len(methods)
             for name in methods[turn:] + methods[:turn]:
                 rec = run_method(pair, table, name, ids[prompt], temperature, plan.tokens_for(prompt), r,
-                                 static_cache)
+                                 static_cache, scripts.get(g))
                 raw[g][name].append(rec)
             say(f"  {g} repeat {r + 1}/{plan.repeats}: "
                 + ", ".join(f"{m} {raw[g][m][-1]['tokens_per_s']:.1f}" for m in methods) + " tok/s")
@@ -437,6 +446,10 @@ def build_parser() -> Parser:
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="specviz's target and draft forwards replay CUDA graphs over a static KV cache "
                              "(specviz.lm.GraphLM; CUDA only; transformers' lanes stay eager)")
+    parser.add_argument("--hold-to-ar", action="store_true",
+                        help="greedy groups: hold specviz's lanes to AR's text (specviz.bench.held): where a bf16 "
+                             "verify pass flips a near-tie of AR's argmax, commit AR's token and count it as "
+                             "forced, so that every drafter is timed on the same text")
     parser.add_argument("--quiet", action="store_true")
     return parser
 
@@ -478,7 +491,8 @@ def _run(args) -> int:
 
     transformers.logging.set_verbosity_error()  # assisted generate() warns about its own config copies
     say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    plan = plan_for(args.quick, args.methods, tokens=args.tokens, repeats=args.repeats, k=args.k)
+    plan = plan_for(args.quick, args.methods, tokens=args.tokens, repeats=args.repeats, k=args.k,
+                    hold=args.hold_to_ar or None)
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
