@@ -331,6 +331,9 @@ def read_corpus_batch(corpus: Path, b: int) -> Optional[tuple]:
                          f"{len(arrays['tokens'])}): delete it, and the run generates that batch.")
     sequences, tokens = [], []
     for i, end in enumerate(ends):
+        if not 0 <= int(arrays["kind"][i]) < len(PROMPT_KINDS):
+            raise InputError(f"{path} is not a corpus batch (kind {int(arrays['kind'][i])} of sequence {i}): "
+                             "delete it, and the run generates that batch.")
         entry = {"kind": PROMPT_KINDS[int(arrays["kind"][i])]}
         for name in CORPUS_FIELDS:
             value = arrays[name][i]
@@ -340,20 +343,39 @@ def read_corpus_batch(corpus: Path, b: int) -> Optional[tuple]:
     return sequences, tokens
 
 
-def open_corpus(corpus: Optional[Path], describe: dict, bank: str) -> Optional[Path]:
+def corpus_meta(corpus: Path) -> dict:
+    """corpus.json of `corpus`, or one InputError saying what to do."""
+    path = Path(corpus) / "corpus.json"
+    try:
+        meta = json.loads(path.read_text())
+        if not isinstance(meta, dict):
+            raise ValueError("not a JSON object")
+        return meta
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path} cannot be read ({exc}): restore it from the repository (data/selfgen), "
+                         "or give --corpus none.") from None
+
+
+def corpus_differs(corpus: Path, describe: dict) -> list:
+    """The settings (of CORPUS_KEYS) in which `corpus` differs from a run's, as "key=value" of the corpus."""
+    meta = corpus_meta(corpus)
+    return [f"{k}={meta.get(k)!r}" for k in CORPUS_KEYS if meta.get(k) != describe[k]]
+
+
+def open_corpus(corpus: Optional[Path], describe: dict, bank: str, implicit: bool = False) -> Optional[Path]:
     """`corpus` if it holds batches made with the run's settings (None: no corpus given, or a
-    folder that does not exist); a corpus of other settings is refused, naming them."""
+    folder that does not exist). A corpus of other settings is refused, naming them, when it was
+    asked for; the checkout's own (`implicit`, the default) is then left aside with a note, so
+    that a run of other settings goes on as it did before corpora existed."""
     if corpus is None or not (Path(corpus) / "corpus.json").exists():
         return None
-    meta = json.loads((Path(corpus) / "corpus.json").read_text())
-    differ = [k for k in CORPUS_KEYS if meta.get(k) != describe[k]]
+    differ = corpus_differs(corpus, describe)
+    if differ and implicit:
+        say(f"not replaying the corpus in {corpus}: it was made with other settings ({', '.join(differ)})")
+        return None
     if differ:
-        raise InputError(f"the corpus in {corpus} was generated with other settings ({', '.join(differ)} differ: "
-                         f"{', '.join(f'{k}={meta.get(k)!r}' for k in differ)}): run with those settings, "
-                         "or give --corpus none to generate everything.")
-    if meta.get("bank") != bank:
-        say(f"the corpus in {corpus} was made from another prompt bank (another Python's standard library?): "
-            "its batches are used as they are, but generating past them would answer other prompts")
+        raise InputError(f"the corpus in {corpus} was generated with other settings ({', '.join(differ)}): "
+                         "run with those settings, or give --corpus none to generate everything.")
     return Path(corpus)
 
 
@@ -450,7 +472,8 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    if corpus == "checkout":
+    implicit = corpus == "checkout"
+    if implicit:
         corpus = checkout_corpus(pair.name)
     n_layers = pair.target.config.num_hidden_layers
     layers = tuple(layers) if layers else feature_layers(n_layers)
@@ -494,9 +517,12 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
         # the run's own text, batch by batch (data made before the corpus existed: written from it now)
         own = folder / "corpus"
         own.mkdir(exist_ok=True)
+        if (own / "corpus.json").exists() and corpus_differs(own, describe):  # text left by a run of other settings
+            raise InputError(f"{own} holds text generated with other settings ({', '.join(corpus_differs(own, describe))}): "
+                             f"delete that folder (or give another --out) to start again.")
         _export_corpus(folder, meta, own)
         write_corpus_meta(own, describe, fingerprint)
-        given = open_corpus(corpus, describe, fingerprint) if corpus is not None else None
+        given = open_corpus(corpus, describe, fingerprint, implicit) if corpus is not None else None
         if given is not None and Path(given).resolve() != own.resolve():
             have = corpus_batches(given)
             if have > meta["batches"]:
@@ -504,6 +530,9 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                     "states recomputed over it (one forward per sequence)")
         else:
             given = None
+        # a corpus made from another bank (another Python's standard library) is replayed as it is,
+        # but a batch generated past it would answer this bank's prompts under the corpus's indices
+        foreign = given is not None and corpus_meta(given).get("bank") != fingerprint
         bar = progress_bar(tokens, "selfgen", initial=min(tokens, meta["tokens"]), smoothing=0.05) if progress else None
         try:
             while meta["tokens"] < tokens:
@@ -521,6 +550,11 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                     with torch.inference_mode():
                         rows = replay_rows(pair, seq_tokens, layers)
                 else:
+                    if foreign and b >= corpus_batches(given):
+                        raise InputError(f"the corpus in {given} was made from another prompt bank (another Python's "
+                                         f"standard library): its {b} batches are replayed, but generating past them "
+                                         "would answer other prompts. Generate more with the Python it was made "
+                                         "with, or give --corpus none.")
                     chunk = [bank[(first + j) % len(bank)] for j in range(batch)]
                     ids = [pair.encode(p.text, chat=p.chat) for p in chunk]
                     # every SAMPLE_EVERY-th batch samples, and so does every prompt the bank gives again

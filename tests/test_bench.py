@@ -7,6 +7,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from specviz import generate, theory
 from specviz import metrics as latency
@@ -373,13 +374,21 @@ def test_a_run_held_to_a_text_commits_that_text_and_counts_where_the_target_chos
     steps = [e for e in run if e.kind == "step_finished"]
     assert len(steps) > 1  # several verify passes, so the hold is checked across steps
     other = ar[:5] + [(ar[5] + 1) % 256] + ar[6:]
-    plain = list(generate(tiny, prompt, method=method, max_new_tokens=16))[-1].token_ids
-    assert plain != other  # unheld, the run writes the target's own text
     held = HeldVerifier(other)
     assert list(generate(tiny, prompt, method=method, max_new_tokens=16, verifier=held))[-1].token_ids == other
-    assert held.forced >= 1  # at least the flipped token; the tokens after it may disagree too
-    # counted once per committed position, never more than the text is long
-    assert held.forced <= len(other) and held.at == len(other)
+    # exactly the positions where the target, fed this text, chooses otherwise (one float32 forward
+    # over the whole text): the flipped token, and those after it whose context it changed
+    ids = tiny.encode(prompt)
+    with torch.inference_mode():
+        logits = tiny.target(torch.tensor([ids + other])).logits[0]
+    choices = logits[len(ids) - 1:len(ids) - 1 + len(other)].argmax(-1).tolist()
+    assert held.forced == sum(c != t for c, t in zip(choices, other)) >= 1 and held.at == len(other)
+    # a text that ends at the end of text before max_new_tokens: the held run ends there too
+    short = list(generate(tiny, "def add(a, b):", method="ar", max_new_tokens=16))[-1]
+    assert short.finish_reason == "eos" and len(short.token_ids) < 16
+    held = HeldVerifier(short.token_ids)
+    done = list(generate(tiny, "def add(a, b):", method=method, max_new_tokens=16, verifier=held))[-1]
+    assert done.token_ids == short.token_ids and done.finish_reason == "eos" and held.forced == 0
 
 
 def test_the_suite_holds_greedy_specviz_lanes_to_ar_and_reports_what_it_forced(tiny):

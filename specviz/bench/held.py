@@ -11,8 +11,13 @@ goes another, and a 32-token comparison of the two says as much about the flip a
 (`script`, AR's own greedy answer), the target's choice at the next position is AR's token, not
 the verify pass's argmax. Every forward, every draft and every acceptance test runs as in a real
 run, so the run's clock is a real run's; only at a near-tie flip is the token AR's. `forced`
-counts those positions: 0 means the run was the real one, token for token. It is a measuring
-instrument of the benchmark (`--hold-to-ar`), never a method: the engine and the app never use it.
+counts those positions: 0 means the run was the real one, token for token. A near-tie flips one
+position now and then; an engine that kept a wrong cache would disagree with AR at many, so the
+count is read as `≠AR` is (the exactness itself is tested in float32, where no flip happens). At a
+held position the step's events show AR's token with p = 1 (the greedy p is one-hot either way),
+and the chain's analytic acceptance still comes from the verify pass's own p.
+It is a measuring instrument of the benchmark (`--hold-to-ar`), never a method: the engine and
+the app never use it, and it holds only the exact greedy rule (a lossy rule runs as it is).
 """
 
 from __future__ import annotations

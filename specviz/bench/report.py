@@ -103,8 +103,8 @@ def speedup_table(report: dict) -> list:
         lines += ["", "Greedy groups held to AR's text (`--hold-to-ar`, specviz.bench.held): every specviz lane "
                   "drafts, verifies and is timed as in a real run, but where the bf16 verify pass's argmax "
                   "differs from AR's token (a near-tie flipped), AR's token is committed, so that every "
-                  "drafter is judged on the same text. `(n held)`: n such positions in the run (none: "
-                  "the real run, token for token). transformers' lanes are not held."]
+                  "drafter is judged on the same text. `(n held)`: n such positions (the most in any repeat; "
+                  "none: the real run, token for token). transformers' lanes are not held."]
     if any(row.get("same_as_ar") is False for g in groups if g.endswith("@greedy") for row in res[g].values()):
         lines += ["", "`≠AR`: greedy output differs from AR's (in bf16 a multi-token forward can flip an "
                   "argmax near-tie of the one-token forward; the methods are lossless in exact arithmetic)."]

@@ -186,7 +186,9 @@ def run_method(pair, table: dict, name: str, prompt_ids: list, temperature: floa
         if lane.config is None:
             record = run_transformers(pair, lane, prompt_ids, temperature, tokens, seed, static_cache)
         else:
-            held = HeldVerifier(script) if script is not None and lane.config.method != "ar" else None
+            # only the exact greedy rule is held (a lossy rule's text is its own by design)
+            hold = script is not None and lane.config.method != "ar" and lane.config.acceptance == "exact"
+            held = HeldVerifier(script) if hold else None
             record = run_specviz(pair, lane.config, prompt_ids, temperature, tokens, seed, verifier=held)
             if held is not None:
                 record["forced"] = held.forced
