@@ -517,8 +517,9 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
         # the run's own text, batch by batch (data made before the corpus existed: written from it now)
         own = folder / "corpus"
         own.mkdir(exist_ok=True)
-        if (own / "corpus.json").exists() and corpus_differs(own, describe):  # text left by a run of other settings
-            raise InputError(f"{own} holds text generated with other settings ({', '.join(corpus_differs(own, describe))}): "
+        stale = corpus_differs(own, describe) if (own / "corpus.json").exists() else []
+        if stale:  # text left by a run of other settings
+            raise InputError(f"{own} holds text generated with other settings ({', '.join(stale)}): "
                              f"delete that folder (or give another --out) to start again.")
         _export_corpus(folder, meta, own)
         write_corpus_meta(own, describe, fingerprint)
@@ -550,7 +551,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                     with torch.inference_mode():
                         rows = replay_rows(pair, seq_tokens, layers)
                 else:
-                    if foreign and b >= corpus_batches(given):
+                    if foreign:  # here the corpus has no batch b: generating would go past it
                         raise InputError(f"the corpus in {given} was made from another prompt bank (another Python's "
                                          f"standard library): its {b} batches are replayed, but generating past them "
                                          "would answer other prompts. Generate more with the Python it was made "
