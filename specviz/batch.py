@@ -95,6 +95,25 @@ class RowCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return max(self.lengths, default=0)
 
+    def place(self, row: int, other: "RowCache") -> None:
+        """Row `row` (empty) takes the one row `other` holds: its keys and values, its length."""
+        if self.lengths[row]:
+            raise ValueError(f"row {row} already holds {self.lengths[row]} tokens; place fills empty rows")
+        n = other.lengths[0]
+        for mine, theirs in ((self.keys, other.keys), (self.values, other.values)):
+            for i, buf in enumerate(theirs):
+                if buf is None or not n:
+                    continue
+                have = mine[i]
+                if have is None or have.shape[2] < n:  # grown as update grows it
+                    capacity = max(n, 2 * (0 if have is None else have.shape[2]), 64)
+                    grown = buf.new_zeros((len(self.lengths), buf.shape[1], capacity, buf.shape[3]))
+                    if have is not None:
+                        grown[:, :, :have.shape[2]] = have
+                    mine[i] = have = grown
+                have[row, :, :n] = buf[0, :, :n]
+        self.lengths[row] = n
+
     def keep_rows(self, rows: list) -> None:
         """Keep only these rows (batch indices, in order): finished rows stop costing."""
         self.lengths = [self.lengths[i] for i in rows]
@@ -186,6 +205,24 @@ class BatchLM:
         if hidden:
             return logits, [states[b, :fed[b]] for b in range(rows)]
         return logits
+
+    def prefill(self, feeds: list, hidden=False):
+        """forward(feeds, [len(f) for f in feeds], hidden) for a batch whose rows are all empty,
+        without the padding: each row runs on its own (a one-row pass, chunked as forward chunks)
+        and its keys and values are placed in this batch's cache. A bank of prompts of 13 to 300
+        tokens padded to the longest is mostly padding, and a padded column costs a decoder pass
+        as a real one does; a one-row pass costs only the row's own tokens. Returns what forward
+        returns: every fed position's logits (and states)."""
+        logits, states = [], []
+        for b, feed in enumerate(feeds):
+            one = BatchLM(self.model, 1)
+            out = one.forward([list(feed)], [len(feed)], hidden)
+            got, hid = out if hidden else (out, None)
+            logits.append(got[0])
+            if hid is not None:
+                states.append(hid[0])
+            self.cache.place(b, one.cache)
+        return (logits, states) if hidden else logits
 
     def crop(self, row: int, length: int) -> None:
         """Row `row` keeps its first `length` cached tokens."""

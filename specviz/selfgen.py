@@ -209,8 +209,8 @@ def held_out(prompt: BankPrompt) -> bool:
 def generate_rows(pair, prompts: list, max_new_tokens: int, layers: tuple, warp=Warp(),
                   seeds: Optional[list] = None) -> list:
     """One batch: every prompt (token ids) answered by the target, one pass per step for all rows
-    (`specviz.batch.BatchLM`; prompts prefilled in chunks of at most BatchLM.CHUNK_TOKENS tokens),
-    each pass also returning the states at `layers` (`BatchLM.forward(hidden=layers)`).
+    (`specviz.batch.BatchLM`; each prompt prefilled on its own, `BatchLM.prefill`), each pass also
+    returning the states at `layers` (`BatchLM.forward(hidden=layers)`).
     Returns per row {"tokens", "labels", "feats", "answer"}: the positions the target ran on (the
     prompt and the answer but its last token), its argmax after each, and its states there
     ((n, len(layers) + 1, d) float16: the inputs of those layers, then the last hidden state after
@@ -232,14 +232,11 @@ def generate_rows(pair, prompts: list, max_new_tokens: int, layers: tuple, warp=
         out[b]["labels"].append(logits.argmax(-1).to("cpu", torch.int32))
         last[b] = logits[-1]
 
-    step = max(1, BatchLM.CHUNK_TOKENS // rows)
-    width = max(len(p) for p in prompts)
-    for start in range(0, width, step):  # the prompts, a slice of columns at a time
-        parts = [list(p[start:start + step]) for p in prompts]
-        logits, states = runner.forward(parts, [len(part) for part in parts], hidden=layers)
-        for b, part in enumerate(parts):
-            if part:
-                keep(b, states[b], logits[b])
+    # the prompts, each on its own (BatchLM.prefill): padded to the longest, a bank's batch of
+    # prompts is mostly padding, and the padding costs what real tokens cost
+    logits, states = runner.prefill([list(p) for p in prompts], hidden=layers)
+    for b in range(rows):
+        keep(b, states[b], logits[b])
     live = list(range(rows))
     while live:
         chosen = []

@@ -268,6 +268,27 @@ def test_chunked_prefill_equals_one_pass(tiny):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+def test_prefill_row_by_row_is_the_padded_pass_without_the_padding(tiny):
+    """BatchLM.prefill runs each row on its own and places it in the batch's cache: the same
+    logits, states, lengths and next pass as one padded forward (a row left empty included), and
+    only on empty rows."""
+    feeds = [list(range(3, 16)), [40, 41, 42, 43], [], [7, 8, 9, 10, 11, 12]]
+    padded, rowwise = BatchLM(tiny.target, 4), BatchLM(tiny.target, 4)
+    ref, ref_states = padded.forward(feeds, [len(f) for f in feeds], hidden=(1, 2))
+    out, states = rowwise.prefill(feeds, hidden=(1, 2))
+    assert rowwise.lengths == padded.lengths == [13, 4, 0, 6]
+    assert [o.shape[0] for o in out] == [13, 4, 0, 6] and states[0].shape[:2] == (13, 3)
+    for a, b in zip(out + states, ref + ref_states):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    more = [[1], [2, 5], [3], [4]]
+    for a, b in zip(rowwise.forward(more, [1, 2, 1, 1]), padded.forward(more, [1, 2, 1, 1])):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert [a.argmax(-1).tolist() for a in BatchLM(tiny.target, 2).prefill([[5, 6], [7]])] == \
+        [a.argmax(-1).tolist() for a in BatchLM(tiny.target, 2).forward([[5, 6], [7]], [2, 1])]
+    with pytest.raises(ValueError, match="already holds"):
+        rowwise.prefill([[9], [9], [9], [9]])
+
+
 def test_kv_memory_is_rows_times_tokens(tiny):
     cfg = tiny.target.config
     runner = BatchLM(tiny.target, 4)
