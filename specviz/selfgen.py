@@ -59,7 +59,7 @@ from specviz.config import Warp
 from specviz.errors import InputError
 
 HELD_OUT_EVERY = 12
-PROMPT_KINDS = ("code", "rewrite", "chat")  # a corpus file stores a sequence's kind as its index here
+PROMPT_KINDS = ("code", "rewrite", "chat", "general")  # a corpus file stores a sequence's kind as its index here
 DEFAULT_BATCH = 32  # rows per target pass: on 2 CPU cores, a pass of 32 costs little more than one of 16
 SAMPLE_EVERY = 4  # every 4th batch samples (temperature SAMPLE_WARP) instead of decoding greedily
 SAMPLE_WARP = Warp(temperature=0.8, top_p=0.95)
@@ -132,6 +132,42 @@ REWRITE_TEMPLATES = (
 )
 
 
+# general chat: what a chat model is asked besides programming (EAGLE-3 learns from ShareGPT and
+# UltraChat, conversations of every kind), so that a drafter meets prose, lists and verse as well as
+# code. Nothing about the sky or light: the benchmark's chat prompt asks why the sky is blue.
+GENERAL_TOPICS = (
+    "photosynthesis", "the water cycle", "volcanoes", "earthquakes", "tides", "the seasons",
+    "the phases of the Moon", "black holes", "gravity", "magnetism", "electricity", "sound", "the immune system",
+    "vaccines", "antibiotics", "DNA", "evolution", "sleep", "dreams", "memory", "the human heart", "digestion",
+    "muscles and exercise", "nutrition", "vitamins", "dinosaurs", "bees and pollination", "bird migration",
+    "coral reefs", "rainforests", "deserts", "ocean currents", "recycling", "renewable energy", "wind turbines",
+    "nuclear power", "batteries", "electric cars", "the internet", "smartphones", "satellites", "3D printing",
+    "robots", "the printing press", "the Industrial Revolution", "the Roman Empire", "ancient Egypt",
+    "the Silk Road", "the Renaissance", "the French Revolution", "the Moon landing", "the Olympic Games",
+    "democracy", "taxes", "inflation", "compound interest", "supply and demand", "budgeting",
+    "saving for retirement", "insurance", "the stock market", "international trade", "banks",
+    "learning a new language", "public speaking", "time management", "procrastination", "habits",
+    "motivation", "teamwork", "giving feedback", "job interviews", "negotiation", "friendship", "stress",
+    "gardening", "composting", "houseplants", "baking bread", "making coffee", "tea", "fermentation",
+    "chocolate", "cheese", "running", "swimming", "chess", "football", "cycling", "yoga", "hiking", "camping",
+    "travelling on a budget", "volunteering", "museums", "libraries", "reading", "jazz", "classical music",
+    "learning the piano", "photography", "watercolour painting", "origami", "knitting", "woodworking", "dogs",
+    "cats", "horses", "elephants", "octopuses", "whales", "ants", "honey", "mountains", "rivers", "islands",
+    "glaciers", "weather forecasting", "climate change", "air pollution", "plastic waste", "endangered species",
+    "national parks", "city life", "public transport", "bridges", "architecture", "the Great Wall of China",
+    "castles", "trains", "aeroplanes", "ships", "clocks", "calendars", "the metric system", "prime numbers",
+    "probability", "the number zero", "geometry", "fractions", "infinity", "the scientific method",
+    "Newton's laws of motion", "the periodic table", "atoms", "salt", "glass", "paper", "soap", "fire",
+)
+GENERAL_TEMPLATES = (
+    "Explain {t} in simple terms.",
+    "What are three interesting facts about {t}?",
+    "How would you explain {t} to a ten-year-old?",
+    "Write a short poem about {t}.",
+    "Give me some practical advice about {t}.",
+)
+
+
 def stdlib_files() -> list:
     """The standard library's top-level modules and packages' modules, test suites left out."""
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -185,7 +221,10 @@ def _excluded() -> set:
 def prompt_bank(seed: int = 0) -> list:
     """Every prompt of the bank, shuffled with `seed`: each standard-library function as a code
     completion (its signature and docstring) and as one rewrite-like request (a template chosen by
-    a hash of its name), and every topic with every chat template."""
+    a hash of its name), and every topic with every chat template; then the general chat
+    (GENERAL_TOPICS x GENERAL_TEMPLATES), shuffled on its own and placed after the rest: it came
+    later, and a bank that grows at its end keeps every prompt of the runs and corpora made before
+    in its place (`bank_prefix`)."""
     bank = []
     for module, name, head, whole in _stdlib_functions():
         bank.append(BankPrompt("code", head, False))
@@ -196,7 +235,11 @@ def prompt_bank(seed: int = 0) -> list:
     seen: set = set()  # a function defined alike in two modules (overloads, copies) is asked once
     bank = [p for p in bank if p.text not in excluded and not (p.text in seen or seen.add(p.text))]
     random.Random(seed).shuffle(bank)
-    return bank
+    general = [BankPrompt("general", template.format(t=topic), True)
+               for topic in GENERAL_TOPICS for template in GENERAL_TEMPLATES]
+    general = [p for p in general if p.text not in excluded and not (p.text in seen or seen.add(p.text))]
+    random.Random(seed).shuffle(general)
+    return bank + general
 
 
 def held_out(prompt: BankPrompt) -> bool:
@@ -295,6 +338,22 @@ def bank_fingerprint(bank: list) -> str:
     return f"{zlib.crc32(chr(0).join(p.text for p in bank).encode()):08x}"
 
 
+def bank_prefix(bank: list, fingerprint, size=None) -> Optional[int]:
+    """How many of `bank`'s first prompts a corpus's bank `fingerprint` (bank_fingerprint) is, or
+    None: another bank (another Python's standard library, another seed). A bank that grew at its
+    end keeps a corpus's prompts where they were. `size`: the corpus's bank size, where its
+    corpus.json says it; else every prefix is tried (one pass over the texts)."""
+    if size is not None:
+        ok = isinstance(size, int) and 0 < size <= len(bank) and bank_fingerprint(bank[:size]) == fingerprint
+        return size if ok else None
+    crc = 0
+    for n, p in enumerate(bank, start=1):
+        crc = zlib.crc32(((chr(0) if n > 1 else "") + p.text).encode(), crc)
+        if f"{crc:08x}" == fingerprint:
+            return n
+    return None
+
+
 def corpus_batch_path(corpus: Path, b: int) -> Path:
     return Path(corpus) / f"batch-{b:05d}.npz"
 
@@ -359,7 +418,7 @@ def corpus_differs(corpus: Path, describe: dict) -> list:
     return [f"{k}={meta.get(k)!r}" for k in CORPUS_KEYS if meta.get(k) != describe[k]]
 
 
-def open_corpus(corpus: Optional[Path], describe: dict, bank: str, implicit: bool = False) -> Optional[Path]:
+def open_corpus(corpus: Optional[Path], describe: dict, implicit: bool = False) -> Optional[Path]:
     """`corpus` if it holds batches made with the run's settings (None: no corpus given, or a
     folder that does not exist). A corpus of other settings is refused, naming them, when it was
     asked for; the checkout's own (`implicit`, the default) is then left aside with a note, so
@@ -384,8 +443,9 @@ def corpus_batches(corpus: Path) -> int:
     return b
 
 
-def write_corpus_meta(corpus: Path, describe: dict, bank: str) -> None:
-    files.write_json(Path(corpus) / "corpus.json", {**{k: describe[k] for k in CORPUS_KEYS}, "bank": bank,
+def write_corpus_meta(corpus: Path, describe: dict, bank: list) -> None:
+    files.write_json(Path(corpus) / "corpus.json", {**{k: describe[k] for k in CORPUS_KEYS},
+                                                    "bank": bank_fingerprint(bank), "bank_prompts": len(bank),
                                                     "batches": corpus_batches(corpus)})
 
 
@@ -510,7 +570,6 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                 fh.truncate(meta["tokens"] * size)
         need_disk(folder, tokens - meta["tokens"], sum(row_bytes.values()), batch * max_new_tokens)
         bank = prompt_bank(seed)
-        fingerprint = bank_fingerprint(bank)
         # the run's own text, batch by batch (data made before the corpus existed: written from it now)
         own = folder / "corpus"
         own.mkdir(exist_ok=True)
@@ -519,8 +578,8 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
             raise InputError(f"{own} holds text generated with other settings ({', '.join(stale)}): "
                              f"delete that folder (or give another --out) to start again.")
         _export_corpus(folder, meta, own)
-        write_corpus_meta(own, describe, fingerprint)
-        given = open_corpus(corpus, describe, fingerprint, implicit) if corpus is not None else None
+        write_corpus_meta(own, describe, bank)
+        given = open_corpus(corpus, describe, implicit) if corpus is not None else None
         if given is not None and Path(given).resolve() != own.resolve():
             have = corpus_batches(given)
             if have > meta["batches"]:
@@ -529,8 +588,10 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
         else:
             given = None
         # a corpus made from another bank (another Python's standard library) is replayed as it is,
-        # but a batch generated past it would answer this bank's prompts under the corpus's indices
-        foreign = given is not None and corpus_meta(given).get("bank") != fingerprint
+        # but a batch generated past it would answer this bank's prompts under the corpus's indices;
+        # one made from this bank's first prompts (the bank has grown at its end since) goes on
+        foreign = given is not None and bank_prefix(bank, corpus_meta(given).get("bank"),
+                                                    corpus_meta(given).get("bank_prompts")) is None
         bar = progress_bar(tokens, "selfgen", initial=min(tokens, meta["tokens"]), smoothing=0.05) if progress else None
         try:
             while meta["tokens"] < tokens:
@@ -581,7 +642,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                         os.fsync(fh.fileno())
                 if replayed_from is not own or stored is None:  # the text, after the data, before the meta
                     write_corpus_batch(own, b, entries, [row["tokens"] for row in rows])
-                    write_corpus_meta(own, describe, fingerprint)
+                    write_corpus_meta(own, describe, bank)
                 meta["prompts_done"] = first + batch
                 meta["batches"] += 1
                 meta["seconds"] = meta.get("seconds", 0.0) + time.perf_counter() - started

@@ -56,8 +56,13 @@ def test_the_bank_is_varied_and_never_holds_the_benchmarks_prompts():
     bank = selfgen.prompt_bank()
     texts = [p.text for p in bank]
     assert len(bank) > 2000 and len(set(texts)) == len(texts)
-    assert {p.kind for p in bank} == {"code", "rewrite", "chat"}
+    assert {p.kind for p in bank} == {"code", "rewrite", "chat", "general"}
     assert all(not p.chat for p in bank if p.kind == "code") and all(p.chat for p in bank if p.kind != "code")
+    # the general chat came later: after every other prompt, so that older runs keep their prompts' places
+    first = next(i for i, p in enumerate(bank) if p.kind == "general")
+    assert first > 2000 and all(p.kind == "general" for p in bank[first:]) and len(bank) - first > 500
+    assert selfgen.bank_prefix(bank, selfgen.bank_fingerprint(bank[:first])) == first
+    assert not any(w in p.text.lower() for p in bank[first:] for w in ("sky", "blue", "light"))
     banned = {p.text for p in PROMPTS.values()} | set(SERVING_BANK)
     assert not banned & set(texts)
     assert any("is_prime" in t for t in banned) and not any("def is_prime(" in t for t in texts)
@@ -173,6 +178,34 @@ def test_a_run_keeps_its_text_and_a_new_run_replays_it_instead_of_generating(tin
     selfgen.selfgen(tiny, made, tokens=1, max_new_tokens=6, progress=False)
     for b in range(3):
         assert selfgen.read_corpus_batch(corpus, b) == selfgen.read_corpus_batch(tmp_path / "again" / "corpus", b)
+
+
+def test_a_corpus_of_a_bank_that_has_grown_at_its_end_goes_on_with_the_new_prompts(tiny, tmp_path, monkeypatch):
+    """A corpus made before prompts were added at the bank's end is this bank's prefix: replayed, then
+    continued with the added prompts (greedy, not the repeats of a bank gone round); with its size
+    stated or not (corpus.json before bank_prompts existed)."""
+    old = [selfgen.BankPrompt("code", t, False) for t in TEXTS[:2]]
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: old)
+    made = selfgen.selfgen(tiny, tmp_path / "made", tokens=1, batch=2, max_new_tokens=6, progress=False, corpus=None)
+    corpus = tmp_path / "made" / "corpus"
+    meta = json.loads((corpus / "corpus.json").read_text())
+    assert meta["bank_prompts"] == 2 and meta["bank"] == selfgen.bank_fingerprint(old)
+    grown = old + [selfgen.BankPrompt("general", t, True) for t in ("Tell me about tea.", "Why do cats purr?")]
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: grown)
+    for folder, stated in (("again", True), ("legacy", False)):
+        if not stated:
+            (corpus / "corpus.json").write_text(json.dumps({k: v for k, v in meta.items() if k != "bank_prompts"}))
+        data = selfgen.selfgen(tiny, tmp_path / folder, tokens=made.meta["tokens"] + 1, max_new_tokens=6,
+                               progress=False, corpus=corpus)
+        seqs = data.meta["sequences"]
+        assert [s["prompt"] for s in seqs] == [0, 1, 2, 3] and [s["kind"] for s in seqs[2:]] == ["general"] * 2
+        assert not any(s["sampled"] for s in seqs)
+        assert np.array_equal(data.tokens[:made.meta["tokens"]], made.tokens)
+        ids = tiny.encode("Why do cats purr?", chat=True)
+        assert data.tokens[seqs[3]["start"]:seqs[3]["start"] + len(ids)].tolist() == ids
+    # the bank changed within (another Python's standard library): not this bank's prefix
+    assert selfgen.bank_prefix(grown[::-1], meta["bank"]) is None
+    assert selfgen.bank_prefix(grown, meta["bank"], 3) is None and selfgen.bank_prefix(grown, meta["bank"], 2) == 2
 
 
 def test_a_corpus_of_other_settings_or_cut_short_is_refused_saying_what_to_do(tiny, tmp_path, monkeypatch):
