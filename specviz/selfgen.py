@@ -134,7 +134,8 @@ REWRITE_TEMPLATES = (
 
 # general chat: what a chat model is asked besides programming (EAGLE-3 learns from ShareGPT and
 # UltraChat, conversations of every kind), so that a drafter meets prose, lists and verse as well as
-# code. Nothing about the sky or light: the benchmark's chat prompt asks why the sky is blue.
+# code. Nothing about the sky or light (the benchmark's chat prompt asks why the sky is blue), and no
+# template that opens as a benchmark prompt does (its creative one asks for a short poem).
 GENERAL_TOPICS = (
     "photosynthesis", "the water cycle", "volcanoes", "earthquakes", "tides", "the seasons",
     "the phases of the Moon", "black holes", "gravity", "magnetism", "electricity", "sound", "the immune system",
@@ -163,7 +164,7 @@ GENERAL_TEMPLATES = (
     "Explain {t} in simple terms.",
     "What are three interesting facts about {t}?",
     "How would you explain {t} to a ten-year-old?",
-    "Write a short poem about {t}.",
+    "Write a few lines of verse about {t}.",
     "Give me some practical advice about {t}.",
 )
 

@@ -63,6 +63,8 @@ def test_the_bank_is_varied_and_never_holds_the_benchmarks_prompts():
     assert first > 2000 and all(p.kind == "general" for p in bank[first:]) and len(bank) - first > 500
     assert selfgen.bank_prefix(bank, selfgen.bank_fingerprint(bank[:first])) == first
     assert not any(w in p.text.lower() for p in bank[first:] for w in ("sky", "blue", "light"))
+    openings = {" ".join(p.text.split()[:3]).lower() for p in PROMPTS.values()}
+    assert not any(" ".join(p.text.split()[:3]).lower() in openings for p in bank[first:])
     banned = {p.text for p in PROMPTS.values()} | set(SERVING_BANK)
     assert not banned & set(texts)
     assert any("is_prime" in t for t in banned) and not any("def is_prime(" in t for t in texts)
