@@ -445,9 +445,13 @@ def corpus_batches(corpus: Path) -> int:
 
 
 def write_corpus_meta(corpus: Path, describe: dict, bank: list) -> None:
+    """corpus.json: the settings, the batches, and the fingerprint of the prompts those batches
+    answered (the bank's first `bank_prompts`): a bank changed only past them still continues it."""
+    batches = corpus_batches(corpus)
+    used = min(len(bank), batches * describe["batch"]) or len(bank)
     files.write_json(Path(corpus) / "corpus.json", {**{k: describe[k] for k in CORPUS_KEYS},
-                                                    "bank": bank_fingerprint(bank), "bank_prompts": len(bank),
-                                                    "batches": corpus_batches(corpus)})
+                                                    "bank": bank_fingerprint(bank[:used]), "bank_prompts": used,
+                                                    "batches": batches})
 
 
 def checkout_corpus(pair_name: str) -> Optional[Path]:

@@ -208,6 +208,15 @@ def test_a_corpus_of_a_bank_that_has_grown_at_its_end_goes_on_with_the_new_promp
     # the bank changed within (another Python's standard library): not this bank's prefix
     assert selfgen.bank_prefix(grown[::-1], meta["bank"]) is None
     assert selfgen.bank_prefix(grown, meta["bank"], 3) is None and selfgen.bank_prefix(grown, meta["bank"], 2) == 2
+    # a corpus names only the prompts its batches answered: a bank changed past them still continues it
+    first = selfgen.selfgen(tiny, tmp_path / "part", tokens=1, batch=2, max_new_tokens=6, progress=False, corpus=None)
+    part = json.loads((tmp_path / "part" / "corpus" / "corpus.json").read_text())
+    assert part["bank_prompts"] == 2 and part["bank"] == selfgen.bank_fingerprint(grown[:2])
+    edited = grown[:3] + [selfgen.BankPrompt("general", "Why do dogs wag their tails?", True)]
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: edited)
+    data = selfgen.selfgen(tiny, tmp_path / "edited", tokens=first.meta["tokens"] + 1, max_new_tokens=6,
+                           progress=False, corpus=tmp_path / "part" / "corpus")
+    assert [s["prompt"] for s in data.meta["sequences"]] == [0, 1, 2, 3]
 
 
 def test_a_corpus_of_other_settings_or_cut_short_is_refused_saying_what_to_do(tiny, tmp_path, monkeypatch):
