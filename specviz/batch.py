@@ -76,17 +76,24 @@ class RowCache:
         self._index = (torch.tensor(self.lengths)[:, None] + torch.arange(width)).to(self.device)  # (B, T)
         self._width = max(self.lengths) + width
 
-    def update(self, key, value, layer_idx: int, *args, **kwargs):
+    def _buffers(self, layer_idx: int, width: int, key, value) -> tuple:
+        """Layer `layer_idx`'s key and value buffers, holding at least `width` columns for every
+        row (grown to at least twice their size, what was in them kept; shaped like `key`/`value`)."""
         buf_k, buf_v = self.keys[layer_idx], self.values[layer_idx]
-        rows, heads, _, dim = key.shape
-        if buf_k is None or buf_k.shape[2] < self._width:
-            capacity = max(self._width, 2 * (0 if buf_k is None else buf_k.shape[2]), 64)
+        if buf_k is None or buf_k.shape[2] < width:
+            capacity = max(width, 2 * (0 if buf_k is None else buf_k.shape[2]), 64)
+            rows, (_, heads, _, dim) = len(self.lengths), key.shape
             new_k = key.new_zeros((rows, heads, capacity, dim))
             new_v = value.new_zeros((rows, heads, capacity, dim))
             if buf_k is not None:
                 new_k[:, :, :buf_k.shape[2]] = buf_k
                 new_v[:, :, :buf_v.shape[2]] = buf_v
             buf_k, buf_v = self.keys[layer_idx], self.values[layer_idx] = new_k, new_v
+        return buf_k, buf_v
+
+    def update(self, key, value, layer_idx: int, *args, **kwargs):
+        buf_k, buf_v = self._buffers(layer_idx, self._width, key, value)
+        rows = key.shape[0]
         row = torch.arange(rows, device=key.device)[:, None]
         buf_k[row, :, self._index] = key.transpose(1, 2)  # (B, T, heads, dim) at each row's own columns
         buf_v[row, :, self._index] = value.transpose(1, 2)
@@ -100,18 +107,11 @@ class RowCache:
         if self.lengths[row]:
             raise ValueError(f"row {row} already holds {self.lengths[row]} tokens; place fills empty rows")
         n = other.lengths[0]
-        for mine, theirs in ((self.keys, other.keys), (self.values, other.values)):
-            for i, buf in enumerate(theirs):
-                if buf is None or not n:
-                    continue
-                have = mine[i]
-                if have is None or have.shape[2] < n:  # grown as update grows it
-                    capacity = max(n, 2 * (0 if have is None else have.shape[2]), 64)
-                    grown = buf.new_zeros((len(self.lengths), buf.shape[1], capacity, buf.shape[3]))
-                    if have is not None:
-                        grown[:, :, :have.shape[2]] = have
-                    mine[i] = have = grown
-                have[row, :, :n] = buf[0, :, :n]
+        for i, (key, value) in enumerate(zip(other.keys, other.values)):
+            if key is not None and n:
+                buf_k, buf_v = self._buffers(i, n, key, value)
+                buf_k[row, :, :n] = key[0, :, :n]
+                buf_v[row, :, :n] = value[0, :, :n]
         self.lengths[row] = n
 
     def keep_rows(self, rows: list) -> None:

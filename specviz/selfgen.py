@@ -595,8 +595,8 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
         # a corpus made from another bank (another Python's standard library) is replayed as it is,
         # but a batch generated past it would answer this bank's prompts under the corpus's indices;
         # one made from this bank's first prompts (the bank has grown at its end since) goes on
-        foreign = given is not None and bank_prefix(bank, corpus_meta(given).get("bank"),
-                                                    corpus_meta(given).get("bank_prompts")) is None
+        made = corpus_meta(given) if given is not None else {}
+        foreign = given is not None and bank_prefix(bank, made.get("bank"), made.get("bank_prompts")) is None
         bar = progress_bar(tokens, "selfgen", initial=min(tokens, meta["tokens"]), smoothing=0.05) if progress else None
         try:
             while meta["tokens"] < tokens:
