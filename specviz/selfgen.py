@@ -10,7 +10,7 @@ prompts (`prompt_bank`: code to complete, code to rewrite, explain or test, prog
 questions), batched on specviz's batched engine runner (`specviz.batch.BatchLM`, one target pass
 per step for every row), greedy for most batches and sampled for every SAMPLE_EVERY-th (a run
 longer than the bank goes round it again, sampling every answer: a greedy answer given twice would
-be the same data twice), and keeps from the very passes that generate the answers, at every
+be the same data twice; prompts added at the bank's end later are answered next, `Schedule`), and keeps from the very passes that generate the answers, at every
 position t of prompt and answer:
 
   - the token x_t,
@@ -355,6 +355,41 @@ def bank_prefix(bank: list, fingerprint, size=None) -> Optional[int]:
     return None
 
 
+class Schedule:
+    """Which prompt a run gives next. Every prompt of the bank is answered once, in bank order,
+    before any is given again; then the bank goes round again from its first prompt, each answer
+    sampled. `first`: prompts answered so far (always the bank's first ones), `again`: answers given
+    to prompts answered before. A bank that grew at its end after a run went round it has its new
+    prompts answered next (greedy, as first answers are), and the round goes on after them: the
+    prompts already given keep their places."""
+
+    def __init__(self, prompts=()):
+        self.first = self.again = 0
+        for i, prompt in enumerate(prompts):
+            if not self.take(prompt):
+                raise InputError(f"sequence {i} answers prompt {prompt}, where the run gives prompt {self.first} "
+                                 f"or {self.again % max(self.first, 1)} next")
+
+    def next(self, bank_size: int) -> tuple:
+        """(the next prompt's index, whether it was answered before), and move on."""
+        if self.first < bank_size:
+            self.first += 1
+            return self.first - 1, False
+        self.again += 1
+        return (self.again - 1) % self.first, True
+
+    def take(self, prompt: int) -> bool:
+        """Move on past `prompt`, a recorded answer's, if it is one the run gives next (its next new
+        prompt, or its next one again, whichever the bank's size then called for); else False."""
+        if prompt == self.first:
+            self.first += 1
+        elif self.first and prompt == self.again % self.first:
+            self.again += 1
+        else:
+            return False
+        return True
+
+
 def corpus_batch_path(corpus: Path, b: int) -> Path:
     return Path(corpus) / f"batch-{b:05d}.npz"
 
@@ -444,11 +479,12 @@ def corpus_batches(corpus: Path) -> int:
     return b
 
 
-def write_corpus_meta(corpus: Path, describe: dict, bank: list) -> None:
+def write_corpus_meta(corpus: Path, describe: dict, bank: list, answered: int) -> None:
     """corpus.json: the settings, the batches, and the fingerprint of the prompts those batches
-    answered (the bank's first `bank_prompts`): a bank changed only past them still continues it."""
+    answered (the bank's first `answered`, `bank_prompts`): a bank changed only past them still
+    continues it."""
     batches = corpus_batches(corpus)
-    used = min(len(bank), batches * describe["batch"]) or len(bank)
+    used = min(len(bank), answered) or len(bank)
     files.write_json(Path(corpus) / "corpus.json", {**{k: describe[k] for k in CORPUS_KEYS},
                                                     "bank": bank_fingerprint(bank[:used]), "bank_prompts": used,
                                                     "batches": batches})
@@ -583,7 +619,8 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
             raise InputError(f"{own} holds text generated with other settings ({', '.join(stale)}): "
                              f"delete that folder (or give another --out) to start again.")
         _export_corpus(folder, meta, own)
-        write_corpus_meta(own, describe, bank)
+        schedule = Schedule(e["prompt"] for e in meta["sequences"])
+        write_corpus_meta(own, describe, bank, schedule.first)
         given = open_corpus(corpus, describe, implicit) if corpus is not None else None
         if given is not None and Path(given).resolve() != own.resolve():
             have = corpus_batches(given)
@@ -607,8 +644,10 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                     stored, replayed_from = read_corpus_batch(given, b), given
                 if stored is not None:  # text made before: its states again, no generating
                     entries, seq_tokens = stored
-                    if len(entries) != batch or [e["prompt"] for e in entries] != [(first + j) % len(bank)
-                                                                                   for j in range(batch)]:
+                    # its prompts as the run gave them: the bank's next ones, or (gone round it) the
+                    # round's, even where the bank has grown at its end since
+                    if len(entries) != batch or not all(e["prompt"] < len(bank) and schedule.take(e["prompt"])
+                                                        for e in entries):
                         raise InputError(f"{corpus_batch_path(replayed_from, b)} does not hold batch {b} of this "
                                          "run (its prompts differ): delete it, or give --corpus none.")
                     with torch.inference_mode():
@@ -619,17 +658,18 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                                          f"standard library): its {b} batches are replayed, but generating past them "
                                          "would answer other prompts. Generate more with the Python it was made "
                                          "with, or give --corpus none.")
-                    chunk = [bank[(first + j) % len(bank)] for j in range(batch)]
+                    picks = [schedule.next(len(bank)) for _ in range(batch)]
+                    chunk = [bank[i] for i, _ in picks]
                     ids = [pair.encode(p.text, chat=p.chat) for p in chunk]
                     # every SAMPLE_EVERY-th batch samples, and so does every prompt the bank gives again
                     # (its seed, from its place in the run, differs from its first answer's)
                     sampling = b % SAMPLE_EVERY == SAMPLE_EVERY - 1
-                    sampled = [sampling or first + j >= len(bank) for j in range(batch)]
+                    sampled = [sampling or again for _, again in picks]
                     with torch.inference_mode():
                         rows = generate_rows(pair, ids, max_new_tokens, layers,
                                              [SAMPLE_WARP if s else Warp() for s in sampled],
                                              seeds=[seed * 1_000_003 + first + j for j in range(batch)])
-                    entries = [{"length": len(row["tokens"]), "prompt": (first + j) % len(bank), "kind": p.kind,
+                    entries = [{"length": len(row["tokens"]), "prompt": picks[j][0], "kind": p.kind,
                                 "prompt_tokens": len(ids[j]), "answer_tokens": len(row["answer"]),
                                 "sampled": sampled[j], "held_out": held_out(p)}
                                for j, (p, row) in enumerate(zip(chunk, rows))]
@@ -647,7 +687,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                         os.fsync(fh.fileno())
                 if replayed_from is not own or stored is None:  # the text, after the data, before the meta
                     write_corpus_batch(own, b, entries, [row["tokens"] for row in rows])
-                    write_corpus_meta(own, describe, bank)
+                    write_corpus_meta(own, describe, bank, schedule.first)
                 meta["prompts_done"] = first + batch
                 meta["batches"] += 1
                 meta["seconds"] = meta.get("seconds", 0.0) + time.perf_counter() - started

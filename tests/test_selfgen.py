@@ -219,6 +219,50 @@ def test_a_corpus_of_a_bank_that_has_grown_at_its_end_goes_on_with_the_new_promp
     assert [s["prompt"] for s in data.meta["sequences"]] == [0, 1, 2, 3]
 
 
+def test_a_bank_grown_after_the_run_went_round_it_has_its_new_prompts_answered_next(tiny, tmp_path, monkeypatch):
+    """A run that went round its bank (the last prompt's batch gave the first one again, sampled)
+    and a bank grown at its end since: the corpus is replayed as it was made, its repeat keeps its
+    place, the new prompts are answered next (first answers: greedy but in a sampling batch), and
+    the round goes on after them where it stopped."""
+    old = [selfgen.BankPrompt("code", t, False) for t in TEXTS[:3]]
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: old)
+    made = selfgen.selfgen(tiny, tmp_path / "made", tokens=1, batch=2, max_new_tokens=6, progress=False, corpus=None)
+    made = selfgen.selfgen(tiny, tmp_path / "made", tokens=made.meta["tokens"] + 1, max_new_tokens=6,
+                           progress=False, corpus=None)
+    assert [(s["prompt"], s["sampled"]) for s in made.meta["sequences"]] == [(0, False), (1, False), (2, False),
+                                                                            (0, True)]
+    corpus = tmp_path / "made" / "corpus"
+    assert json.loads((corpus / "corpus.json").read_text())["bank_prompts"] == 3
+    grown = old + [selfgen.BankPrompt("general", t, True) for t in ("Tell me about tea.", "Why do cats purr?")]
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: grown)
+    data = selfgen.selfgen(tiny, tmp_path / "grown", tokens=made.meta["tokens"] + 1, max_new_tokens=6,
+                           progress=False, corpus=corpus)
+    data = selfgen.selfgen(tiny, tmp_path / "grown", tokens=data.meta["tokens"] + 1, max_new_tokens=6,
+                           progress=False, corpus=corpus)
+    seqs = data.meta["sequences"]
+    # batch 3 samples (every SAMPLE_EVERY-th); the round goes on at prompt 1
+    assert selfgen.SAMPLE_EVERY == 4
+    assert [(s["prompt"], s["sampled"]) for s in seqs] == [(0, False), (1, False), (2, False), (0, True),
+                                                          (3, False), (4, False), (1, True), (2, True)]
+    assert np.array_equal(data.tokens[:made.meta["tokens"]], made.tokens)
+    ids = tiny.encode("Why do cats purr?", chat=True)
+    assert data.tokens[seqs[5]["start"]:seqs[5]["start"] + len(ids)].tolist() == ids
+    own = json.loads((tmp_path / "grown" / "corpus" / "corpus.json").read_text())
+    assert own["bank_prompts"] == 5 and own["bank"] == selfgen.bank_fingerprint(grown)
+    # the same bank, never grown, goes round as before: prompt i of the run is i modulo the bank
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: old)
+    again = selfgen.selfgen(tiny, tmp_path / "made", tokens=data.meta["tokens"], max_new_tokens=6, progress=False,
+                            corpus=None)
+    assert [s["prompt"] for s in again.meta["sequences"]] == [i % 3 for i in range(len(again.meta["sequences"]))]
+    # a batch whose prompts are not the run's next ones is refused, saying what to do
+    entries, tokens = selfgen.read_corpus_batch(corpus, 1)
+    entries[1]["prompt"] = 1
+    selfgen.write_corpus_batch(corpus, 1, entries, tokens)
+    with pytest.raises(selfgen.InputError, match=r"batch-00001.npz does not hold batch 1 of this run .* --corpus none"):
+        selfgen.selfgen(tiny, tmp_path / "third", tokens=made.meta["tokens"], max_new_tokens=6, progress=False,
+                        corpus=corpus)
+
+
 def test_a_corpus_of_other_settings_or_cut_short_is_refused_saying_what_to_do(tiny, tmp_path, monkeypatch):
     small = [selfgen.BankPrompt("code", t, False) for t in TEXTS * 3]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: small)
@@ -274,15 +318,17 @@ def test_the_checkout_keeps_its_selfgen_text_whole_and_made_as_the_shipped_heads
     shipped = manifest["eagle3"]
     assert f"--batch {meta['batch']}" in shipped["command"] and meta["layers"] == shipped["config"]["layers"]
     assert meta["batches"] == selfgen.corpus_batches(corpus) > 0  # nothing missing before its last batch
-    held = []
+    held, schedule = [], selfgen.Schedule()
     for b in range(meta["batches"]):
         entries, tokens = selfgen.read_corpus_batch(corpus, b)
         assert len(entries) == meta["batch"] and [len(t) for t in tokens] == [e["length"] for e in entries]
-        given = range(b * meta["batch"], (b + 1) * meta["batch"])  # the run's places in the bank, round it again
-        assert [e["prompt"] for e in entries] == [i % meta["bank_prompts"] for i in given]
         assert all(e["prompt_tokens"] + e["answer_tokens"] - 1 == e["length"] for e in entries)
-        # greedy but every SAMPLE_EVERY-th batch, and every prompt the bank gives again
-        assert [e["sampled"] for e in entries] == [b % selfgen.SAMPLE_EVERY == selfgen.SAMPLE_EVERY - 1
-                                                   or i >= meta["bank_prompts"] for i in given]
+        for e in entries:  # the bank in order, then round it again
+            new = schedule.first
+            assert schedule.take(e["prompt"]), f"batch {b}: prompt {e['prompt']} is not the run's next"
+            again = schedule.first == new
+            # greedy but every SAMPLE_EVERY-th batch, and every prompt the bank gives again
+            assert e["sampled"] == (b % selfgen.SAMPLE_EVERY == selfgen.SAMPLE_EVERY - 1 or again)
         held += [e["held_out"] for e in entries]
+    assert schedule.first == meta["bank_prompts"]  # the prompts it answered are the ones it names
     assert 0.05 < sum(held) / len(held) < 0.12
