@@ -219,13 +219,49 @@ def _excluded() -> set:
     return {p.text for p in PROMPTS.values()} | set(SERVING_BANK)
 
 
+# more general chat, added after the first (the held-out answers showed general questions the kind
+# EAGLE-3 read worst): five more templates over those topics, and 159 more topics in all ten. The
+# same exclusions as above.
+GENERAL_TEMPLATES_MORE = (
+    "What do most people get wrong about {t}?",
+    "Give me a short quiz about {t}, with the answers.",
+    "Describe {t} as a tour guide would.",
+    "Why should anyone care about {t}?",
+    "Imagine two friends chatting about {t}; write their conversation.",
+)
+GENERAL_TOPICS_MORE = (
+    "snowflakes", "hurricanes", "tornadoes", "fossils", "caves", "sand dunes", "wetlands", "mushrooms", "ferns",
+    "seeds", "trees", "autumn leaves", "frogs", "snakes", "sharks", "penguins", "owls", "bats", "butterflies",
+    "spiders", "jellyfish", "wolves", "bears", "camels", "kangaroos", "parrots", "crows", "earthworms", "bacteria",
+    "viruses", "cells", "the brain", "the skeleton", "blood", "the lungs", "hearing", "taste and smell",
+    "allergies", "the common cold", "first aid", "drinking enough water", "posture", "meditation",
+    "breathing exercises", "laughter", "computers", "search engines", "email", "passwords", "online privacy",
+    "video games", "virtual reality", "drones", "self-driving cars", "the telephone", "radio", "television",
+    "cameras", "microwave ovens", "refrigerators", "the compass", "maps", "GPS", "barcodes", "credit cards",
+    "the Vikings", "the Maya", "the Aztecs", "ancient Greece", "ancient China", "the Ottoman Empire",
+    "the Middle Ages", "knights", "pirates", "the age of exploration", "the invention of writing", "the wheel",
+    "the steam engine", "the telegraph", "women's suffrage", "the abolition of slavery", "the Cold War",
+    "the fall of the Berlin Wall", "the first cities", "cooking rice", "meal planning", "soup", "spices", "pizza",
+    "pasta", "fruit", "vegetables", "eggs", "moving house", "renting a flat", "buying a used car", "laundry",
+    "minimalism", "decluttering", "credit scores", "loans", "cryptocurrency", "small businesses", "advertising",
+    "customer service", "remote work", "meetings", "writing emails", "note-taking", "studying for exams",
+    "online courses", "choosing a career", "parenting", "grandparents", "birthdays", "weddings", "festivals",
+    "board games", "puzzles", "magic tricks", "juggling", "dance", "theatre", "opera", "film", "poetry", "novels",
+    "comics", "sculpture", "pottery", "calligraphy", "sewing", "fishing", "sailing", "skiing", "tennis",
+    "basketball", "marathons", "martial arts", "rock climbing", "birdwatching", "lakes", "waterfalls", "forests",
+    "farms", "cows", "chickens", "sheep and wool", "cotton", "silk", "steel", "concrete", "gold", "diamonds",
+    "coal", "water treatment", "roads", "traffic jams", "airports",
+)
+
+
 def prompt_bank(seed: int = 0) -> list:
     """Every prompt of the bank, shuffled with `seed`: each standard-library function as a code
     completion (its signature and docstring) and as one rewrite-like request (a template chosen by
     a hash of its name), and every topic with every chat template; then the general chat
-    (GENERAL_TOPICS x GENERAL_TEMPLATES), shuffled on its own and placed after the rest: it came
+    (GENERAL_TOPICS x GENERAL_TEMPLATES), shuffled on its own and placed after the rest, and after
+    it more of it (GENERAL_TEMPLATES_MORE, GENERAL_TOPICS_MORE), shuffled on its own: each came
     later, and a bank that grows at its end keeps every prompt of the runs and corpora made before
-    in its place (`bank_prefix`)."""
+    in its place (`bank_prefix`, `Schedule`)."""
     bank = []
     for module, name, head, whole in _stdlib_functions():
         bank.append(BankPrompt("code", head, False))
@@ -240,7 +276,13 @@ def prompt_bank(seed: int = 0) -> list:
                for topic in GENERAL_TOPICS for template in GENERAL_TEMPLATES]
     general = [p for p in general if p.text not in excluded and not (p.text in seen or seen.add(p.text))]
     random.Random(seed).shuffle(general)
-    return bank + general
+    more = [BankPrompt("general", template.format(t=topic), True) for topic in GENERAL_TOPICS
+            for template in GENERAL_TEMPLATES_MORE]
+    more += [BankPrompt("general", template.format(t=topic), True) for topic in GENERAL_TOPICS_MORE
+             for template in GENERAL_TEMPLATES + GENERAL_TEMPLATES_MORE]
+    more = [p for p in more if p.text not in excluded and not (p.text in seen or seen.add(p.text))]
+    random.Random(seed).shuffle(more)
+    return bank + general + more
 
 
 def held_out(prompt: BankPrompt) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -60,7 +61,14 @@ def test_the_bank_is_varied_and_never_holds_the_benchmarks_prompts():
     assert all(not p.chat for p in bank if p.kind == "code") and all(p.chat for p in bank if p.kind != "code")
     # the general chat came later: after every other prompt, so that older runs keep their prompts' places
     first = next(i for i, p in enumerate(bank) if p.kind == "general")
-    assert first > 2000 and all(p.kind == "general" for p in bank[first:]) and len(bank) - first > 500
+    assert first > 2000 and all(p.kind == "general" for p in bank[first:]) and len(bank) - first > 2500
+    # and more of it later, after the first general prompts: each in its own place from then on
+    more = {t.format(t=topic) for t in selfgen.GENERAL_TEMPLATES_MORE for topic in selfgen.GENERAL_TOPICS}
+    more |= {t.format(t=topic) for t in selfgen.GENERAL_TEMPLATES + selfgen.GENERAL_TEMPLATES_MORE
+             for topic in selfgen.GENERAL_TOPICS_MORE}
+    later = next(i for i, p in enumerate(bank) if p.text in more)
+    assert later - first == len(selfgen.GENERAL_TOPICS) * len(selfgen.GENERAL_TEMPLATES)
+    assert all(p.text in more for p in bank[later:]) and len(bank) - later == len(more)
     assert selfgen.bank_prefix(bank, selfgen.bank_fingerprint(bank[:first])) == first
     assert not any(w in p.text.lower() for p in bank[first:] for w in ("sky", "blue", "light"))
     openings = {" ".join(p.text.split()[:3]).lower() for p in PROMPTS.values()}
@@ -318,6 +326,8 @@ def test_the_checkout_keeps_its_selfgen_text_whole_and_made_as_the_shipped_heads
     shipped = manifest["eagle3"]
     assert f"--batch {meta['batch']}" in shipped["command"] and meta["layers"] == shipped["config"]["layers"]
     assert meta["batches"] == selfgen.corpus_batches(corpus) > 0  # nothing missing before its last batch
+    if sys.version_info[:2] == (3, 11):  # the Python whose standard library made its bank: still its prefix
+        assert selfgen.bank_prefix(selfgen.prompt_bank(), meta["bank"], meta["bank_prompts"]) == meta["bank_prompts"]
     held, schedule = [], selfgen.Schedule()
     for b in range(meta["batches"]):
         entries, tokens = selfgen.read_corpus_batch(corpus, b)
