@@ -400,36 +400,53 @@ def bank_prefix(bank: list, fingerprint, size=None) -> Optional[int]:
 class Schedule:
     """Which prompt a run gives next. Every prompt of the bank is answered once, in bank order,
     before any is given again; then the bank goes round again from its first prompt, each answer
-    sampled. `first`: prompts answered so far (always the bank's first ones), `again`: answers given
-    to prompts answered before. A bank that grew at its end after a run went round it has its new
-    prompts answered next (greedy, as first answers are), and the round goes on after them: the
-    prompts already given keep their places."""
+    sampled. `first`: prompts answered so far (always the bank's first ones); `at`: the prompt the
+    round gives next (in [0, first)). A bank that grew at its end after a run went round it has its
+    new prompts answered next (greedy, as first answers are), and the round goes on after them
+    where it stopped: the prompts already given keep their places."""
 
     def __init__(self, prompts=()):
-        self.first = self.again = 0
+        self.first = self.at = 0
         for i, prompt in enumerate(prompts):
-            if not self.take(prompt):
-                raise InputError(f"sequence {i} answers prompt {prompt}, where the run gives prompt {self.first} "
-                                 f"or {self.again % max(self.first, 1)} next")
+            if self.take(prompt) is None:
+                raise InputError(f"sequence {i} of the run answers prompt {prompt}, where the prompt bank's order "
+                                 f"gives {self.first} or {self.at}: it was made from another bank; give another "
+                                 "--out (or delete that folder to start again).")
 
     def next(self, bank_size: int) -> tuple:
         """(the next prompt's index, whether it was answered before), and move on."""
         if self.first < bank_size:
             self.first += 1
             return self.first - 1, False
-        self.again += 1
-        return (self.again - 1) % self.first, True
+        prompt, self.at = self.at, (self.at + 1) % self.first
+        return prompt, True
 
-    def take(self, prompt: int) -> bool:
-        """Move on past `prompt`, a recorded answer's, if it is one the run gives next (its next new
-        prompt, or its next one again, whichever the bank's size then called for); else False."""
+    def take(self, prompt: int):
+        """Move on past `prompt`, a recorded answer's, if it is one the run gives next: False for
+        its next new prompt, True for the round's next one (given again); None (and no move) for
+        any other."""
         if prompt == self.first:
             self.first += 1
-        elif self.first and prompt == self.again % self.first:
-            self.again += 1
-        else:
             return False
-        return True
+        if self.first and prompt == self.at:
+            self.at = (self.at + 1) % self.first
+            return True
+        return None
+
+
+def _replays(schedule: Schedule, entries: list, bank_size: int, sampling: bool) -> bool:
+    """Whether a stored batch's `entries` are the run's next answers (moving `schedule` past them):
+    each the bank's next new prompt or the round's next one, sampled in a sampling batch or when
+    given again, and no new prompt after one given again (the bank does not grow within a batch)."""
+    again_seen = False
+    for e in entries:
+        if e["prompt"] >= bank_size:
+            return False
+        again = schedule.take(e["prompt"])
+        if again is None or (again_seen and not again) or e["sampled"] != (sampling or again):
+            return False
+        again_seen = again_seen or again
+    return True
 
 
 def corpus_batch_path(corpus: Path, b: int) -> Path:
@@ -662,6 +679,10 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                              f"delete that folder (or give another --out) to start again.")
         _export_corpus(folder, meta, own)
         schedule = Schedule(e["prompt"] for e in meta["sequences"])
+        if schedule.first > len(bank):  # a bank that lost prompts (another Python's standard library)
+            raise InputError(f"{folder} holds answers to {schedule.first} prompts of a bank that this Python's has "
+                             f"{len(bank)} of: it was made from another prompt bank; give another --out, or run "
+                             "with the Python it was made with.")
         write_corpus_meta(own, describe, bank, schedule.first)
         given = open_corpus(corpus, describe, implicit) if corpus is not None else None
         if given is not None and Path(given).resolve() != own.resolve():
@@ -679,7 +700,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
         bar = progress_bar(tokens, "selfgen", initial=min(tokens, meta["tokens"]), smoothing=0.05) if progress else None
         try:
             while meta["tokens"] < tokens:
-                first, b = meta["prompts_done"], meta["batches"]
+                done, b = meta["prompts_done"], meta["batches"]
                 started = time.perf_counter()
                 stored, replayed_from = read_corpus_batch(own, b), own
                 if stored is None and given is not None:
@@ -688,8 +709,8 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                     entries, seq_tokens = stored
                     # its prompts as the run gave them: the bank's next ones, or (gone round it) the
                     # round's, even where the bank has grown at its end since
-                    if len(entries) != batch or not all(e["prompt"] < len(bank) and schedule.take(e["prompt"])
-                                                        for e in entries):
+                    if len(entries) != batch or not _replays(schedule, entries, len(bank),
+                                                             b % SAMPLE_EVERY == SAMPLE_EVERY - 1):
                         raise InputError(f"{corpus_batch_path(replayed_from, b)} does not hold batch {b} of this "
                                          "run (its prompts differ): delete it, or give --corpus none.")
                     with torch.inference_mode():
@@ -710,7 +731,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                     with torch.inference_mode():
                         rows = generate_rows(pair, ids, max_new_tokens, layers,
                                              [SAMPLE_WARP if s else Warp() for s in sampled],
-                                             seeds=[seed * 1_000_003 + first + j for j in range(batch)])
+                                             seeds=[seed * 1_000_003 + done + j for j in range(batch)])
                     entries = [{"length": len(row["tokens"]), "prompt": picks[j][0], "kind": p.kind,
                                 "prompt_tokens": len(ids[j]), "answer_tokens": len(row["answer"]),
                                 "sampled": sampled[j], "held_out": held_out(p)}
@@ -730,7 +751,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                 if replayed_from is not own or stored is None:  # the text, after the data, before the meta
                     write_corpus_batch(own, b, entries, [row["tokens"] for row in rows])
                     write_corpus_meta(own, describe, bank, schedule.first)
-                meta["prompts_done"] = first + batch
+                meta["prompts_done"] = done + batch
                 meta["batches"] += 1
                 meta["seconds"] = meta.get("seconds", 0.0) + time.perf_counter() - started
                 files.write_json(meta_path, meta, indent=None)  # after the data: a crash re-does one batch

@@ -227,6 +227,32 @@ def test_a_corpus_of_a_bank_that_has_grown_at_its_end_goes_on_with_the_new_promp
     assert [s["prompt"] for s in data.meta["sequences"]] == [0, 1, 2, 3]
 
 
+def test_the_schedule_gives_the_bank_in_order_then_rounds_and_takes_grown_banks_where_they_stopped():
+    for n in (1, 2, 3, 7):  # a bank that never changes: prompt i % n, given again from the n-th on
+        schedule = selfgen.Schedule()
+        assert [schedule.next(n) for i in range(5 * n + 2)] == [(i % n, i >= n) for i in range(5 * n + 2)]
+        again = selfgen.Schedule(i % n for i in range(5 * n + 2))  # rebuilt from a run's record
+        assert (again.first, again.at) == (schedule.first, schedule.at)
+
+    def run(sizes):  # the prompts a run gives while its bank has each size in turn, for that many answers
+        schedule = selfgen.Schedule()
+        return [schedule.next(size) for size, count in sizes for _ in range(count)]
+
+    # grown after one answer given again, then again; and after two whole rounds
+    assert [p for p, _ in run([(3, 4), (5, 3), (7, 6)])] == [0, 1, 2, 0, 3, 4, 1, 5, 6, 2, 3, 4, 5]
+    assert [p for p, _ in run([(3, 7), (5, 5)])] == [0, 1, 2, 0, 1, 2, 0, 3, 4, 1, 2, 3]
+    given = run([(3, 4), (5, 3), (7, 6)])
+    schedule = selfgen.Schedule()
+    assert [schedule.take(p) for p, _ in given] == [again for _, again in given]
+    # a prompt out of that order is not taken: a skip, a repeat out of the round's order, a new prompt
+    # that skips one after the bank went round
+    for prompts in ([0, 2], [1], [0, 1, 1], [0, 1, 0, 3]):
+        schedule = selfgen.Schedule()
+        assert None in [schedule.take(p) for p in prompts]
+        with pytest.raises(selfgen.InputError, match="another bank; give another --out"):
+            selfgen.Schedule(prompts)
+
+
 def test_a_bank_grown_after_the_run_went_round_it_has_its_new_prompts_answered_next(tiny, tmp_path, monkeypatch):
     """A run that went round its bank (the last prompt's batch gave the first one again, sampled)
     and a bank grown at its end since: the corpus is replayed as it was made, its repeat keeps its
@@ -262,13 +288,24 @@ def test_a_bank_grown_after_the_run_went_round_it_has_its_new_prompts_answered_n
     again = selfgen.selfgen(tiny, tmp_path / "made", tokens=data.meta["tokens"], max_new_tokens=6, progress=False,
                             corpus=None)
     assert [s["prompt"] for s in again.meta["sequences"]] == [i % 3 for i in range(len(again.meta["sequences"]))]
-    # a batch whose prompts are not the run's next ones is refused, saying what to do
+    # a batch whose prompts are not the run's next ones, or not sampled as the rule says, is refused
     entries, tokens = selfgen.read_corpus_batch(corpus, 1)
-    entries[1]["prompt"] = 1
-    selfgen.write_corpus_batch(corpus, 1, entries, tokens)
-    with pytest.raises(selfgen.InputError, match=r"batch-00001.npz does not hold batch 1 of this run .* --corpus none"):
-        selfgen.selfgen(tiny, tmp_path / "third", tokens=made.meta["tokens"], max_new_tokens=6, progress=False,
-                        corpus=corpus)
+    # (prompt 0 given again in batch 0 would be the rule's for a bank of one prompt then: batch 1's
+    # new prompt 2 is what cannot follow it)
+    cases = ((1, {1: {"prompt": 1}}, 1), (0, {1: {"prompt": 0, "sampled": True}}, 1), (1, {1: {"sampled": False}}, 1))
+    for b, change, refused in cases:
+        stored = selfgen.read_corpus_batch(corpus, b)
+        changed = [{**e, **change.get(i, {})} for i, e in enumerate(stored[0])]
+        selfgen.write_corpus_batch(corpus, b, changed, stored[1])
+        with pytest.raises(selfgen.InputError,
+                           match=rf"batch-0000{refused}.npz does not hold batch {refused} of this run .* --corpus none"):
+            selfgen.selfgen(tiny, tmp_path / f"bad{b}", tokens=made.meta["tokens"], max_new_tokens=6, progress=False,
+                            corpus=corpus)
+        selfgen.write_corpus_batch(corpus, b, *stored)
+    # a run of a bank that has lost prompts since (another Python's) is refused, not misread
+    monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: old[:2])
+    with pytest.raises(selfgen.InputError, match="another prompt bank; give another --out"):
+        selfgen.selfgen(tiny, tmp_path / "grown", tokens=data.meta["tokens"] + 1, max_new_tokens=6, progress=False)
 
 
 def test_a_corpus_of_other_settings_or_cut_short_is_refused_saying_what_to_do(tiny, tmp_path, monkeypatch):
@@ -334,9 +371,8 @@ def test_the_checkout_keeps_its_selfgen_text_whole_and_made_as_the_shipped_heads
         assert len(entries) == meta["batch"] and [len(t) for t in tokens] == [e["length"] for e in entries]
         assert all(e["prompt_tokens"] + e["answer_tokens"] - 1 == e["length"] for e in entries)
         for e in entries:  # the bank in order, then round it again
-            new = schedule.first
-            assert schedule.take(e["prompt"]), f"batch {b}: prompt {e['prompt']} is not the run's next"
-            again = schedule.first == new
+            again = schedule.take(e["prompt"])
+            assert again is not None, f"batch {b}: prompt {e['prompt']} is not the run's next"
             # greedy but every SAMPLE_EVERY-th batch, and every prompt the bank gives again
             assert e["sampled"] == (b % selfgen.SAMPLE_EVERY == selfgen.SAMPLE_EVERY - 1 or again)
         held += [e["held_out"] for e in entries]
