@@ -10,8 +10,8 @@ prompts (`prompt_bank`: code to complete, code to rewrite, explain or test, prog
 questions), batched on specviz's batched engine runner (`specviz.batch.BatchLM`, one target pass
 per step for every row), greedy for most batches and sampled for every SAMPLE_EVERY-th (a run
 longer than the bank goes round it again, sampling every answer: a greedy answer given twice would
-be the same data twice; prompts added at the bank's end later are answered next, `Schedule`), and keeps from the very passes that generate the answers, at every
-position t of prompt and answer:
+be the same data twice; prompts added at the bank's end later are answered next, `Schedule`), and
+keeps from the very passes that generate the answers, at every position t of prompt and answer:
 
   - the token x_t,
   - the target's hidden states at three depths (low, middle, high: the inputs of decoder layers
@@ -270,19 +270,19 @@ def prompt_bank(seed: int = 0) -> list:
     bank += [BankPrompt("chat", template.format(t=topic), True) for topic in TOPICS for template in CHAT_TEMPLATES]
     excluded = _excluded()
     seen: set = set()  # a function defined alike in two modules (overloads, copies) is asked once
-    bank = [p for p in bank if p.text not in excluded and not (p.text in seen or seen.add(p.text))]
-    random.Random(seed).shuffle(bank)
-    general = [BankPrompt("general", template.format(t=topic), True)
-               for topic in GENERAL_TOPICS for template in GENERAL_TEMPLATES]
-    general = [p for p in general if p.text not in excluded and not (p.text in seen or seen.add(p.text))]
-    random.Random(seed).shuffle(general)
-    more = [BankPrompt("general", template.format(t=topic), True) for topic in GENERAL_TOPICS
-            for template in GENERAL_TEMPLATES_MORE]
-    more += [BankPrompt("general", template.format(t=topic), True) for topic in GENERAL_TOPICS_MORE
-             for template in GENERAL_TEMPLATES + GENERAL_TEMPLATES_MORE]
-    more = [p for p in more if p.text not in excluded and not (p.text in seen or seen.add(p.text))]
-    random.Random(seed).shuffle(more)
-    return bank + general + more
+
+    def block(prompts: list) -> list:
+        """`prompts` without the excluded ones and those asked before, shuffled on their own."""
+        kept = [p for p in prompts if p.text not in excluded and not (p.text in seen or seen.add(p.text))]
+        random.Random(seed).shuffle(kept)
+        return kept
+
+    def general(topics, templates) -> list:
+        return [BankPrompt("general", template.format(t=topic), True) for topic in topics for template in templates]
+
+    return (block(bank) + block(general(GENERAL_TOPICS, GENERAL_TEMPLATES))
+            + block(general(GENERAL_TOPICS, GENERAL_TEMPLATES_MORE)
+                    + general(GENERAL_TOPICS_MORE, GENERAL_TEMPLATES + GENERAL_TEMPLATES_MORE)))
 
 
 def held_out(prompt: BankPrompt) -> bool:
@@ -702,6 +702,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
             while meta["tokens"] < tokens:
                 done, b = meta["prompts_done"], meta["batches"]
                 started = time.perf_counter()
+                sampling = b % SAMPLE_EVERY == SAMPLE_EVERY - 1  # every SAMPLE_EVERY-th batch samples
                 stored, replayed_from = read_corpus_batch(own, b), own
                 if stored is None and given is not None:
                     stored, replayed_from = read_corpus_batch(given, b), given
@@ -709,8 +710,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                     entries, seq_tokens = stored
                     # its prompts as the run gave them: the bank's next ones, or (gone round it) the
                     # round's, even where the bank has grown at its end since
-                    if len(entries) != batch or not _replays(schedule, entries, len(bank),
-                                                             b % SAMPLE_EVERY == SAMPLE_EVERY - 1):
+                    if len(entries) != batch or not _replays(schedule, entries, len(bank), sampling):
                         raise InputError(f"{corpus_batch_path(replayed_from, b)} does not hold batch {b} of this "
                                          "run (its prompts differ): delete it, or give --corpus none.")
                     with torch.inference_mode():
@@ -724,9 +724,8 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
                     picks = [schedule.next(len(bank)) for _ in range(batch)]
                     chunk = [bank[i] for i, _ in picks]
                     ids = [pair.encode(p.text, chat=p.chat) for p in chunk]
-                    # every SAMPLE_EVERY-th batch samples, and so does every prompt the bank gives again
+                    # a sampling batch samples every answer, and so does every prompt the bank gives again
                     # (its seed, from its place in the run, differs from its first answer's)
-                    sampling = b % SAMPLE_EVERY == SAMPLE_EVERY - 1
                     sampled = [sampling or again for _, again in picks]
                     with torch.inference_mode():
                         rows = generate_rows(pair, ids, max_new_tokens, layers,
