@@ -31,13 +31,16 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--pair", default=None, help="preset name or 'target=...,draft=...' "
                      "(default: $SPECVIZ_PAIR or qwen-coder)")
     gen.add_argument("--method", default="spec", help="ar | spec | tree | pld | lookahead | cascade | "
-                     "medusa | medusa-tree | eagle | eagle-tree")
+                     "medusa | medusa-tree | eagle | eagle-tree | eagle3 | eagle3-tree | peagle")
     gen.add_argument("--k", type=_k, default=4, help="draft length per step, 'auto' (chosen per step), or 'load' "
                      "(one k per step for the whole batch, from acceptance and the measured pass cost)")
     gen.add_argument("--auto-rule", default="cost", help="with --k auto: cost | heuristic | confidence")
     gen.add_argument("--acceptance", default="exact", help="exact | typical (LOSSY)")
     gen.add_argument("--ngram", type=int, default=3, help="n-gram size (pld, cascade, lookahead)")
     gen.add_argument("--tree", default="3,2,1", help="tree shape like 3,2,1, or dynamic")
+    gen.add_argument("--tree-budget", type=_budget, default=16,
+                     help="dynamic trees (tree --tree dynamic, eagle-tree, eagle3-tree): nodes verified per step, "
+                          "or 'auto': as many as pay on this machine, step by step (its measured pass costs)")
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
@@ -94,6 +97,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "(held-out accuracy is scored on answers either way)")
     tr.add_argument("--no-check", action="store_true", help="skip the greedy runs on the pair at the end")
     return parser
+
+
+def _budget(text: str):
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"tree budget must be a whole number or 'auto', got {text!r}") from None
 
 
 def _k(text: str):
@@ -153,7 +165,7 @@ def cmd_generate(args) -> int:
                        top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
                        record_topk=args.record_topk if args.jsonl else 0, auto_rule=args.auto_rule,
                        acceptance=args.acceptance, ngram=args.ngram, tree=args.tree, heads=args.heads,
-                       batch=batch, spec_off_batch=args.spec_off_batch)
+                       tree_budget=args.tree_budget, batch=batch, spec_off_batch=args.spec_off_batch)
     check_backend_method(check_backend(args.backend), cfg, batch > 1)  # before the weights load, too
     if cfg.method in HEAD_METHODS:  # a missing or corrupt heads file fails before the weights load
         check_heads_file(HEAD_METHODS[cfg.method], args.pair or default_pair_name(), args.heads or None)

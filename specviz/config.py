@@ -88,7 +88,7 @@ class RunConfig:
     confidence: float = 0.4
     ngram: int = 3
     tree: str = "3,2,1"  # static shape (children per depth), or "dynamic"
-    tree_budget: int = 16
+    tree_budget: Union[int, str] = 16  # dynamic trees: nodes verified a step; "auto": sized to this machine (treesize)
     tree_depth: int = 6
     tree_width: int = 4
     lookahead_window: int = 5
@@ -141,7 +141,7 @@ class RunConfig:
             out.update(window=self.lookahead_window, pool=self.lookahead_pool)
         if self.method in ("tree", "medusa-tree"):
             out["tree"] = self.tree
-        if (self.method == "tree" and self.tree == "dynamic") or self.method == "eagle-tree":
+        if (self.method == "tree" and self.tree == "dynamic") or self.method in ("eagle-tree", "eagle3-tree"):
             out.update(tree_budget=self.tree_budget, tree_depth=self.tree_depth, tree_width=self.tree_width)
         if self.method in HEAD_METHODS and self.heads:
             out["heads"] = self.heads
@@ -242,8 +242,10 @@ def _check_tree(cfg: RunConfig) -> None:
             either = "" if cfg.method == "medusa-tree" else "'dynamic' or "
             raise InputError(f"tree must be {either}children per depth like '3,2,1' with at most "
                              f"{MAX_TREE_NODES} nodes in all, got {tree!r}.")
-    for name, value, top in (("tree_budget", cfg.tree_budget, MAX_TREE_NODES),
-                             ("tree_depth", cfg.tree_depth, MAX_K), ("tree_width", cfg.tree_width, 16)):
+    if cfg.tree_budget != "auto" and (not _is_int(cfg.tree_budget) or not 1 <= cfg.tree_budget <= MAX_TREE_NODES):
+        raise InputError(f"tree_budget must be a whole number from 1 to {MAX_TREE_NODES}, or 'auto' "
+                         f"(sized each step to this machine), got {cfg.tree_budget!r}.")
+    for name, value, top in (("tree_depth", cfg.tree_depth, MAX_K), ("tree_width", cfg.tree_width, 16)):
         if not _is_int(value) or not 1 <= value <= top:
             raise InputError(f"{name} must be a whole number from 1 to {top}, got {value!r}.")
 

@@ -10,7 +10,7 @@ import time
 from typing import Optional
 
 from specviz import events as ev
-from specviz.config import HEAD_METHODS, LLAMACPP_METHODS, TREE_METHODS, RunConfig, vocab_size
+from specviz.config import HEAD_METHODS, LLAMACPP_METHODS, MAX_TREE_NODES, TREE_METHODS, RunConfig, vocab_size
 from specviz.drafters import (CascadeDrafter, LookaheadDrafter, ModelDrafter, NoDrafter, PromptLookupDrafter,
                               TreeDrafter)
 from specviz.errors import InputError
@@ -58,7 +58,7 @@ def make_drafter(pair, cfg: RunConfig, policy=None):
     if cfg.method == "tree":
         dynamic = cfg.tree == "dynamic"
         return TreeDrafter(pair.draft, eos, () if dynamic else parse_shape(cfg.tree), dynamic,
-                           cfg.tree_budget, cfg.tree_depth, cfg.tree_width)
+                           cfg.tree_budget, cfg.tree_depth, cfg.tree_width, _sizer(pair, cfg) if dynamic else None)
     if cfg.method in HEAD_METHODS:
         return _heads_drafter(pair, cfg, eos)
     return NoDrafter()
@@ -71,7 +71,7 @@ def _heads_drafter(pair, cfg: RunConfig, eos):
     kind = HEAD_METHODS[cfg.method]
     heads = heads_for(pair, kind, cfg.heads or None)
     bound = heads.bind(pair.target)
-    tree = dict(budget=cfg.tree_budget, depth=cfg.tree_depth, width=cfg.tree_width)
+    tree = dict(budget=cfg.tree_budget, depth=cfg.tree_depth, width=cfg.tree_width, sizer=_sizer(pair, cfg))
     if kind in ("eagle", "eagle3"):
         if cfg.method in ("eagle", "eagle3"):
             return EagleDrafter(bound, eos, chain_k=cfg.k)
@@ -86,6 +86,18 @@ def _heads_drafter(pair, cfg: RunConfig, eos):
     if cfg.method == "medusa":
         return MedusaDrafter(bound, eos, chain_k=cfg.k)
     return MedusaDrafter(bound, eos, shape=shape)
+
+
+def _sizer(pair, cfg: RunConfig):
+    """tree_budget="auto": a dynamic tree sized each step to this machine's pass costs, measured
+    here on a model's first such run (seconds on a CPU), before the run's clock starts."""
+    if cfg.tree_budget != "auto":
+        return None
+    from specviz.treesize import TreeSizer
+
+    sizer = TreeSizer(pair.target, MAX_TREE_NODES)
+    sizer.curve()
+    return sizer
 
 
 def make_verifier(cfg: RunConfig):

@@ -18,7 +18,7 @@ from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value,
 
 TINY_NET = dict(width=32, attn_heads=4, mlp=64)
 METHODS = [dict(method="eagle3", k=5), dict(method="eagle3-tree", tree_budget=12, tree_depth=4, tree_width=3),
-           dict(method="peagle", k=5)]
+           dict(method="eagle3-tree", tree_budget="auto"), dict(method="peagle", k=5)]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def tiny3(tmp_path_factory):
     return pair, features, out
 
 
-@pytest.mark.parametrize("kw", METHODS, ids=[kw["method"] for kw in METHODS])
+@pytest.mark.parametrize("kw", METHODS, ids=[kw["method"] + ("-auto" if kw.get("tree_budget") == "auto" else "") for kw in METHODS])
 @pytest.mark.parametrize("prompt", ["def fibonacci(n):", "Hello, world! "])
 def test_greedy_equals_ar(tiny3, kw, prompt):
     pair, _, _ = tiny3

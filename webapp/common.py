@@ -144,7 +144,7 @@ def options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=Fa
                             acceptance="exact" if method == "ar" or method in engine.TREE_METHODS else acceptance,
                             auto_rule=auto_rule, confidence=confidence, ngram=whole(ngram),
                             tree="dynamic" if tree_dynamic and method == "tree" else tree_shape,
-                            tree_budget=whole(tree_budget))
+                            tree_budget="auto" if whole(tree_budget) == 0 else whole(tree_budget))
     except SpecvizError as exc:
         raise gr.Error(str(exc)) from exc
 

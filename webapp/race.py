@@ -132,7 +132,9 @@ def method_setting(started: dict) -> str:
         parts.append(f"n-gram ≤ {opts['ngram']}")
     if method in DRAFT_TREE_METHODS:
         shape = opts.get("tree", "dynamic")
-        parts.append(f"dynamic, budget {opts.get('tree_budget')}" if shape == "dynamic" else f"shape {shape}")
+        budget = opts.get("tree_budget")
+        parts.append(("dynamic, sized to this machine" if budget == "auto" else f"dynamic, budget {budget}")
+                     if shape == "dynamic" else f"shape {shape}")
     if started.get("lossless") is False:
         parts.append(f"{started.get('rule', 'typical')} acceptance")
     if started.get("draft_quant", "none") != "none":

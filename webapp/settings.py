@@ -35,7 +35,8 @@ def build_sidebar() -> None:
         with gr.Group(visible=False) as ui.tree_box:
             ui.tree_shape_tb = gr.Textbox("3,2,1", label="Tree shape: children per node at each depth")
             ui.tree_dynamic_cb = gr.Checkbox(False, label="dynamic tree (EAGLE-2: grow the likeliest nodes)")
-            ui.tree_budget_sl = gr.Slider(1, 64, value=16, step=1, visible=False, label="dynamic tree budget (nodes)")
+            ui.tree_budget_sl = gr.Slider(0, 64, value=16, step=1, visible=False,
+                                          label="dynamic tree budget (nodes; 0: sized to this machine each step)")
         ui.acceptance_radio = gr.Radio(ACCEPTANCE_CHOICES, value="exact", label="Acceptance rule",
                                        info="typical (Medusa) accepts more but is LOSSY: the output no longer "
                                             "follows the target's distribution")

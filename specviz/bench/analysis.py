@@ -213,7 +213,7 @@ def targets(report: dict) -> list:
     return rows
 
 
-EAGLES = ("eagle", "eagle-tree", "eagle3", "eagle3-tree", "peagle")  # the EAGLE family's lanes
+EAGLES = ("eagle", "eagle-tree", "eagle3", "eagle3-tree", "eagle3-tree-auto", "peagle")  # the EAGLE family's lanes
 RIVALS = ("spec", "spec-int8", "medusa", "medusa-tree")  # what it must beat: the draft model and Medusa
 
 

@@ -99,6 +99,7 @@ def method_table(k: int, pld_k: int) -> dict:
         "eagle-tree": Lane(run.replace(method="eagle-tree")),
         "eagle3": Lane(run.replace(method="eagle3", k=HEADS_K["eagle3"])),
         "eagle3-tree": Lane(run.replace(method="eagle3-tree")),
+        "eagle3-tree-auto": Lane(run.replace(method="eagle3-tree", tree_budget="auto")),  # sized to the machine
         "peagle": Lane(run.replace(method="peagle", k=HEADS_K["peagle"])),
         "hf": Lane(kind="plain"),
         "hf-assisted": Lane(kind="assisted", k=k),

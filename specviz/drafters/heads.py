@@ -31,13 +31,15 @@ class _FeatureDrafter(TreeDrafter):
     uses_features = True
     label = "depth"
 
-    def __init__(self, heads, eos_token_ids=(), shape=None, dynamic=False, budget=16, depth=6, width=4, chain_k=None):
-        """A chain of up to `chain_k` tokens when `chain_k` is given, else a tree (static `shape`, or dynamic)."""
+    def __init__(self, heads, eos_token_ids=(), shape=None, dynamic=False, budget=16, depth=6, width=4, chain_k=None,
+                 sizer=None):
+        """A chain of up to `chain_k` tokens when `chain_k` is given, else a tree (static `shape`,
+        or dynamic: `budget` nodes, or sized to the machine each step by `sizer`)."""
         self.heads = heads  # a specviz.heads.BoundHeads
         self.eos = set(eos_token_ids)
         self.chain = chain_k is not None
         self.shape = [1] * chain_k if self.chain else list(shape or ())
-        self.dynamic, self.budget, self.depth, self.width = dynamic, budget, depth, width
+        self.dynamic, self.budget, self.depth, self.width, self.sizer = dynamic, budget, depth, width, sizer
 
     @property
     def device(self):
@@ -57,7 +59,7 @@ class _FeatureDrafter(TreeDrafter):
         return [{"kind": self.heads.kind, self.label: tree.depth(n)} for n in range(len(tree))]
 
     def step_info(self) -> dict:
-        return {"heads": self.heads.kind, "draft_vocab": self.heads.draft_vocab}
+        return {"heads": self.heads.kind, "draft_vocab": self.heads.draft_vocab, **super().step_info()}
 
 
 class MedusaDrafter(_FeatureDrafter):
@@ -154,6 +156,7 @@ class EagleDrafter(_FeatureDrafter):
 
     def observe(self, committed, proposal, path, target_probs) -> None:
         """Drop the drafted nodes: accepted ones come back next step with the target's true features."""
+        self._sized(proposal, path)
         if self.cache is not None:
             self.cache = (self.cache[0][:, :self.fed], self.cache[1][:, :self.fed])
 

@@ -35,11 +35,13 @@ class TreeDrafter(Drafter):
     rerank_sampled = False
 
     def __init__(self, model, eos_token_ids=(), shape=(3, 2, 1), dynamic=False, budget=16,
-                 depth=6, width=4):
+                 depth=6, width=4, sizer=None):
+        """A dynamic tree with `sizer` (specviz.treesize.TreeSizer; budget "auto") keeps, each
+        step, the nodes that maximise expected tokens per second on this machine."""
         self.runner = runner_for(model)
         self.eos = set(eos_token_ids)
         self.shape, self.dynamic = list(shape), dynamic
-        self.budget, self.depth, self.width = budget, depth, width
+        self.budget, self.depth, self.width, self.sizer = budget, depth, width, sizer
 
     @property
     def kind(self) -> str:
@@ -55,9 +57,16 @@ class TreeDrafter(Drafter):
         (`linear` committed tokens, then node -> column), for observe() to keep the accepted path."""
         start = time.perf_counter()
         tree, slots, linear = DraftTree(), {}, self._linear(committed)
+        if self.sizer is not None:
+            self.sizer.info = {}  # this step's choice, once made
         if k <= 0 or not self._ready():  # nothing drafted, nothing fed: the draft cache stays as it is
             return Proposal(tree, shape=self.kind, notes={"linear": self._cached(), "slots": slots})
         self.forwards = 0
+        pruned = self.dynamic and (warp.greedy or self.rerank_sampled)
+        if self.sizer is None:
+            self.step_budget = self.budget
+        else:  # greedy: sized after drafting; sampled: a budget fixed before anything is drawn
+            self.step_budget = self.sizer.cap if pruned else self.sizer.budget()
         dists = {ROOT: self._root(committed, warp)}
         levels = min(self.depth if self.dynamic else len(self.shape), k)
         frontier = [ROOT]
@@ -72,8 +81,12 @@ class TreeDrafter(Drafter):
             if depth == levels or not frontier or not self._room(tree, warp, 1):
                 break
             dists.update(self._expand(tree, frontier, warp, linear, slots))
-        if self.dynamic and (warp.greedy or self.rerank_sampled):
-            tree, dists, slots = self._prune(tree, dists, slots)
+        if pruned:
+            tree, dists, slots = self._prune(tree, dists, slots, start)
+        elif self.sizer is not None and len(tree):  # sampled: this step's scores size the next step's tree
+            synchronize(self.device)
+            self.sizer.plan([tree.cum_q[n] for n in self._rank(tree, list(range(len(tree))))],
+                            time.perf_counter() - start, len(tree))
         synchronize(self.device)
         return Proposal(tree, dists, self.forwards, time.perf_counter() - start, self._sources(tree),
                         shape=self.kind, notes={"linear": linear, "slots": slots})
@@ -107,7 +120,7 @@ class TreeDrafter(Drafter):
         """Children the next node may get: under sampling the budget is spent as the tree grows."""
         if not self.dynamic or warp.greedy or self.rerank_sampled:
             return width
-        return max(0, min(width, self.budget - len(tree)))
+        return max(0, min(width, self.step_budget - len(tree)))
 
     def _draw(self, q: torch.Tensor, n: int, warp, generator) -> list:
         """n children: the top n of q under greedy, else n draws from q without replacement."""
@@ -139,8 +152,14 @@ class TreeDrafter(Drafter):
         """Best cumulative draft probability first; a parent always ranks before its children."""
         return sorted(nodes, key=lambda n: (-tree.cum_q[n], n))
 
-    def _prune(self, tree: DraftTree, dists: dict, slots: dict):
-        keep = sorted(self._rank(tree, list(range(len(tree))))[:self.budget])
+    def _prune(self, tree: DraftTree, dists: dict, slots: dict, start: float):
+        """The best-ranked nodes: `budget` of them, or as many as the sizer finds pay this step."""
+        ranked = self._rank(tree, list(range(len(tree))))
+        n = self.budget
+        if self.sizer is not None:
+            synchronize(self.device)
+            n = self.sizer.choose([tree.cum_q[i] for i in ranked], time.perf_counter() - start)
+        keep = sorted(ranked[:n])
         new_id = {ROOT: ROOT}
         pruned = DraftTree()
         for old in keep:
@@ -148,7 +167,16 @@ class TreeDrafter(Drafter):
         return (pruned, {new_id[n]: d for n, d in dists.items() if n in new_id},
                 {new_id[n]: s for n, s in slots.items() if n in new_id})
 
+    def _sized(self, proposal, path) -> None:
+        """Tell the sizer how many drafted nodes were accepted against how many it predicted."""
+        if self.sizer is not None and len(proposal.tree):
+            self.sizer.observe(sum(1 for n in path if n != ROOT), sum(proposal.tree.cum_q))
+
+    def step_info(self) -> dict:
+        return self.sizer.step_info() if self.sizer is not None else {}
+
     def observe(self, committed, proposal, path, target_probs) -> None:
         """Keep the committed tokens and the accepted path's cached nodes in the draft cache."""
+        self._sized(proposal, path)
         slots = proposal.notes["slots"]
         self.runner.keep(proposal.notes["linear"], [slots[n] for n in path if n in slots])

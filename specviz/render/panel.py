@@ -89,6 +89,16 @@ def step_notes(step: st.StepView) -> list:
         notes.append(f"k = {info['k_chosen']} chosen by the {info.get('k_rule', 'auto')} rule"
                      + (f" ({drafted} drafted)" if drafted is not None and drafted != info["k_chosen"] else "")
                      + f": {info.get('why', '')}")
+    size = info.get("tree_size") or {}
+    if "next_budget" in size:
+        notes.append(f"tree sized to this machine: {size.get('nodes')} node(s) drawn, a budget fixed before the "
+                     f"draws (sampling); the next step may draw {size['next_budget']}")
+    elif "expected" in size:
+        notes.append(f"tree sized to this machine: kept the {size.get('nodes')} likeliest of {size.get('drafted')} "
+                     f"drafted nodes, the most tokens per second: {num(size['expected'], 2)} tokens expected "
+                     f"(cumulative q × calibration {num(size.get('calibration'), 2)}) for a pass over "
+                     f"{(size.get('nodes') or 0) + 1} tokens ({ms(size.get('verify_s'))}) after "
+                     f"{ms(size.get('draft_s'))} of drafting")
     counters = info.get("counters") or {}
     if counters:
         notes.append("cascade: " + _counter_words(counters))
