@@ -111,6 +111,7 @@ class _Run:
         proposal = self.drafter.propose(self.committed, k, self.cfg.warp, self.generator).end_at(self.eos)
         tree = proposal.tree
         target_probs, verify_time, fed, states = self._score(tree)
+        self.drafter.pass_timed(fed, len(tree), verify_time)
         verdict = self.verifier.verify(tree, proposal.dists, target_probs, self.generator, self.eos)
         emitted = [tree.tokens[n] for n in verdict.path]
         emitted += [] if verdict.next_token is None else [verdict.next_token]

@@ -71,11 +71,11 @@ def _heads_drafter(pair, cfg: RunConfig, eos):
     kind = HEAD_METHODS[cfg.method]
     heads = heads_for(pair, kind, cfg.heads or None)
     bound = heads.bind(pair.target)
-    tree = dict(budget=cfg.tree_budget, depth=cfg.tree_depth, width=cfg.tree_width, sizer=_sizer(pair, cfg))
     if kind in ("eagle", "eagle3"):
         if cfg.method in ("eagle", "eagle3"):
             return EagleDrafter(bound, eos, chain_k=cfg.k)
-        return EagleDrafter(bound, eos, dynamic=True, **tree)
+        return EagleDrafter(bound, eos, dynamic=True, budget=cfg.tree_budget, depth=cfg.tree_depth,
+                            width=cfg.tree_width, sizer=_sizer(pair, cfg))
     if kind == "peagle":
         return ParallelEagleDrafter(bound, eos, chain_k=cfg.k)
     shape = [1] * cfg.k if cfg.method == "medusa" else parse_shape(cfg.tree)

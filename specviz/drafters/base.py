@@ -90,6 +90,9 @@ class Drafter:
     def see_features(self, rows) -> None:
         pass
 
+    def pass_timed(self, fed: int, drafted: int, seconds: float) -> None:
+        """The target's verify pass of this step: `fed` tokens, `drafted` of them drafts, in `seconds`."""
+
     def step_info(self) -> dict:
         return {}
 

@@ -110,6 +110,7 @@ class EagleDrafter(_FeatureDrafter):
         self.cache = None  # the layer's (keys, values): `fed` committed pairs, then this step's nodes
         self.fed = 0
         self.pending = []  # target features not yet fed to the layer
+        self._start_sizer()
 
     def see_features(self, rows) -> None:
         self.pending.append(rows)

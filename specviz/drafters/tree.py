@@ -42,6 +42,8 @@ class TreeDrafter(Drafter):
         self.eos = set(eos_token_ids)
         self.shape, self.dynamic = list(shape), dynamic
         self.budget, self.depth, self.width, self.sizer = budget, depth, width, sizer
+        if dynamic and (budget == "auto") != (sizer is not None):
+            raise ValueError("a tree sized to the machine takes budget='auto' and a TreeSizer, both or neither")
 
     @property
     def kind(self) -> str:
@@ -51,6 +53,12 @@ class TreeDrafter(Drafter):
 
     def start(self, prompt_ids: list) -> None:
         self.runner.reset()  # the prompt is fed by the first proposal, in the same forward as its first draft
+        self._start_sizer()
+
+    def _start_sizer(self) -> None:
+        self.fed_prompt = False  # the run's first drafting step feeds the prompt: its time is not a step's
+        if self.sizer is not None:
+            self.sizer.reset()
 
     def propose(self, committed: list, k: int, warp, generator) -> Proposal:
         """A tree at most k deep. Its notes say where its nodes sit in the draft cache
@@ -68,6 +76,11 @@ class TreeDrafter(Drafter):
         else:  # greedy: sized after drafting; sampled: a budget fixed before anything is drawn
             self.step_budget = self.sizer.cap if pruned else self.sizer.budget()
         dists = {ROOT: self._root(committed, warp)}
+        sized = pruned and self.sizer is not None  # greedy, sized: a level is drafted only if it may pay
+        prefill = 0.0  # the first drafting step's root forward also fed the prompt: left out of its time
+        if self.sizer is not None and not self.fed_prompt:
+            synchronize(self.device)
+            prefill, self.fed_prompt = time.perf_counter() - start, True
         levels = min(self.depth if self.dynamic else len(self.shape), k)
         frontier = [ROOT]
         for depth in range(1, levels + 1):
@@ -80,13 +93,22 @@ class TreeDrafter(Drafter):
             frontier = [n for n in ranked if tree.tokens[n] not in self.eos]
             if depth == levels or not frontier or not self._room(tree, warp, 1):
                 break
+            if sized and not self.sizer.deeper_pays(list(tree.cum_q), [tree.cum_q[n] for n in frontier],
+                                                    time.perf_counter() - start - prefill):
+                break
+            level_start = time.perf_counter()
             dists.update(self._expand(tree, frontier, warp, linear, slots))
+            if sized:
+                synchronize(self.device)
+                self.sizer.level_timed(time.perf_counter() - level_start)
         if pruned:
-            tree, dists, slots = self._prune(tree, dists, slots, start)
+            tree, dists, slots = self._prune(tree, dists, slots, start, prefill)
+            if sized:
+                self.sizer.info["levels"] = depth
         elif self.sizer is not None and len(tree):  # sampled: this step's scores size the next step's tree
             synchronize(self.device)
             self.sizer.plan([tree.cum_q[n] for n in self._rank(tree, list(range(len(tree))))],
-                            time.perf_counter() - start, len(tree))
+                            time.perf_counter() - start - prefill, len(tree), counted=not prefill)
         synchronize(self.device)
         return Proposal(tree, dists, self.forwards, time.perf_counter() - start, self._sources(tree),
                         shape=self.kind, notes={"linear": linear, "slots": slots})
@@ -152,13 +174,14 @@ class TreeDrafter(Drafter):
         """Best cumulative draft probability first; a parent always ranks before its children."""
         return sorted(nodes, key=lambda n: (-tree.cum_q[n], n))
 
-    def _prune(self, tree: DraftTree, dists: dict, slots: dict, start: float):
+    def _prune(self, tree: DraftTree, dists: dict, slots: dict, start: float, prefill: float = 0.0):
         """The best-ranked nodes: `budget` of them, or as many as the sizer finds pay this step."""
         ranked = self._rank(tree, list(range(len(tree))))
         n = self.budget
         if self.sizer is not None:
             synchronize(self.device)
-            n = self.sizer.choose([tree.cum_q[i] for i in ranked], time.perf_counter() - start)
+            n = self.sizer.choose([tree.cum_q[i] for i in ranked], time.perf_counter() - start - prefill,
+                                  counted=not prefill)
         keep = sorted(ranked[:n])
         new_id = {ROOT: ROOT}
         pruned = DraftTree()
@@ -170,10 +193,16 @@ class TreeDrafter(Drafter):
     def _sized(self, proposal, path) -> None:
         """Tell the sizer how many drafted nodes were accepted against how many it predicted."""
         if self.sizer is not None and len(proposal.tree):
-            self.sizer.observe(sum(1 for n in path if n != ROOT), sum(proposal.tree.cum_q))
+            tree, accepted = proposal.tree, set(path)
+            self.sizer.observe([(tree.cum_q[n], n in accepted) for n in self._rank(tree, list(range(len(tree))))])
 
     def step_info(self) -> dict:
         return self.sizer.step_info() if self.sizer is not None else {}
+
+    def pass_timed(self, fed: int, drafted: int, seconds: float) -> None:
+        """The engine's verify pass: a sized tree learns how its passes compare with the curve."""
+        if self.sizer is not None and drafted and fed - drafted <= 1:  # not a pass that fed the prompt
+            self.sizer.timed(fed, seconds)
 
     def observe(self, committed, proposal, path, target_probs) -> None:
         """Keep the committed tokens and the accepted path's cached nodes in the draft cache."""

@@ -91,13 +91,18 @@ def step_notes(step: st.StepView) -> list:
                      + f": {info.get('why', '')}")
     size = info.get("tree_size") or {}
     if "next_budget" in size:
-        notes.append(f"tree sized to this machine: {size.get('nodes')} node(s) drawn, a budget fixed before the "
-                     f"draws (sampling); the next step may draw {size['next_budget']}")
-    elif "expected" in size:
+        notes.append(f"tree sized to this machine: {size.get('nodes')} node(s) drawn under a budget of "
+                     f"{size.get('budget')} fixed before the draws (sampling: a cut by the drawn tokens' own q "
+                     f"would bias the output); the next step's budget: {size['next_budget']}")
+    elif size.get("drafted"):
+        why = ("the most tokens per second for this step" if size.get("rule") == "ratio"
+               else f"each kept node worth more than the time it adds at the run's {num(size.get('run_rate'), 1)} "
+                    "tokens/s")
         notes.append(f"tree sized to this machine: kept the {size.get('nodes')} likeliest of {size.get('drafted')} "
-                     f"drafted nodes, the most tokens per second: {num(size['expected'], 2)} tokens expected "
-                     f"(cumulative q × calibration {num(size.get('calibration'), 2)}) for a pass over "
-                     f"{(size.get('nodes') or 0) + 1} tokens ({ms(size.get('verify_s'))}) after "
+                     f"drafted nodes ({why}): {num(size['expected'], 2)} tokens expected (1 + their cumulative q, each scaled by "
+                     f"how often nodes of its rank were accepted: {num(size.get('calibration'), 2)} overall) from a pass over "
+                     f"{(size.get('nodes') or 0) + 1} tokens priced at {ms(size.get('verify_s'))} (measured curve × "
+                     f"{num(size.get('pass_scale'), 2)}, what this run's passes took against it), after "
                      f"{ms(size.get('draft_s'))} of drafting")
     counters = info.get("counters") or {}
     if counters:
