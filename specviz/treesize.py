@@ -20,9 +20,10 @@ So each greedy step keeps the n best-ranked nodes worth the most to the run:
   well calibrated on its best guess and too sure of its tenth: one scale for all would keep
   too many low-ranked nodes or too few high-ranked ones. A rank with too little evidence (never
   verified lately) counts at face value, so it is tried again.
-- pass(m) is one target pass over m tokens: the curve measured once per target model (kept on
-  it; specviz.batch.CostTable), scaled by what the run's own verify passes took against it (the
-  real pass has a tree mask, hidden states, the verifier's work).
+- pass(m) is one target pass over m tokens: the curve measured once per target model on the
+  engine's own runner (the benchmark suite's verify-cost curve, specviz.bench.forward; kept on
+  the model), scaled by what the run's own verify passes took against it (the real pass has a
+  tree mask, hidden states, a longer context, the verifier's work).
 - R is the run's tokens per second so far, so a node is kept when the tokens it is expected to
   add are worth more than the time it adds at the rate the run already reaches (Dinkelbach's rule
   for the best long-run ratio of tokens to seconds). Before R is known (the run's first steps),
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from specviz.bench.forward import forward_cost
 from specviz.theory import interpolate_cost
 
 # Pass widths measured (one row): every width up to 17, then coarser; between them linear.
@@ -83,14 +85,17 @@ class TreeSizer:
     # -- the machine ---------------------------------------------------------------------------
 
     def curve(self) -> dict:
-        """{width: seconds} of one target pass, measured on first use (then kept on the model)."""
+        """{width: seconds} of one target pass on the engine's own runner, measured on first use
+        (then kept on the model: every later run and sizer reuses it)."""
         if self.points is None:
-            from specviz.batch import CostTable  # specviz.batch imports the drafters' factory
-
-            table = CostTable.of(self.target)
             widths = sorted({w for w in WIDTHS if w <= self.cap + 1} | {self.cap + 1})
-            table.need(1, widths)
-            self.use({w: table(1, w) for w in widths})
+            kept = self.target.__dict__.setdefault("_specviz_pass_curve", {})
+            missing = [w for w in widths if w not in kept]
+            if missing:
+                config = getattr(self.target, "config", None)
+                vocab = getattr(config, "vocab_size", None) or getattr(self.target, "vocab_size", 1000)
+                kept.update(forward_cost(self.target, missing, repeats=3, vocab=min(1000, vocab)))
+            self.use({w: kept[w] for w in widths})
         return self.points
 
     def use(self, points: dict) -> "TreeSizer":
