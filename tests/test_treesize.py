@@ -191,3 +191,15 @@ def test_cli_takes_an_auto_budget():
                           "--tree-budget", "lots", "--prompt", "x"], capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "tree budget must be a whole number or 'auto'" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_the_apps_budget_slider_at_zero_sizes_the_tree():
+    pytest.importorskip("gradio")
+    from webapp.common import options
+
+    auto = options("eagle3-tree", 4, 0.0, 1.0, 32.0, 0.0, False, tree_budget=0.0)
+    assert auto.tree_budget == "auto" and auto.options()["tree_budget"] == "auto"
+    assert options("eagle3-tree", 4, 0.0, 1.0, 32.0, 0.0, False, tree_budget=8.0).tree_budget == 8
+    # the slider hides for other methods but keeps its value: a chain run ignores it
+    chain = options("eagle3", 4, 0.0, 1.0, 32.0, 0.0, False, tree_budget=0.0)
+    assert "tree_budget" not in chain.options()
