@@ -54,12 +54,12 @@ WIDTHS = (*range(1, 18), 20, 24, 28, 33, 41, 49, 57, 65)
 MEMORY = 0.9  # what a run learnt forgets: each earlier step weighs 0.9 times the one after it
 RANKS = 7  # calibration groups of ranks: 1, 2-3, 4-7, 8-15, 16-31, 32-63, 64
 EVIDENCE = 0.5  # predicted acceptances a rank group needs before its own calibration counts
+FIRST_BUDGET = 16  # a sampled run's first step, before any scores were seen
 
 
 def rank_group(rank: int) -> int:
     """0-based rank -> its calibration group."""
     return min(RANKS - 1, (rank + 1).bit_length() - 1)
-FIRST_BUDGET = 16  # a sampled run's first step, before any scores were seen
 
 
 class TreeSizer:
@@ -132,6 +132,7 @@ class TreeSizer:
 
     def timed(self, width: int, seconds: float) -> None:
         """The engine's verify pass of this step (not a prefill): `width` tokens in `seconds`."""
+        self.curve()
         self.real = MEMORY * self.real + seconds
         self.modelled = MEMORY * self.modelled + self.table[max(1, min(width, self.cap + 1))]
         self.pass_s = seconds
