@@ -42,7 +42,7 @@ from specviz import events as ev
 from specviz.events import batch_events, split_rows  # noqa: F401  (part of this module's API)
 from specviz import metrics, sampling
 from specviz.adaptive import AdaptiveK
-from specviz.config import MAX_BATCH, RunConfig, check_context, prompt_to_ids
+from specviz.config import MAX_BATCH, RunConfig, check_context, model_vocab_size, prompt_to_ids
 from specviz.drafters.base import Proposal
 from specviz.errors import InputError
 from specviz.lm import synchronize
@@ -509,7 +509,7 @@ def measure_pass(model, rows: int, widths: list, context: int = CostTable.CONTEX
     widths. A round times every width once, so each shape's samples are spread over the whole
     measurement: a slow spell of the machine (another program, the clock speed) slows one sample
     of every shape, not every sample of one shape."""
-    vocab = min(100, getattr(getattr(model, "config", None), "vocab_size", None) or model.vocab_size)
+    vocab = min(100, model_vocab_size(model))
     runner = batch_runner_for(model, rows)
     runner.forward([[(7 * i + j) % vocab for j in range(context)] for i in range(rows)], [1] * rows)
     best = {(rows, width): float("inf") for width in widths}

@@ -99,22 +99,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _budget(text: str):
-    if text == "auto":
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"tree budget must be a whole number or 'auto', got {text!r}") from None
+def _whole_or(what: str, *words: str):
+    """An argparse type: a whole number, or one of `words` as it is."""
+    allowed = ["a whole number", *map(repr, words)]
+
+    def parse(text: str):
+        if text in words:
+            return text
+        try:
+            return int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be {', '.join(allowed[:-1])} or {allowed[-1]}, "
+                                             f"got {text!r}") from None
+    return parse
 
 
-def _k(text: str):
-    if text in ("auto", "load"):
-        return text
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"k must be a whole number, 'auto' or 'load', got {text!r}") from None
+_k = _whole_or("k", "auto", "load")
+_budget = _whole_or("tree budget", "auto")
 
 
 def cmd_app(args) -> int:

@@ -278,8 +278,12 @@ def prompt_to_ids(pair, prompt, chat: bool) -> list:
 
 
 def vocab_size(pair) -> int:
-    config = getattr(pair.target, "config", None)
-    return getattr(config, "vocab_size", None) or pair.target.vocab_size
+    return model_vocab_size(pair.target)
+
+
+def model_vocab_size(model) -> int:
+    """A model's vocabulary: its config's (transformers), else its own attribute (toy models)."""
+    return getattr(getattr(model, "config", None), "vocab_size", None) or model.vocab_size
 
 
 def check_context(pair, n_prompt: int, cfg: RunConfig) -> None:

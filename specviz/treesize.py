@@ -47,6 +47,7 @@ from __future__ import annotations
 from typing import Optional
 
 from specviz.bench.forward import forward_cost
+from specviz.config import model_vocab_size
 from specviz.theory import interpolate_cost
 
 # Pass widths measured (one row): every width up to 17, then coarser; between them linear.
@@ -92,9 +93,8 @@ class TreeSizer:
             kept = self.target.__dict__.setdefault("_specviz_pass_curve", {})
             missing = [w for w in widths if w not in kept]
             if missing:
-                config = getattr(self.target, "config", None)
-                vocab = getattr(config, "vocab_size", None) or getattr(self.target, "vocab_size", 1000)
-                kept.update(forward_cost(self.target, missing, repeats=3, vocab=min(1000, vocab)))
+                vocab = min(1000, model_vocab_size(self.target))
+                kept.update(forward_cost(self.target, missing, repeats=3, vocab=vocab))
             self.use({w: kept[w] for w in widths})
         return self.points
 

@@ -71,10 +71,9 @@ class TreeDrafter(Drafter):
             return Proposal(tree, shape=self.kind, notes={"linear": self._cached(), "slots": slots})
         self.forwards = 0
         pruned = self.dynamic and (warp.greedy or self.rerank_sampled)
-        if self.sizer is None:
-            self.step_budget = self.budget
-        else:  # greedy: sized after drafting; sampled: a budget fixed before anything is drawn
-            self.step_budget = self.sizer.cap if pruned else self.sizer.budget()
+        # the budget a sampled dynamic tree spends as it grows (a pruned one is cut afterwards):
+        # sized, one fixed before anything is drawn
+        self.step_budget = self.sizer.budget() if self.sizer is not None and not pruned else self.budget
         dists = {ROOT: self._root(committed, warp)}
         sized = pruned and self.sizer is not None  # greedy, sized: a level is drafted only if it may pay
         prefill = 0.0  # the first drafting step's root forward also fed the prompt: left out of its time
@@ -107,8 +106,8 @@ class TreeDrafter(Drafter):
                 self.sizer.info["levels"] = depth
         elif self.sizer is not None and len(tree):  # sampled: this step's scores size the next step's tree
             synchronize(self.device)
-            self.sizer.plan([tree.cum_q[n] for n in self._rank(tree, list(range(len(tree))))],
-                            time.perf_counter() - start - prefill, len(tree), counted=not prefill)
+            self.sizer.plan([tree.cum_q[n] for n in self._ranked(tree)], time.perf_counter() - start - prefill,
+                            len(tree), counted=not prefill)
         synchronize(self.device)
         return Proposal(tree, dists, self.forwards, time.perf_counter() - start, self._sources(tree),
                         shape=self.kind, notes={"linear": linear, "slots": slots})
@@ -174,9 +173,13 @@ class TreeDrafter(Drafter):
         """Best cumulative draft probability first; a parent always ranks before its children."""
         return sorted(nodes, key=lambda n: (-tree.cum_q[n], n))
 
+    def _ranked(self, tree: DraftTree) -> list:
+        """Every node of `tree`, best-ranked first."""
+        return self._rank(tree, list(range(len(tree))))
+
     def _prune(self, tree: DraftTree, dists: dict, slots: dict, start: float, prefill: float = 0.0):
         """The best-ranked nodes: `budget` of them, or as many as the sizer finds pay this step."""
-        ranked = self._rank(tree, list(range(len(tree))))
+        ranked = self._ranked(tree)
         n = self.budget
         if self.sizer is not None:
             synchronize(self.device)
@@ -194,7 +197,7 @@ class TreeDrafter(Drafter):
         """Tell the sizer how many drafted nodes were accepted against how many it predicted."""
         if self.sizer is not None and len(proposal.tree):
             tree, accepted = proposal.tree, set(path)
-            self.sizer.observe([(tree.cum_q[n], n in accepted) for n in self._rank(tree, list(range(len(tree))))])
+            self.sizer.observe([(tree.cum_q[n], n in accepted) for n in self._ranked(tree)])
 
     def step_info(self) -> dict:
         return self.sizer.step_info() if self.sizer is not None else {}
