@@ -1,0 +1,240 @@
+"""Drafters across held-out prompts: which one leads, with the spread over prompts beside the ratio.
+
+The suite times each method on one prompt of a kind, 32 tokens: a handful of steps. A drafter
+that leads there can trail on the next prompt, so a lead on one prompt is an anecdote. Here the
+lanes run on many prompts of each kind, taken from the self-generation bank's held-out share
+(specviz.selfgen.held_out: no shipped head trained on their answers, and no suite prompt is in
+the bank), greedy and held to AR's text (specviz.bench.held: every lane is timed on the same
+text), the lanes interleaved and their order rotated per prompt and repeat. Per kind and lane:
+
+  ratio        tokens / seconds over all its runs, over the baseline lane's
+  95% CI       of that ratio, bootstrap over prompts (a prompt's runs are drawn together), seeded
+  per prompt   the lane's tokens/s over the baseline's on each prompt: the median, and the wins
+  verdict      leads where the whole interval is above 1, trails where it is below, else a tie
+  vs AR        over AR, timed once per prompt (the run that gives the held text)
+
+Progress and an ETA go to stderr; every finished prompt is saved in OUT.partial.json, and a rerun
+with the same settings resumes after it (the report counts the sittings). Nothing else may share
+the cores while it runs.
+
+Usage: python -m specviz.bench.heldout [--pair qwen-coder] [--kinds code chat] [--prompts 12]
+       [--tokens 64] [--repeats 2] [--baseline spec-int8] [--methods spec-int8 medusa eagle3-tree ...]
+       [--out docs/benchmarks/heldout-qwen-coder]
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from specviz.argparsing import Parser
+from specviz.errors import InputError, SpecvizError
+
+KINDS = ("code", "rewrite", "chat", "general")  # the bank's kinds (specviz.selfgen.prompt_bank)
+DEFAULT_METHODS = ("spec-int8", "medusa", "eagle3", "eagle3-tree", "eagle3-tree-auto")
+DRAWS = 2000  # bootstrap resamples
+
+
+# ---------------------------------------------------------------------------------------------
+# the numbers
+
+def _rate(runs: list) -> float:
+    return sum(r["tokens"] for r in runs) / sum(r["seconds"] for r in runs)
+
+
+def summarise(prompts: list, lane: str, baseline: str, seed: int = 0, draws: int = DRAWS) -> dict:
+    """One lane against the baseline over `prompts` (records with "ar" and "lanes": {name: [runs]},
+    a run {"tokens", "seconds", ...}): the pooled ratio, its bootstrap interval over prompts, the
+    per-prompt ratios' median and wins, the verdict."""
+    def pooled(sample):
+        return (_rate([r for p in sample for r in p["lanes"][lane]])
+                / _rate([r for p in sample for r in p["lanes"][baseline]]))
+
+    ratio = pooled(prompts)
+    per = [_rate(p["lanes"][lane]) / _rate(p["lanes"][baseline]) for p in prompts]
+    rng = random.Random(seed)
+    boot = sorted(pooled([rng.choice(prompts) for _ in prompts]) for _ in range(draws))
+    low, high = boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
+    runs = [r for p in prompts for r in p["lanes"][lane]]
+    return {"tokens_per_s": _rate(runs), "ratio": ratio, "ci95": [low, high],
+            "per_prompt_median": statistics.median(per), "wins": sum(x > 1 for x in per), "prompts": len(per),
+            "verdict": "leads" if low > 1 else ("trails" if high < 1 else "tie"),
+            "vs_ar": _rate(runs) / _rate([p["ar"] for p in prompts]),
+            "tau": statistics.mean(r["tau"] for r in runs if r.get("tau") is not None) if any(
+                r.get("tau") is not None for r in runs) else None,
+            "forced": max((r.get("forced", 0) for r in runs), default=0)}
+
+
+def analyse(report: dict) -> dict:
+    """{kind: {lane: summarise(...)}} over the prompts measured so far."""
+    out = {}
+    for kind in report["settings"]["kinds"]:
+        prompts = [p for p in report["prompts"] if p["kind"] == kind]
+        if prompts:
+            out[kind] = {lane: summarise(prompts, lane, report["settings"]["baseline"])
+                         for lane in report["settings"]["methods"]}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the runs
+
+def bank_prompts(kind: str, count: int) -> list:
+    """The first `count` held-out prompts of `kind` in the bank's own order (seed 0)."""
+    from specviz.selfgen import held_out, prompt_bank
+
+    chosen = [p for p in prompt_bank(0) if p.kind == kind and held_out(p)][:count]
+    if len(chosen) < count:
+        raise InputError(f"the bank holds {len(chosen)} held-out {kind} prompts; ask for at most that many")
+    return chosen
+
+
+def measure_prompt(pair, table: dict, methods: list, prompt, tokens: int, repeats: int, turn: int) -> dict:
+    """AR (timed; its text is the one every lane is held to), then every lane `repeats` times,
+    the order rotated by `turn` and again each repeat."""
+    from specviz.bench.suite import run_method
+
+    ids = pair.encode(prompt.text, chat=prompt.chat)
+    ar = run_method(pair, table, "ar", ids, 0.0, tokens, 0)
+    record = {"kind": prompt.kind, "chat": prompt.chat, "text": prompt.text,
+              "ar": {"tokens": ar["new_tokens"], "seconds": ar["seconds"]}, "lanes": {m: [] for m in methods}}
+    for r in range(repeats):
+        start = (turn + r) % len(methods)
+        for name in methods[start:] + methods[:start]:
+            run = run_method(pair, table, name, ids, 0.0, tokens, 0, script=ar["token_ids"])
+            record["lanes"][name].append({"tokens": run["new_tokens"], "seconds": run["seconds"],
+                                          "tau": run.get("tau"), "forced": run.get("forced", 0)})
+    return record
+
+
+def run(pair, settings: dict, partial: Path, say) -> dict:
+    """Every prompt of every kind not already in `partial` (same settings): the report."""
+    from specviz.bench.machine import environment
+    from specviz.bench.suite import method_table, run_method
+
+    table = method_table(4, 8)
+    report = {"settings": settings, "prompts": [], "sittings": 0}
+    if partial.exists():
+        saved = json.loads(partial.read_text())
+        if saved.get("settings") == settings:
+            report = saved
+            say(f"resuming: {len(report['prompts'])} prompt(s) already measured in {partial}")
+        else:
+            say(f"{partial} was measured with other settings: starting over (it will be replaced)")
+    report["sittings"] += 1
+    report.setdefault("environment", environment(pair, False))
+    todo = [p for kind in settings["kinds"] for p in bank_prompts(kind, settings["prompts_per_kind"])]
+    done = {(p["kind"], p["text"]) for p in report["prompts"]}
+    todo = [p for p in todo if (p.kind, p.text) not in done]
+    methods = list(settings["methods"])
+    if todo:
+        for name in ["ar", *methods]:  # warm-up: first calls pay one-off costs
+            run_method(pair, table, name, pair.encode("warm up"), 0.0, 4, 0)
+    started = time.perf_counter()
+    for i, prompt in enumerate(todo):
+        record = measure_prompt(pair, table, methods, prompt, settings["tokens"], settings["repeats"],
+                                turn=len(report["prompts"]))
+        report["prompts"].append(record)
+        partial.write_text(json.dumps(report))
+        spent = time.perf_counter() - started
+        eta = spent / (i + 1) * (len(todo) - i - 1)
+        say(f"{len(report['prompts'])}/{len(report['prompts']) + len(todo) - i - 1} prompts "
+            f"({prompt.kind}); {spent:.0f} s so far, about {eta:.0f} s left")
+    report["analysis"] = analyse(report)
+    report["date_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# the report
+
+def markdown(report: dict) -> str:
+    s, env = report["settings"], report.get("environment", {})
+    lines = [f"# Drafters across held-out prompts: `{s['pair']}`", "",
+             f"{env.get('device_name', '?')}, {env.get('dtype', '?')}, {env.get('threads', '?')} torch threads, "
+             f"torch {env.get('torch', '?')}; {report.get('date_utc', '?')} UTC; {report.get('sittings', 1)} "
+             "sitting(s).", "",
+             f"{s['prompts_per_kind']} held-out prompts of each kind from the self-generation bank "
+             "(`specviz.selfgen.held_out`: no shipped head trained on their answers), "
+             f"{s['tokens']} greedy tokens each, every lane held to AR's text (`specviz.bench.held`), "
+             f"{s['repeats']} repeats, lanes interleaved and rotated. Ratio: tokens/s over all runs over "
+             f"{s['baseline']}'s; 95% CI: bootstrap over prompts; per prompt: each prompt's ratio, their "
+             "median and how many are above 1; verdict: leads / trails where the whole interval is above / "
+             "below 1, else tie. vs AR: over AR, timed once per prompt.", ""]
+    for kind, lanes in report["analysis"].items():
+        lines += [f"## {kind}", "", f"| lane | tok/s | / {s['baseline']} | 95% CI | per-prompt median | wins | "
+                  "verdict | vs AR | tau | forced (most in a run) |", "|---|---|---|---|---|---|---|---|---|---|"]
+        for name, a in sorted(lanes.items(), key=lambda kv: -kv[1]["ratio"]):
+            tau = "-" if a["tau"] is None else f"{a['tau']:.2f}"
+            verdict = "(baseline)" if name == s["baseline"] else a["verdict"]
+            lines.append(f"| {name} | {a['tokens_per_s']:.2f} | {a['ratio']:.3f} | {a['ci95'][0]:.3f} to "
+                         f"{a['ci95'][1]:.3f} | {a['per_prompt_median']:.3f} | {a['wins']}/{a['prompts']} | "
+                         f"{verdict} | {a['vs_ar']:.2f}x | {tau} | {a['forced']} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# command line
+
+def main(argv=None) -> int:
+    parser = Parser(prog="python -m specviz.bench.heldout", description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="qwen-coder")
+    parser.add_argument("--kinds", nargs="+", default=["code", "chat"], choices=KINDS)
+    parser.add_argument("--prompts", type=int, default=12, help="held-out prompts per kind (default 12)")
+    parser.add_argument("--tokens", type=int, default=64, help="greedy new tokens per run (default 64)")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--methods", nargs="+", default=list(DEFAULT_METHODS), metavar="NAME",
+                        help="specviz lanes of the benchmark suite (default: " + " ".join(DEFAULT_METHODS) + ")")
+    parser.add_argument("--baseline", default="spec-int8", help="the lane the others are divided by")
+    parser.add_argument("--out", default=None, help="OUT.json and OUT.md (default docs/benchmarks/heldout-<pair>)")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        return _run(args, say)
+    except SpecvizError as exc:  # bad input or a pair that cannot load: one line, status 2
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args, say) -> int:
+    from specviz.bench.suite import HEAD_LANES, _missing_heads, load, method_table
+
+    lanes = method_table(4, 8)
+    methods = list(dict.fromkeys(args.methods + [args.baseline]))
+    bad = [m for m in methods if m not in lanes or lanes[m].config is None or m == "ar"]
+    if bad:
+        raise InputError(f"unknown or unheld lane(s) {', '.join(bad)}: choose specviz lanes of the suite other than "
+                         f"ar ({', '.join(m for m, lane in lanes.items() if lane.config is not None and m != 'ar')})")
+    if args.prompts < 1 or args.tokens < 1 or args.repeats < 1:
+        raise InputError("--prompts, --tokens and --repeats must be at least 1")
+    for kind in args.kinds:
+        bank_prompts(kind, args.prompts)  # enough prompts, before anything loads
+    pair = load(args.pair)
+    missing = _missing_heads(pair.name)
+    lacking = [m for m in methods if HEAD_LANES.get(m) in missing]
+    if lacking:
+        raise InputError(f"no trained heads for {', '.join(lacking)} on {pair.name} "
+                         "(python -m specviz train <kind> --pair ... trains them)")
+    name = "".join(c if c.isalnum() or c == "." else "-" for c in pair.name).strip("-")
+    prefix = Path(args.out or f"docs/benchmarks/heldout-{name}")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    settings = {"pair": pair.name, "kinds": list(args.kinds), "prompts_per_kind": args.prompts,
+                "tokens": args.tokens, "repeats": args.repeats, "methods": methods, "baseline": args.baseline}
+    partial = prefix.with_name(prefix.name + ".partial.json")
+    report = run(pair, settings, partial, say)
+    prefix.with_name(prefix.name + ".json").write_text(json.dumps(report, indent=1))
+    prefix.with_name(prefix.name + ".md").write_text(markdown(report))
+    partial.unlink(missing_ok=True)
+    print(markdown(report))
+    say(f"wrote {prefix}.json and {prefix}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
