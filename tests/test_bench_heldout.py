@@ -4,6 +4,7 @@ AR's text, resumable, the report written); bad input refused in one line. The ti
 itself is a benchmark (python -m specviz.bench.heldout), not a test."""
 
 import json
+import random
 import subprocess
 import sys
 
@@ -13,10 +14,27 @@ from specviz.bench import heldout
 
 
 def _prompt(rates: dict, ar: float = 1.0, tokens: int = 64) -> dict:
-    """A prompt's record: each lane's runs at the given tokens/s (one run each, or a list)."""
+    """A prompt's record: each lane's runs at the given tokens/s (one run each, or a list), each
+    run `tokens` long (AR's answer: every lane is held to it)."""
     runs = {lane: [{"tokens": tokens, "seconds": tokens / r, "tau": 2.0, "forced": 0}
                    for r in (rs if isinstance(rs, list) else [rs])] for lane, rs in rates.items()}
     return {"kind": "code", "ar": {"tokens": tokens, "seconds": tokens / ar}, "lanes": runs}
+
+
+def test_a_long_answer_weighs_more_than_a_short_one():
+    # 100 tokens at 2x and 10 tokens at 0.5x: pooled 110 tokens in 50 + 20 s against 110 in 100 + 10 s
+    prompts = [_prompt({"a": 2.0, "b": 1.0}, tokens=100), _prompt({"a": 0.5, "b": 1.0}, tokens=10)]
+    out = heldout.summarise(prompts, "a", "b", draws=10)
+    assert out["ratio"] == pytest.approx((110 / 70) / (110 / 110))
+    assert out["tokens_per_s"] == pytest.approx(110 / 70) and out["per_prompt_median"] == pytest.approx(1.25)
+
+
+def test_the_interval_is_the_middle_95_percent_of_the_resampled_ratios():
+    prompts = [_prompt({"a": 1.0 + 0.1 * i, "b": 1.0}, tokens=20 + i) for i in range(6)]
+    rng, draws = random.Random(0), 40
+    redrawn = sorted(heldout.summarise([rng.choice(prompts) for _ in prompts], "a", "b", draws=1)["ratio"]
+                     for _ in range(draws))
+    assert heldout.summarise(prompts, "a", "b", draws=draws)["ci95"] == pytest.approx([redrawn[1], redrawn[38]])
 
 
 def test_the_ratio_pools_runs_and_the_interval_spans_the_prompts():
@@ -54,10 +72,11 @@ def test_the_prompts_are_held_out_and_enough_of_them():
 def test_a_run_on_the_tiny_pair_is_held_resumable_and_reported(tmp_path, capsys):
     args = ["--pair", "tiny", "--kinds", "code", "--prompts", "2", "--tokens", "6", "--repeats", "1",
             "--methods", "pld", "--baseline", "spec", "--out", str(tmp_path / "h"), "--quiet"]
+    (tmp_path / "h.partial.json").write_text('{"settings": {"pair": "ti')  # a write cut short: starts over
     assert heldout.main(args) == 0
     report = json.loads((tmp_path / "h.json").read_text())
     assert not (tmp_path / "h.partial.json").exists()
-    assert len(report["prompts"]) == 2 and report["sittings"] == 1
+    assert len(report["prompts"]) == 2 and report["sittings"] == 1 and len(report["environments"]) == 1
     for p in report["prompts"]:
         assert set(p["lanes"]) == {"pld", "spec"} and all(len(runs) == 1 for runs in p["lanes"].values())
         assert all(r["tokens"] == p["ar"]["tokens"] for runs in p["lanes"].values() for r in runs)
@@ -74,6 +93,17 @@ def test_a_run_on_the_tiny_pair_is_held_resumable_and_reported(tmp_path, capsys)
     again = json.loads((tmp_path / "h.json").read_text())
     assert again["sittings"] == 2 and again["prompts"][0] == report["prompts"][0]
     assert [p["text"] for p in again["prompts"]] == [p["text"] for p in report["prompts"]]
+    assert "2 sitting(s)." in (tmp_path / "h.md").read_text()
+    # one measured with other settings is not mixed in, and a sitting on another machine is said
+    other = {**first, "settings": {**first["settings"], "tokens": 5},
+             "environments": [{**first["environments"][0], "threads": 99}]}
+    (tmp_path / "h.partial.json").write_text(json.dumps(other))
+    assert heldout.main(args) == 0
+    assert json.loads((tmp_path / "h.json").read_text())["sittings"] == 1
+    (tmp_path / "h.partial.json").write_text(json.dumps({**other, "settings": first["settings"]}))
+    assert heldout.main(args[:-1]) == 0
+    assert "its timings mix with theirs" in capsys.readouterr().err
+    assert "1 of them on another machine or setting: the timings mix" in (tmp_path / "h.md").read_text()
 
 
 @pytest.mark.parametrize("args, message", [

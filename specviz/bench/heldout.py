@@ -14,8 +14,8 @@ text), the lanes interleaved and their order rotated per prompt and repeat. Per 
   vs AR        over AR, timed once per prompt (the run that gives the held text)
 
 Progress and an ETA go to stderr; every finished prompt is saved in OUT.partial.json, and a rerun
-with the same settings resumes after it (the report counts the sittings). Nothing else may share
-the cores while it runs.
+with the same settings resumes after it (the report counts the sittings and says where a sitting
+ran on another machine). Nothing else may share the cores while it runs.
 
 Usage: python -m specviz.bench.heldout [--pair qwen-coder] [--kinds code chat] [--prompts 12]
        [--tokens 64] [--repeats 2] [--baseline spec-int8] [--methods spec-int8 medusa eagle3-tree ...]
@@ -24,6 +24,7 @@ Usage: python -m specviz.bench.heldout [--pair qwen-coder] [--kinds code chat] [
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import statistics
@@ -31,12 +32,14 @@ import sys
 import time
 from pathlib import Path
 
+from specviz import files
 from specviz.argparsing import Parser
 from specviz.errors import InputError, SpecvizError
 
 KINDS = ("code", "rewrite", "chat", "general")  # the bank's kinds (specviz.selfgen.prompt_bank)
 DEFAULT_METHODS = ("spec-int8", "medusa", "eagle3", "eagle3-tree", "eagle3-tree-auto")
 DRAWS = 2000  # bootstrap resamples
+MACHINE_KEYS = ("device_name", "dtype", "threads", "cpu_linear")  # a resumed sitting must match the first's
 
 
 # ---------------------------------------------------------------------------------------------
@@ -83,11 +86,16 @@ def analyse(report: dict) -> dict:
 # ---------------------------------------------------------------------------------------------
 # the runs
 
-def bank_prompts(kind: str, count: int) -> list:
-    """The first `count` held-out prompts of `kind` in the bank's own order (seed 0)."""
+@functools.lru_cache(maxsize=1)
+def _held_out_bank() -> tuple:
     from specviz.selfgen import held_out, prompt_bank
 
-    chosen = [p for p in prompt_bank(0) if p.kind == kind and held_out(p)][:count]
+    return tuple(p for p in prompt_bank(0) if held_out(p))
+
+
+def bank_prompts(kind: str, count: int) -> list:
+    """The first `count` held-out prompts of `kind` in the bank's own order (seed 0)."""
+    chosen = [p for p in _held_out_bank() if p.kind == kind][:count]
     if len(chosen) < count:
         raise InputError(f"the bank holds {len(chosen)} held-out {kind} prompts; ask for at most that many")
     return chosen
@@ -117,21 +125,34 @@ def run(pair, settings: dict, partial: Path, say) -> dict:
     from specviz.bench.suite import method_table, run_method
 
     table = method_table(4, 8)
-    report = {"settings": settings, "prompts": [], "sittings": 0}
+    report = {"settings": settings, "prompts": [], "sittings": 0, "environments": []}
     if partial.exists():
-        saved = json.loads(partial.read_text())
-        if saved.get("settings") == settings:
+        try:
+            saved = json.loads(partial.read_text())
+        except (OSError, ValueError):
+            saved = None
+        if saved is None:
+            say(f"{partial} cannot be read (a write cut short?): starting over (it will be replaced)")
+        elif saved.get("settings") == settings:
             report = saved
             say(f"resuming: {len(report['prompts'])} prompt(s) already measured in {partial}")
         else:
             say(f"{partial} was measured with other settings: starting over (it will be replaced)")
     report["sittings"] += 1
-    report.setdefault("environment", environment(pair, False))
+    here = environment(pair, False)
+    report["environments"].append(here)
+    first = report["environments"][0]
+    if any(first.get(key) != here.get(key) for key in MACHINE_KEYS):
+        say("this sitting runs on another machine or setting than the first ("
+            + ", ".join(f"{key} {first.get(key)} -> {here.get(key)}" for key in MACHINE_KEYS
+                        if first.get(key) != here.get(key)) + "): its timings mix with theirs")
     todo = [p for kind in settings["kinds"] for p in bank_prompts(kind, settings["prompts_per_kind"])]
     done = {(p["kind"], p["text"]) for p in report["prompts"]}
     todo = [p for p in todo if (p.kind, p.text) not in done]
     methods = list(settings["methods"])
     if todo:
+        say(f"{len(todo)} prompt(s) to measure: AR once, then {len(methods)} lanes x {settings['repeats']} "
+            "repeat(s) each; warming up")
         for name in ["ar", *methods]:  # warm-up: first calls pay one-off costs
             run_method(pair, table, name, pair.encode("warm up"), 0.0, 4, 0)
     started = time.perf_counter()
@@ -139,7 +160,7 @@ def run(pair, settings: dict, partial: Path, say) -> dict:
         record = measure_prompt(pair, table, methods, prompt, settings["tokens"], settings["repeats"],
                                 turn=len(report["prompts"]))
         report["prompts"].append(record)
-        partial.write_text(json.dumps(report))
+        files.write_json(partial, report, indent=None)  # whole or not at all: an interrupt keeps the last
         spent = time.perf_counter() - started
         eta = spent / (i + 1) * (len(todo) - i - 1)
         say(f"{len(report['prompts'])}/{len(report['prompts']) + len(todo) - i - 1} prompts "
@@ -153,14 +174,17 @@ def run(pair, settings: dict, partial: Path, say) -> dict:
 # the report
 
 def markdown(report: dict) -> str:
-    s, env = report["settings"], report.get("environment", {})
+    s, envs = report["settings"], report.get("environments") or [{}]
+    env = envs[0]
+    mixed = [e for e in envs[1:] if any(e.get(key) != env.get(key) for key in MACHINE_KEYS)]
     lines = [f"# Drafters across held-out prompts: `{s['pair']}`", "",
              f"{env.get('device_name', '?')}, {env.get('dtype', '?')}, {env.get('threads', '?')} torch threads, "
              f"torch {env.get('torch', '?')}; {report.get('date_utc', '?')} UTC; {report.get('sittings', 1)} "
-             "sitting(s).", "",
+             "sitting(s)" + (f", {len(mixed)} of them on another machine or setting: the timings mix" if mixed
+                             else "") + ".", "",
              f"{s['prompts_per_kind']} held-out prompts of each kind from the self-generation bank "
              "(`specviz.selfgen.held_out`: no shipped head trained on their answers), "
-             f"{s['tokens']} greedy tokens each, every lane held to AR's text (`specviz.bench.held`), "
+             f"up to {s['tokens']} greedy tokens each (fewer where AR's answer ends), every lane held to AR's text (`specviz.bench.held`), "
              f"{s['repeats']} repeats, lanes interleaved and rotated. Ratio: tokens/s over all runs over "
              f"{s['baseline']}'s; 95% CI: bootstrap over prompts; per prompt: each prompt's ratio, their "
              "median and how many are above 1; verdict: leads / trails where the whole interval is above / "
@@ -170,10 +194,11 @@ def markdown(report: dict) -> str:
                   "verdict | vs AR | tau | forced (most in a run) |", "|---|---|---|---|---|---|---|---|---|---|"]
         for name, a in sorted(lanes.items(), key=lambda kv: -kv[1]["ratio"]):
             tau = "-" if a["tau"] is None else f"{a['tau']:.2f}"
-            verdict = "(baseline)" if name == s["baseline"] else a["verdict"]
+            base = name == s["baseline"]
+            wins = "-" if base else f"{a['wins']}/{a['prompts']}"
             lines.append(f"| {name} | {a['tokens_per_s']:.2f} | {a['ratio']:.3f} | {a['ci95'][0]:.3f} to "
-                         f"{a['ci95'][1]:.3f} | {a['per_prompt_median']:.3f} | {a['wins']}/{a['prompts']} | "
-                         f"{verdict} | {a['vs_ar']:.2f}x | {tau} | {a['forced']} |")
+                         f"{a['ci95'][1]:.3f} | {a['per_prompt_median']:.3f} | {wins} | "
+                         f"{'(baseline)' if base else a['verdict']} | {a['vs_ar']:.2f}x | {tau} | {a['forced']} |")
         lines.append("")
     return "\n".join(lines)
 
@@ -200,10 +225,19 @@ def main(argv=None) -> int:
     except SpecvizError as exc:  # bad input or a pair that cannot load: one line, status 2
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the report's folder cannot be written
+        print(f"error: {exc.strerror or exc}: {exc.filename or args.out}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted; the prompts measured so far are kept in the .partial.json beside --out, "
+              "and the same command resumes there", file=sys.stderr)
+        return 130
 
 
 def _run(args, say) -> int:
-    from specviz.bench.suite import HEAD_LANES, _missing_heads, load, method_table
+    import torch
+
+    from specviz.bench.suite import HEAD_LANES, INT8_METHODS, _missing_heads, load, method_table
 
     lanes = method_table(4, 8)
     methods = list(dict.fromkeys(args.methods + [args.baseline]))
@@ -216,6 +250,11 @@ def _run(args, say) -> int:
     for kind in args.kinds:
         bank_prompts(kind, args.prompts)  # enough prompts, before anything loads
     pair = load(args.pair)
+    device = torch.device(pair.device).type
+    int8 = [m for m in methods if m in INT8_METHODS]
+    if int8 and device != "cpu":
+        raise InputError(f"{', '.join(int8)} run the int8 draft, a CPU kernel; on {device} choose other lanes "
+                         "(e.g. --baseline spec)")
     missing = _missing_heads(pair.name)
     lacking = [m for m in methods if HEAD_LANES.get(m) in missing]
     if lacking:
@@ -228,8 +267,8 @@ def _run(args, say) -> int:
                 "tokens": args.tokens, "repeats": args.repeats, "methods": methods, "baseline": args.baseline}
     partial = prefix.with_name(prefix.name + ".partial.json")
     report = run(pair, settings, partial, say)
-    prefix.with_name(prefix.name + ".json").write_text(json.dumps(report, indent=1))
-    prefix.with_name(prefix.name + ".md").write_text(markdown(report))
+    files.write_json(prefix.with_name(prefix.name + ".json"), report)
+    files.write_text(prefix.with_name(prefix.name + ".md"), markdown(report))
     partial.unlink(missing_ok=True)
     print(markdown(report))
     say(f"wrote {prefix}.json and {prefix}.md")
