@@ -140,7 +140,7 @@ def run(pair, settings: dict, partial: Path, say) -> dict:
             say(f"{partial} was measured with other settings: starting over (it will be replaced)")
     report["sittings"] += 1
     here = environment(pair, False)
-    report["environments"].append(here)
+    report.setdefault("environments", []).append(here)
     first = report["environments"][0]
     if any(first.get(key) != here.get(key) for key in MACHINE_KEYS):
         say("this sitting runs on another machine or setting than the first ("
