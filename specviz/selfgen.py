@@ -800,6 +800,10 @@ def main(argv=None) -> int:
     except SpecvizError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # every finished batch is kept; the same command goes on from the last
+        print("error: interrupted; the finished batches are kept and the same command resumes after them",
+              file=sys.stderr)
+        return 130
     say(f"{data.meta['tokens']} positions from {len(data.sequences)} answers in {out}")
     return 0
 

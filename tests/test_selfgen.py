@@ -378,3 +378,14 @@ def test_the_checkout_keeps_its_selfgen_text_whole_and_made_as_the_shipped_heads
         held += [e["held_out"] for e in entries]
     assert schedule.first == meta["bank_prompts"]  # the prompts it answered are the ones it names
     assert 0.05 < sum(held) / len(held) < 0.12
+
+
+def test_an_interrupt_is_one_line_and_says_the_run_resumes(monkeypatch, capsys):
+    """Ctrl-C in a long selfgen run: one line on stderr, status 130, no traceback."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(selfgen, "selfgen", interrupted)
+    assert selfgen.main(["--pair", "tiny", "--tokens", "5", "--corpus", "none"]) == 130
+    err = capsys.readouterr().err
+    assert err.strip() == "error: interrupted; the finished batches are kept and the same command resumes after them"
