@@ -45,6 +45,11 @@ MACHINE_KEYS = ("device_name", "dtype", "threads", "cpu_linear")  # a resumed si
 # ---------------------------------------------------------------------------------------------
 # the numbers
 
+def _changed(first: dict, env: dict) -> list:
+    """The machine settings (MACHINE_KEYS) in which a sitting's environment differs from the first's."""
+    return [key for key in MACHINE_KEYS if first.get(key) != env.get(key)]
+
+
 def _rate(runs: list) -> float:
     return sum(r["tokens"] for r in runs) / sum(r["seconds"] for r in runs)
 
@@ -63,12 +68,12 @@ def summarise(prompts: list, lane: str, baseline: str, seed: int = 0, draws: int
     boot = sorted(pooled([rng.choice(prompts) for _ in prompts]) for _ in range(draws))
     low, high = boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
     runs = [r for p in prompts for r in p["lanes"][lane]]
-    return {"tokens_per_s": _rate(runs), "ratio": ratio, "ci95": [low, high],
+    rate, taus = _rate(runs), [r["tau"] for r in runs if r.get("tau") is not None]
+    return {"tokens_per_s": rate, "ratio": ratio, "ci95": [low, high],
             "per_prompt_median": statistics.median(per), "wins": sum(x > 1 for x in per), "prompts": len(per),
             "verdict": "leads" if low > 1 else ("trails" if high < 1 else "tie"),
-            "vs_ar": _rate(runs) / _rate([p["ar"] for p in prompts]),
-            "tau": statistics.mean(r["tau"] for r in runs if r.get("tau") is not None) if any(
-                r.get("tau") is not None for r in runs) else None,
+            "vs_ar": rate / _rate([p["ar"] for p in prompts]),
+            "tau": statistics.mean(taus) if taus else None,
             "forced": max((r.get("forced", 0) for r in runs), default=0)}
 
 
@@ -142,10 +147,11 @@ def run(pair, settings: dict, partial: Path, say) -> dict:
     here = environment(pair, False)
     report.setdefault("environments", []).append(here)
     first = report["environments"][0]
-    if any(first.get(key) != here.get(key) for key in MACHINE_KEYS):
+    changed = _changed(first, here)
+    if changed:
         say("this sitting runs on another machine or setting than the first ("
-            + ", ".join(f"{key} {first.get(key)} -> {here.get(key)}" for key in MACHINE_KEYS
-                        if first.get(key) != here.get(key)) + "): its timings mix with theirs")
+            + ", ".join(f"{key} {first.get(key)} -> {here.get(key)}" for key in changed)
+            + "): its timings mix with theirs")
     todo = [p for kind in settings["kinds"] for p in bank_prompts(kind, settings["prompts_per_kind"])]
     done = {(p["kind"], p["text"]) for p in report["prompts"]}
     todo = [p for p in todo if (p.kind, p.text) not in done]
@@ -176,7 +182,7 @@ def run(pair, settings: dict, partial: Path, say) -> dict:
 def markdown(report: dict) -> str:
     s, envs = report["settings"], report.get("environments") or [{}]
     env = envs[0]
-    mixed = [e for e in envs[1:] if any(e.get(key) != env.get(key) for key in MACHINE_KEYS)]
+    mixed = [e for e in envs[1:] if _changed(env, e)]
     lines = [f"# Drafters across held-out prompts: `{s['pair']}`", "",
              f"{env.get('device_name', '?')}, {env.get('dtype', '?')}, {env.get('threads', '?')} torch threads, "
              f"torch {env.get('torch', '?')}; {report.get('date_utc', '?')} UTC; {report.get('sittings', 1)} "
@@ -237,7 +243,7 @@ def main(argv=None) -> int:
 def _run(args, say) -> int:
     import torch
 
-    from specviz.bench.suite import HEAD_LANES, INT8_METHODS, _missing_heads, load, method_table
+    from specviz.bench.suite import HEAD_LANES, INT8_METHODS, _missing_heads, file_name, load, method_table
 
     lanes = method_table(4, 8)
     methods = list(dict.fromkeys(args.methods + [args.baseline]))
@@ -260,17 +266,17 @@ def _run(args, say) -> int:
     if lacking:
         raise InputError(f"no trained heads for {', '.join(lacking)} on {pair.name} "
                          "(python -m specviz train <kind> --pair ... trains them)")
-    name = "".join(c if c.isalnum() or c == "." else "-" for c in pair.name).strip("-")
-    prefix = Path(args.out or f"docs/benchmarks/heldout-{name}")
+    prefix = Path(args.out or f"docs/benchmarks/heldout-{file_name(pair.name)}")
     prefix.parent.mkdir(parents=True, exist_ok=True)
     settings = {"pair": pair.name, "kinds": list(args.kinds), "prompts_per_kind": args.prompts,
                 "tokens": args.tokens, "repeats": args.repeats, "methods": methods, "baseline": args.baseline}
     partial = prefix.with_name(prefix.name + ".partial.json")
     report = run(pair, settings, partial, say)
+    text = markdown(report)
     files.write_json(prefix.with_name(prefix.name + ".json"), report)
-    files.write_text(prefix.with_name(prefix.name + ".md"), markdown(report))
+    files.write_text(prefix.with_name(prefix.name + ".md"), text)
     partial.unlink(missing_ok=True)
-    print(markdown(report))
+    print(text)
     say(f"wrote {prefix}.json and {prefix}.md")
     return 0
 

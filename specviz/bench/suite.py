@@ -457,6 +457,11 @@ def build_parser() -> Parser:
     return parser
 
 
+def file_name(pair_name: str) -> str:
+    """A pair's name as a report's file name: runs of anything but letters, digits and dots -> '-'."""
+    return re.sub(r"[^A-Za-z0-9.]+", "-", pair_name).strip("-")
+
+
 def load(spec: str, device=None, dtype=None, cpu_linear=None):
     from specviz.models import load_pair
 
@@ -525,8 +530,7 @@ def _run(args) -> int:
         check = analysis.compare_rankings(report["results"], previous["results"], args.tolerance)
         report["ranking_check"] = {"against": Path(args.check_against).name, **check}
         code = 0 if check["ok"] else 1
-    name = re.sub(r"[^A-Za-z0-9.]+", "-", pair.name).strip("-")
-    prefix = Path(args.out or f"docs/benchmarks/suite-{name}-{plan.mode}")
+    prefix = Path(args.out or f"docs/benchmarks/suite-{file_name(pair.name)}-{plan.mode}")
     written = rep.write(report, prefix, png=not args.no_png, with_figures=not args.no_figures)
     print(rep.markdown(report).split("## Per group")[0])
     say("wrote " + ", ".join(str(p) for p in written.values()))
