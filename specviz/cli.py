@@ -10,7 +10,7 @@ import argparse
 import sys
 
 from specviz.argparsing import Parser
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, run_command
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,12 +254,7 @@ def main(argv=None) -> int:
 
         return selfgen_main(argv[1:])
     args = build_parser().parse_args(argv)
-    try:
-        commands = {"app": cmd_app, "pairs": cmd_pairs, "generate": cmd_generate, "train": cmd_train}
-        return commands[args.command](args)
-    except SpecvizError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        return 130
+    commands = {"app": cmd_app, "pairs": cmd_pairs, "generate": cmd_generate, "train": cmd_train}
+    interrupted = ("interrupted; training resumes from its last checkpoint with the same command"
+                   if args.command == "train" else "interrupted")
+    return run_command(lambda: commands[args.command](args), interrupted)

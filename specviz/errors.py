@@ -24,3 +24,19 @@ class ChecksumError(PairError):
 
 class InputError(SpecvizError):
     """A generation argument is outside what the engine accepts."""
+
+
+def run_command(body, interrupted: str = "interrupted") -> int:
+    """An entry point's body, run as every `python -m specviz ...` command runs: a SpecvizError is
+    one line on stderr and status 2; Ctrl-C is one line (`interrupted`: what is kept and how to
+    go on) and status 130; no traceback for either. Returns the body's own status otherwise."""
+    import sys
+
+    try:
+        return body()
+    except SpecvizError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"error: {interrupted}", file=sys.stderr)
+        return 130

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from specviz.argparsing import Parser
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, run_command
 from specviz.llamacpp import VERSION, home
 
 PACKAGE = "llama-cpp-python"
@@ -192,10 +192,10 @@ def main(argv=None) -> int:
     parser.add_argument("--force", action="store_true", help="build again even if a build is in place")
     parser.add_argument("--jobs", type=int, default=0, help="compile jobs (default: one per CPU)")
     args = parser.parse_args(argv)
-    try:
+
+    def body() -> int:
         where = install(args.force, args.jobs)
-    except SpecvizError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    say(f"ready: llama.cpp in {where}; specviz runs it with load_pair(..., backend='llama.cpp')")
-    return 0
+        say(f"ready: llama.cpp in {where}; specviz runs it with load_pair(..., backend='llama.cpp')")
+        return 0
+
+    return run_command(body, "interrupted; the build starts again when run again")

@@ -364,6 +364,19 @@ def main(argv=None) -> int:
                        help="take the runs from a bench.batched --traces folder (with --sweep, its report) instead "
                             "of running them")
     args = parser.parse_args(argv)
+    if args.command == "list":
+        for label in LABELS:
+            print(f"{label}: {recording(label).note}")
+        return 0
+    from specviz.errors import run_command
+
+    # the traces are written one by one and the manifest last: a cut-short recording leaves a mix
+    return run_command(lambda: _record(args, parser), "interrupted; the traces recorded so far replaced the old ones "
+                       f"in {args.out} but its manifest names the old run: record again, or restore that folder "
+                       "(git checkout)")
+
+
+def _record(args, parser) -> int:
     if args.command == "record-serving":
         say = lambda line: print(line, flush=True)  # noqa: E731
         if args.traces:
@@ -375,9 +388,6 @@ def main(argv=None) -> int:
         return 0
     if args.command == "record":
         record(args.pair, args.dtype, args.out, say=lambda line: print(line, flush=True), tries=args.tries)
-        return 0
-    for label in LABELS:
-        print(f"{label}: {recording(label).note}")
     return 0
 
 

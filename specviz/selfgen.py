@@ -766,7 +766,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
 def main(argv=None) -> int:
     import argparse
 
-    from specviz.errors import SpecvizError
+    from specviz.errors import run_command
     from specviz.models import load_pair
 
     parser = argparse.ArgumentParser(prog="python -m specviz selfgen", description=__doc__.split("\n\n")[0])
@@ -783,7 +783,8 @@ def main(argv=None) -> int:
                         "(the target's states recomputed) instead of generated: a run's corpus/ folder; default: "
                         "a source checkout's data/selfgen/<pair>, if it has one; none: generate every batch")
     args = parser.parse_args(argv)
-    try:
+
+    def body() -> int:
         if args.tokens < 1 or (args.batch is not None and args.batch < 1) or args.max_new_tokens < 1:
             raise InputError("--tokens, --batch and --max-new-tokens must be positive whole numbers.")
         try:
@@ -797,15 +798,11 @@ def main(argv=None) -> int:
             raise InputError(f"--corpus {corpus}: no corpus there (a folder with corpus.json and batch-NNNNN.npz files).")
         data = selfgen(pair, out, args.tokens, args.batch, args.max_new_tokens, args.seed, layers=layers or None,
                        corpus=corpus)
-    except SpecvizError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # every finished batch is kept; the same command goes on from the last
-        print("error: interrupted; the finished batches are kept and the same command resumes after them",
-              file=sys.stderr)
-        return 130
-    say(f"{data.meta['tokens']} positions from {len(data.sequences)} answers in {out}")
-    return 0
+        say(f"{data.meta['tokens']} positions from {len(data.sequences)} answers in {out}")
+        return 0
+
+    # every finished batch is kept; the same command goes on from the last
+    return run_command(body, "interrupted; the finished batches are kept and the same command resumes after them")
 
 
 if __name__ == "__main__":

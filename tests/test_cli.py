@@ -147,3 +147,61 @@ def test_app_command_serves_the_page_from_any_folder(tmp_path):
 def test_app_command_refuses_an_unknown_option_in_one_line():
     out = cli("app", "--colour", "red")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "unrecognized arguments" in out.stderr
+
+
+def _interrupt(*args, **kwargs):
+    raise KeyboardInterrupt
+
+
+# (module, the function main runs its work in, main's arguments, what the line must say)
+ENTRY_POINTS = [
+    ("specviz.cli", "cmd_generate", ["generate", "--prompt", "x"], "interrupted"),
+    ("specviz.cli", "cmd_train", ["train", "eagle3", "--pair", "tiny"], "resumes from its last checkpoint"),
+    ("specviz.bench.suite", "_run", ["--quick"], "starts over when run again"),
+    ("specviz.bench.heldout", "_run", ["--pair", "tiny"], "the same command resumes there"),
+    ("specviz.bench.batched", "_run", ["--pair", "tiny"], "--resume goes on after them"),
+    ("specviz.bench.engines", "_main", [], "before the report was written"),
+    ("specviz.bench.forward", "_main", [], "interrupted"),
+    ("specviz.bench.assisted", "_main", [], "before the report was written"),
+    ("specviz.presets", "_record", ["record", "--pair", "tiny"], "record again, or restore that folder"),
+    ("specviz.llamacpp_build", "install", ["install"], "the build starts again"),
+]
+
+
+@pytest.mark.parametrize("module, work, argv, says", ENTRY_POINTS, ids=[f"{m}.{w}" for m, w, _, _ in ENTRY_POINTS])
+def test_ctrl_c_is_one_line_and_status_130_in_every_command(monkeypatch, capsys, module, work, argv, says):
+    """Ctrl-C in a long command (a benchmark, a recording, training, a build): one line on stderr
+    saying what is kept, status 130, no traceback; the same for `python -m specviz bench`."""
+    import importlib
+
+    from specviz import cli as cli_module
+
+    def status(main, args):
+        try:
+            return main(args)
+        except KeyboardInterrupt:  # caught here: escaping, it would stop pytest itself
+            pytest.fail(f"Ctrl-C escaped {module}.main as a traceback")
+
+    mod = importlib.import_module(module)
+    monkeypatch.setattr(mod, work, _interrupt)
+    assert status(mod.main, argv) == 130
+    err = capsys.readouterr().err
+    assert err.startswith("error: interrupted") and says in err and err.count("\n") == 1, err
+    if module == "specviz.bench.suite":  # the same through the command line's dispatch
+        assert status(cli_module.main, ["bench", *argv]) == 130
+        assert capsys.readouterr().err == err
+
+
+def test_run_command_turns_user_errors_into_one_line_and_passes_the_rest_on(capsys):
+    from specviz.errors import InputError, run_command
+
+    def bad():
+        raise InputError("--k must be at least 1")
+
+    def broken():
+        raise RuntimeError("a bug")
+
+    assert run_command(lambda: 0) == 0 and run_command(lambda: 3) == 3
+    assert run_command(bad) == 2 and capsys.readouterr().err == "error: --k must be at least 1\n"
+    with pytest.raises(RuntimeError):  # a bug is not a user's error: its traceback is wanted
+        run_command(broken)

@@ -74,6 +74,12 @@ def summarise(per: dict) -> dict:
 
 
 def main(argv=None) -> int:
+    from specviz.errors import run_command
+
+    return run_command(lambda: _main(argv), "interrupted before the report was written")
+
+
+def _main(argv) -> int:
     parser = Parser(prog="python -m specviz.bench.assisted", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
     parser.add_argument("--dtype", default=None)

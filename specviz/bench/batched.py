@@ -533,21 +533,27 @@ def main(argv=None) -> int:
     parser.add_argument("--policy-rounds", type=int, default=3,
                         help="rounds of ar, spec and load back to back at each B for the policy's paired score")
     args = parser.parse_args(argv)
+    from specviz.errors import run_command
+
+    return run_command(lambda: _run(args), "interrupted; every finished lane is saved in the report, and the same "
+                                           "command with --resume goes on after them")
+
+
+def _run(args) -> int:
     from specviz.bench.machine import environment
     from specviz.errors import SpecvizError
     from specviz.models import load_pair
 
     try:
         batches = [int(b) for b in args.batches.split(",") if b]
-        lanes = [name for name in args.lanes.split(",") if name]
-        bad = [name for name in lanes if name not in LANES]
-        if bad or not batches or any(not 1 <= b <= len(SERVING_BANK) for b in batches):
-            raise SpecvizError(f"lanes are {', '.join(LANES)} and batches 1..{len(SERVING_BANK)}; got {args.lanes!r}, "
-                               f"{args.batches!r}")
-        pair = load_pair(args.pair)
-    except SpecvizError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except ValueError:
+        batches = []
+    lanes = [name for name in args.lanes.split(",") if name]
+    bad = [name for name in lanes if name not in LANES]
+    if bad or not batches or any(not 1 <= b <= len(SERVING_BANK) for b in batches):
+        raise SpecvizError(f"lanes are {', '.join(LANES)} and batches 1..{len(SERVING_BANK)}; got {args.lanes!r}, "
+                           f"{args.batches!r}")
+    pair = load_pair(args.pair)
     tag = "cuda" if pair.device.type == "cuda" else ("bf16" if "bfloat16" in str(pair.dtype) else "fp32")
     out = Path(args.out or f"docs/benchmarks/batched-{pair.name}-{tag}.json")
     report = json.loads(out.read_text(encoding="utf-8")) if args.resume and out.exists() else {}

@@ -217,6 +217,12 @@ def analyse(report: dict) -> dict:
 
 
 def main(argv=None) -> int:
+    from specviz.errors import run_command
+
+    return run_command(lambda: _main(argv), "interrupted before the report was written")
+
+
+def _main(argv) -> int:
     parser = Parser(prog="python -m specviz.bench.engines", description=__doc__.splitlines()[0])
     parser.add_argument("--engines", nargs="+", default=list(ENGINES), choices=list(ENGINES))
     parser.add_argument("--tokens", type=int, default=64)

@@ -74,6 +74,12 @@ def batch_cost(model, batches: list, n_tokens: list, prefix: int = 64, repeats: 
 
 
 def main(argv=None) -> int:
+    from specviz.errors import run_command
+
+    return run_command(lambda: _main(argv), "interrupted")
+
+
+def _main(argv) -> int:
     from specviz.models import load_pair, use_kernel
 
     parser = Parser(prog="python -m specviz.bench.forward", description=__doc__.splitlines()[0])

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from specviz import files
 from specviz.argparsing import Parser
-from specviz.errors import InputError, SpecvizError
+from specviz.errors import InputError, run_command
 
 KINDS = ("code", "rewrite", "chat", "general")  # the bank's kinds (specviz.selfgen.prompt_bank)
 DEFAULT_METHODS = ("spec-int8", "medusa", "eagle3", "eagle3-tree", "eagle3-tree-auto")
@@ -226,18 +226,16 @@ def main(argv=None) -> int:
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-    try:
-        return _run(args, say)
-    except SpecvizError as exc:  # bad input or a pair that cannot load: one line, status 2
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:  # the report's folder cannot be written
-        print(f"error: {exc.strerror or exc}: {exc.filename or args.out}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("error: interrupted; the prompts measured so far are kept in the .partial.json beside --out, "
-              "and the same command resumes there", file=sys.stderr)
-        return 130
+
+    def body() -> int:
+        try:
+            return _run(args, say)
+        except OSError as exc:  # the report's folder cannot be written
+            print(f"error: {exc.strerror or exc}: {exc.filename or args.out}", file=sys.stderr)
+            return 2
+
+    return run_command(body, "interrupted; the prompts measured so far are kept in the .partial.json beside --out, "
+                             "and the same command resumes there")
 
 
 def _run(args, say) -> int:

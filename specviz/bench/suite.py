@@ -36,7 +36,7 @@ from specviz.bench.prompts import PROMPTS
 from specviz.bench.synthetic import SIZES
 from specviz.config import HEAD_METHODS, RunConfig, vocab_size
 from specviz.engine import generate
-from specviz.errors import InputError, SpecvizError
+from specviz.errors import InputError, run_command
 from specviz.quant import quantize_draft
 
 SUITE_VERSION = 2  # 2: "batch" (measured batched decoding) replaces "batch_proxy"
@@ -487,11 +487,8 @@ def _missing_heads(pair_name: str) -> set:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        return _run(args)
-    except SpecvizError as exc:  # bad input or a pair that cannot load: one line, status 2
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    return run_command(lambda: _run(args), "interrupted before the report was written: the suite starts over when run "
+                                           "again (--quick or --methods make it shorter)")
 
 
 def _run(args) -> int:
