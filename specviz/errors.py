@@ -5,6 +5,9 @@ Every error a user can cause (bad input, missing weights, a corrupt download) is
 `gr.Error`, notebooks show it as the exception message.
 """
 
+import sys
+from typing import Callable
+
 
 class SpecvizError(ValueError):
     """A problem the user can fix; the message says how."""
@@ -26,12 +29,10 @@ class InputError(SpecvizError):
     """A generation argument is outside what the engine accepts."""
 
 
-def run_command(body, interrupted: str = "interrupted") -> int:
-    """An entry point's body, run as every `python -m specviz ...` command runs: a SpecvizError is
+def run_command(body: Callable[[], int], interrupted: str = "interrupted") -> int:
+    """A command's body (`python -m specviz ...`, the benchmarks, the recorders): a SpecvizError is
     one line on stderr and status 2; Ctrl-C is one line (`interrupted`: what is kept and how to
     go on) and status 130; no traceback for either. Returns the body's own status otherwise."""
-    import sys
-
     try:
         return body()
     except SpecvizError as exc:

@@ -198,4 +198,5 @@ def main(argv=None) -> int:
         say(f"ready: llama.cpp in {where}; specviz runs it with load_pair(..., backend='llama.cpp')")
         return 0
 
-    return run_command(body, "interrupted; the build starts again when run again")
+    return run_command(body, "interrupted; a build is used only once whole: the same command downloads the source "
+                             "again and builds unless a whole build is in place (--force: always)")

@@ -34,6 +34,7 @@ from typing import Callable, Optional
 
 from specviz import __version__, files
 from specviz.config import RunConfig
+from specviz.errors import run_command
 from specviz.events import from_dict
 from specviz.trace import dumps
 
@@ -206,15 +207,17 @@ def _record_preset(pair, number: int, preset: Preset, folder: Path, say) -> dict
 
     lanes = {"run": Lane("run", specviz.generate(pair, preset.prompt, preset.options())),
              "ar": Lane("ar", specviz.generate(pair, preset.prompt, preset.ar_options()))}
-    for _ in race(lanes["ar"], lanes["run"]):
-        _progress(number, lanes)
+    try:
+        for _ in race(lanes["ar"], lanes["run"]):
+            _progress(number, lanes)
+    finally:  # the progress line ends, so what follows (the summary, or an interrupt's message) has its own
+        print(file=sys.stderr)
     entry = {"label": preset.label, "settings": asdict(preset)}
     for name, lane in lanes.items():
         file = f"{number:02d}-{name}.jsonl.gz"
         write_trace(lane.events, folder / file)
         entry[name] = {"file": file, "busy": round(lane.busy, 4), "tokens": len(lane.events[-1]["token_ids"]),
                        "timing_note": timing_note(lane.events)}
-    print(file=sys.stderr)
     say(f"[{number}/{len(PRESETS)}] {preset.label}: {preset.method} {entry['run']['tokens']} tokens in "
         f"{entry['run']['busy']:.1f} s, ar {entry['ar']['tokens']} in {entry['ar']['busy']:.1f} s")
     return entry
@@ -368,12 +371,10 @@ def main(argv=None) -> int:
         for label in LABELS:
             print(f"{label}: {recording(label).note}")
         return 0
-    from specviz.errors import run_command
-
-    # the traces are written one by one and the manifest last: a cut-short recording leaves a mix
-    return run_command(lambda: _record(args, parser), "interrupted; the traces recorded so far replaced the old ones "
-                       f"in {args.out} but its manifest names the old run: record again, or restore that folder "
-                       "(git checkout)")
+    # the traces are written one by one and the manifest last: a cut-short recording can leave a mix
+    return run_command(lambda: _record(args, parser), f"interrupted; any trace written in {args.out} is this run's, "
+                       "its manifest (written last) is not: record again, or restore the folder with "
+                       f"git checkout -- {args.out}")
 
 
 def _record(args, parser) -> int:
@@ -386,8 +387,7 @@ def _record(args, parser) -> int:
         else:
             record_serving(args.pair, args.dtype, args.out, args.sweep, say=say, tokens=args.tokens)
         return 0
-    if args.command == "record":
-        record(args.pair, args.dtype, args.out, say=lambda line: print(line, flush=True), tries=args.tries)
+    record(args.pair, args.dtype, args.out, say=lambda line: print(line, flush=True), tries=args.tries)
     return 0
 
 

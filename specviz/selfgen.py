@@ -801,7 +801,6 @@ def main(argv=None) -> int:
         say(f"{data.meta['tokens']} positions from {len(data.sequences)} answers in {out}")
         return 0
 
-    # every finished batch is kept; the same command goes on from the last
     return run_command(body, "interrupted; the finished batches are kept and the same command resumes after them")
 
 

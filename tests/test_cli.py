@@ -157,19 +157,20 @@ def _interrupt(*args, **kwargs):
 ENTRY_POINTS = [
     ("specviz.cli", "cmd_generate", ["generate", "--prompt", "x"], "interrupted"),
     ("specviz.cli", "cmd_train", ["train", "eagle3", "--pair", "tiny"], "resumes from its last checkpoint"),
-    ("specviz.bench.suite", "_run", ["--quick"], "starts over when run again"),
+    ("specviz.bench.suite", "_run", ["--quick"], "keeps no partial results"),
     ("specviz.bench.heldout", "_run", ["--pair", "tiny"], "the same command resumes there"),
     ("specviz.bench.batched", "_run", ["--pair", "tiny"], "--resume goes on after them"),
     ("specviz.bench.engines", "_main", [], "before the report was written"),
     ("specviz.bench.forward", "_main", [], "interrupted"),
     ("specviz.bench.assisted", "_main", [], "before the report was written"),
-    ("specviz.presets", "_record", ["record", "--pair", "tiny"], "record again, or restore that folder"),
-    ("specviz.llamacpp_build", "install", ["install"], "the build starts again"),
+    ("specviz.presets", "_record", ["record", "--pair", "tiny"], "restore the folder with git checkout"),
+    ("specviz.bench.classroom", "_run", ["--pair", "tiny"], "the app was stopped and the logs are in"),
+    ("specviz.llamacpp_build", "install", ["install"], "a build is used only once whole"),
 ]
 
 
 @pytest.mark.parametrize("module, work, argv, says", ENTRY_POINTS, ids=[f"{m}.{w}" for m, w, _, _ in ENTRY_POINTS])
-def test_ctrl_c_is_one_line_and_status_130_in_every_command(monkeypatch, capsys, module, work, argv, says):
+def test_ctrl_c_is_one_line_and_status_130_in_every_command(monkeypatch, capsys, tmp_path, module, work, argv, says):
     """Ctrl-C in a long command (a benchmark, a recording, training, a build): one line on stderr
     saying what is kept, status 130, no traceback; the same for `python -m specviz bench`."""
     import importlib
@@ -184,6 +185,8 @@ def test_ctrl_c_is_one_line_and_status_130_in_every_command(monkeypatch, capsys,
 
     mod = importlib.import_module(module)
     monkeypatch.setattr(mod, work, _interrupt)
+    if module == "specviz.bench.classroom":  # its logs' folder, kept on an interrupt: the test's own
+        monkeypatch.setattr(mod.tempfile, "mkdtemp", lambda **kw: str(tmp_path))
     assert status(mod.main, argv) == 130
     err = capsys.readouterr().err
     assert err.startswith("error: interrupted") and says in err and err.count("\n") == 1, err
@@ -205,3 +208,10 @@ def test_run_command_turns_user_errors_into_one_line_and_passes_the_rest_on(caps
     assert run_command(bad) == 2 and capsys.readouterr().err == "error: --k must be at least 1\n"
     with pytest.raises(RuntimeError):  # a bug is not a user's error: its traceback is wanted
         run_command(broken)
+
+
+def test_batched_bench_refuses_batches_that_are_not_numbers_in_one_line(capsys):
+    from specviz.bench import batched
+
+    assert batched.main(["--batches", "x", "--pair", "tiny"]) == 2  # refused before any weights load
+    assert capsys.readouterr().err.startswith("error: lanes are ")

@@ -28,6 +28,7 @@ import torch
 from specviz import files
 from specviz.argparsing import Parser
 from specviz.bench import analysis, machine, suite
+from specviz.errors import run_command
 from specviz.models import load_pair
 
 LANES = ("ar", "spec", "spec-bare", "spec-aten", "hf", "hf-assisted", "hf-assisted-gemv", "hf-assisted-default")
@@ -74,8 +75,6 @@ def summarise(per: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    from specviz.errors import run_command
-
     return run_command(lambda: _main(argv), "interrupted before the report was written")
 
 

@@ -45,6 +45,7 @@ from specviz.batch import CostTable, LoadK, batch_runner_for, generate_batch
 from specviz.bench.prompts import SERVING_BANK
 from specviz.presets import write_trace
 from specviz.engine import generate
+from specviz.errors import run_command
 
 SECTION_VERSION = 2  # 2: lanes run `repeats` times, interleaved, the fastest kept
 BATCHES = (1, 2, 4, 8, 16, 32)
@@ -533,8 +534,6 @@ def main(argv=None) -> int:
     parser.add_argument("--policy-rounds", type=int, default=3,
                         help="rounds of ar, spec and load back to back at each B for the policy's paired score")
     args = parser.parse_args(argv)
-    from specviz.errors import run_command
-
     return run_command(lambda: _run(args), "interrupted; every finished lane is saved in the report, and the same "
                                            "command with --resume goes on after them")
 
@@ -546,7 +545,7 @@ def _run(args) -> int:
 
     try:
         batches = [int(b) for b in args.batches.split(",") if b]
-    except ValueError:
+    except ValueError:  # not whole numbers: refused below, with the other bad input
         batches = []
     lanes = [name for name in args.lanes.split(",") if name]
     bad = [name for name in lanes if name not in LANES]

@@ -37,6 +37,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from specviz import files
+from specviz.errors import run_command
 
 # a prompt of its own for each of the three that decode, so an answer delivered to the wrong
 # request is a text that does not continue its prompt's reference
@@ -183,8 +184,11 @@ def main(argv=None) -> int:
     parser.add_argument("--memory", default="low", help="the CLI's and the notebook's memory mode (default low)")
     parser.add_argument("--out", default=None, help="where to write the JSON report")
     args = parser.parse_args(argv)
-
     work = Path(tempfile.mkdtemp(prefix="specviz-classroom-"))
+    return run_command(lambda: _run(args, work), f"interrupted; the app was stopped and the logs are in {work}")
+
+
+def _run(args, work: Path) -> int:
     cache = Path(args.cache) if args.cache else work / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     empty = not any(cache.iterdir())

@@ -28,6 +28,7 @@ from typing import Optional
 from specviz import theory
 from specviz.argparsing import Parser
 from specviz.bench.forward import forward_cost
+from specviz.errors import run_command
 
 COST_TOKENS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
 ENGINES = {  # name -> load_pair options
@@ -217,8 +218,6 @@ def analyse(report: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    from specviz.errors import run_command
-
     return run_command(lambda: _main(argv), "interrupted before the report was written")
 
 

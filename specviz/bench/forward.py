@@ -17,6 +17,7 @@ import time
 import torch
 
 from specviz.argparsing import Parser
+from specviz.errors import run_command
 from specviz.lm import runner_for, synchronize
 
 
@@ -74,8 +75,6 @@ def batch_cost(model, batches: list, n_tokens: list, prefix: int = 64, repeats: 
 
 
 def main(argv=None) -> int:
-    from specviz.errors import run_command
-
     return run_command(lambda: _main(argv), "interrupted")
 
 

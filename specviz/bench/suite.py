@@ -487,8 +487,8 @@ def _missing_heads(pair_name: str) -> set:
 
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
-    return run_command(lambda: _run(args), "interrupted before the report was written: the suite starts over when run "
-                                           "again (--quick or --methods make it shorter)")
+    return run_command(lambda: _run(args), "interrupted; the suite keeps no partial results, so running it again starts "
+                                           "over (--quick or --methods make it shorter)")
 
 
 def _run(args) -> int:
