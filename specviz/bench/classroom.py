@@ -36,8 +36,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import specviz.errors
 from specviz import files
-from specviz.errors import run_command
 
 # a prompt of its own for each of the three that decode, so an answer delivered to the wrong
 # request is a text that does not continue its prompt's reference
@@ -185,7 +185,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="where to write the JSON report")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="specviz-classroom-"))
-    return run_command(lambda: _run(args, work), f"interrupted; the app was stopped and the logs are in {work}")
+    return specviz.errors.run_command(lambda: _run(args, work),
+                                      f"interrupted; the app was stopped and the logs are in {work}")
 
 
 def _run(args, work: Path) -> int:
