@@ -45,7 +45,7 @@ from specviz.batch import CostTable, LoadK, batch_runner_for, generate_batch
 from specviz.bench.prompts import SERVING_BANK
 from specviz.presets import write_trace
 from specviz.engine import generate
-from specviz.errors import run_command
+from specviz.errors import SpecvizError, run_command
 
 SECTION_VERSION = 2  # 2: lanes run `repeats` times, interleaved, the fastest kept
 BATCHES = (1, 2, 4, 8, 16, 32)
@@ -540,7 +540,6 @@ def main(argv=None) -> int:
 
 def _run(args) -> int:
     from specviz.bench.machine import environment
-    from specviz.errors import SpecvizError
     from specviz.models import load_pair
 
     try:

@@ -124,12 +124,12 @@ def measure_prompt(pair, table: dict, methods: list, prompt, tokens: int, repeat
     return record
 
 
-def run(pair, settings: dict, partial: Path, say) -> dict:
-    """Every prompt of every kind not already in `partial` (same settings): the report."""
+def run(pair, table: dict, settings: dict, partial: Path, say) -> dict:
+    """Every prompt of every kind not already in `partial` (same settings), its lanes from `table`
+    (the suite's method_table, the one the lanes were checked against): the report."""
     from specviz.bench.machine import environment
-    from specviz.bench.suite import method_table, run_method
+    from specviz.bench.suite import run_method
 
-    table = method_table(4, 8)
     report = {"settings": settings, "prompts": [], "sittings": 0, "environments": []}
     if partial.exists():
         try:
@@ -269,7 +269,7 @@ def _run(args, say) -> int:
     settings = {"pair": pair.name, "kinds": list(args.kinds), "prompts_per_kind": args.prompts,
                 "tokens": args.tokens, "repeats": args.repeats, "methods": methods, "baseline": args.baseline}
     partial = prefix.with_name(prefix.name + ".partial.json")
-    report = run(pair, settings, partial, say)
+    report = run(pair, lanes, settings, partial, say)
     text = markdown(report)
     files.write_json(prefix.with_name(prefix.name + ".json"), report)
     files.write_text(prefix.with_name(prefix.name + ".md"), text)
