@@ -256,11 +256,16 @@ class LlamaCppRunner:
 # ---------------------------------------------------------------------------------------------
 # GGUF types: the shipped one, and copies llama.cpp makes from it
 
-GGUF_TYPES = {  # name -> (llama_ftype, what it is); "q4_k_m" is the file the packages ship
-    "q4_k_m": (15, "the shipped file: 4.5 bits a weight, the type laptops run"),
-    "q8_0": (7, "8.5 bits a weight, re-quantised here from the shipped file"),
-    "f16": (1, "16-bit floats, the shipped weights de-quantised here"),
+GGUF_TYPES = {  # name -> (llama_ftype, bits a weight, what it is); "q4_k_m" is the file the packages ship
+    "q4_k_m": (15, 5.0, "the shipped file, the type laptops run (Q4_K with Q6_K parts)"),
+    "q8_0": (7, 8.5, "re-quantised here from the shipped file"),
+    "f16": (1, 16.0, "the shipped weights de-quantised here"),
 }
+
+
+def gguf_bytes(params: int, gguf_type: str) -> int:
+    """About how large a GGUF of `params` weights in `gguf_type` is (its tensors; metadata aside)."""
+    return int(params * GGUF_TYPES[check_gguf_type(gguf_type)][1] / 8)
 
 
 def check_gguf_type(name) -> str:

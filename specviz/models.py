@@ -971,6 +971,11 @@ def _gguf_checked(spec: PackagedModel, gguf: Path) -> bool:
     return record == {"sha256": spec.sha256, "bytes": stat.st_size, "mtime_ns": stat.st_mtime_ns}
 
 
+def gguf_copy_path(spec: PackagedModel, gguf_type: str) -> Path:
+    """Where gguf_file keeps its `gguf_type` copy of `spec` (beside the shipped file)."""
+    return gguf_path(spec).with_name(f"{spec.key}-{gguf_type}.gguf")
+
+
 def gguf_file(spec: PackagedModel, gguf_type: str, say: Progress) -> Path:
     """The GGUF of `spec` in `gguf_type`: the packaged file itself for q4_k_m, else a copy that
     llama.cpp's quantizer makes from it once (under a lock; whole or absent)."""
@@ -980,12 +985,14 @@ def gguf_file(spec: PackagedModel, gguf_type: str, say: Progress) -> Path:
     shipped = ensure_gguf(spec, say)
     if key == "q4_k_m":
         return shipped
-    out = shipped.with_name(f"{spec.key}-{key}.gguf")
+    out = gguf_copy_path(spec, key)
     if out.exists():
         return out
     with files.lock(out, f"making {out.name}", lambda message: say(0.0, f"{spec.key}: {message}")):
         if not out.exists():
             files.sweep(out)
+            files.check_space(out.parent, llamacpp.gguf_bytes(spec.params, key) + CONVERT_SPARE_BYTES,
+                              f"making {out.name}", "run the shipped file, gguf='q4_k_m', which needs no copy")
             say(0.5, f"{spec.key}: making its {key.upper()} copy with llama.cpp's quantizer (once)")
             with files.new_file(out, f"making {out.name}") as tmp:
                 llamacpp.quantize(shipped, tmp, key)

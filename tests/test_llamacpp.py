@@ -35,11 +35,29 @@ def pair():
     return specviz.load_pair("qwen-coder", backend="llama.cpp")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def copies_leave_with_the_module():
+    """The GGUF copies this module makes (Q8_0, several GB with the draft's) leave the cache when
+    it ends, so that a test run does not keep gigabytes nobody asked for, and a small disk (CI's)
+    holds the converted pair, the shipped files and one set of copies at a time. A copy that was
+    there before (a user's) stays."""
+    from specviz import models
+
+    copies = [models.gguf_copy_path(spec, key) for spec in (models.QWEN_TARGET, models.QWEN_DRAFT)
+              for key in llamacpp.GGUF_TYPES if key != "q4_k_m"]
+    there = {path for path in copies if path.exists()}
+    yield
+    for path in copies:
+        if path not in there:
+            path.unlink(missing_ok=True)
+
+
 @pytest.fixture(scope="module")
-def f16():
-    """F16 copies of the same weights: llama.cpp's float files, where a pass over several tokens
-    and one-token decoding agree to rounding (as float32 does in PyTorch)."""
-    return specviz.load_pair("qwen-coder", backend="llama.cpp", gguf="f16")
+def q8_0():
+    """Q8_0 copies of the same weights, made by llama.cpp's quantizer: there a pass over several
+    tokens and one-token decoding agree to rounding (as float32 does in PyTorch), where on the
+    shipped Q4_K_M they differ by tenths of a logit. (F16 agrees as well, at twice the disk.)"""
+    return specviz.load_pair("qwen-coder", backend="llama.cpp", gguf="q8_0")
 
 
 def _ids(pair, method, prompt, n=N, **kw):
@@ -60,18 +78,18 @@ def test_ar_equals_llama_servers_own_greedy_decoding(pair):
 
 
 @pytest.fixture(scope="module")
-def f16_ar(f16):
-    """AR's tokens on the F16 files, once per prompt for every method compared with them."""
-    return {prompt: _ids(f16, "ar", prompt)[1] for prompt in PROMPTS}
+def q8_0_ar(q8_0):
+    """AR's tokens on the Q8_0 files, once per prompt for every method compared with them."""
+    return {prompt: _ids(q8_0, "ar", prompt)[1] for prompt in PROMPTS}
 
 
 @needs_llamacpp
 @pytest.mark.parametrize("method,k", [("spec", 4), ("spec", 2), ("pld", 4), ("cascade", 4)])
-def test_speculative_greedy_equals_ar_token_for_token(f16, f16_ar, method, k):
+def test_speculative_greedy_equals_ar_token_for_token(q8_0, q8_0_ar, method, k):
     drafted = accepted = 0
     for prompt in PROMPTS:
-        events, ours = _ids(f16, method, prompt, k=k)
-        assert ours == f16_ar[prompt], (method, prompt)
+        events, ours = _ids(q8_0, method, prompt, k=k)
+        assert ours == q8_0_ar[prompt], (method, prompt)
         assert events[-1].metrics["tau"] > 1.0
         drafted, accepted = drafted + events[-1].metrics["drafted"], accepted + events[-1].metrics["accepted"]
     if method == "spec":  # a real speculation: several tokens per target pass, and rejections too
@@ -128,20 +146,20 @@ def test_rejected_positions_leave_the_kv_cache(pair):
 
 
 @needs_llamacpp
-def test_a_pass_gives_logits_at_every_fed_position(f16, pair):
+def test_a_pass_gives_logits_at_every_fed_position(q8_0, pair):
     """One pass over several tokens: its rows are the logits of each prefix (a verification
-    pass). On the F16 file they match one-token decoding to rounding; on Q4_K_M the two kernels
+    pass). On the Q8_0 file they match one-token decoding to rounding; on Q4_K_M the two kernels
     differ by far more (here over a tenth of a logit), the same argmax on this prompt."""
-    ids = f16.encode(PROMPTS[1])
+    ids = q8_0.encode(PROMPTS[1])
     gaps = {}
-    for name, p in (("f16", f16), ("q4_k_m", pair)):
+    for name, p in (("q8_0", q8_0), ("q4_k_m", pair)):
         rows = p.target.make_runner().forward(ids)  # (T, V)
         single = p.target.make_runner()
         one = torch.cat([single.forward([t], last_only=True) for t in ids])
         assert rows.shape == one.shape == (len(ids), p.target.vocab_size)
         assert torch.equal(rows.argmax(-1), one.argmax(-1))
         gaps[name] = float((rows.softmax(-1) - one.softmax(-1)).abs().max())
-    assert gaps["f16"] < 2e-3 < 1e-2 < gaps["q4_k_m"]
+    assert gaps["q8_0"] < 2e-3 < 1e-2 < gaps["q4_k_m"]
 
 
 class ResampleFromTarget(RejectionVerifier):
@@ -289,11 +307,17 @@ def test_a_missing_build_is_one_sentence_that_says_how_to_build_it(tmp_path):
 
 
 @needs_server
-def test_a_q8_0_copy_is_made_once_and_decodes_as_its_server_does():
+def test_a_q8_0_copy_is_made_once_and_decodes_as_its_server_does(q8_0):
     """gguf='q8_0': llama.cpp's quantizer makes the copy once (whole, under a lock), the pair
     runs it, and its AR is what llama-server emits on that file."""
-    pair = specviz.load_pair("qwen-coder", backend="llama.cpp", gguf="q8_0")
+    from specviz import models
+
+    pair = q8_0
     assert pair.weights == "Q8_0" and "Q8_0" in pair.target.desc
+    copy = models.gguf_copy_path(models.QWEN_TARGET, "q8_0")
+    made = copy.stat().st_mtime_ns
+    assert models.gguf_file(models.QWEN_TARGET, "q8_0", lambda f, m: None) == copy
+    assert copy.stat().st_mtime_ns == made  # asked again: the same file, not made again
     _, ar = _ids(pair, "ar", PROMPTS[0], n=24)
     with llamacpp_server.Server(gguf="q8_0") as server:
         assert server.complete(pair.encode(PROMPTS[0]), 24)["token_ids"] == ar
@@ -314,3 +338,26 @@ def test_the_apps_race_adds_llamacpps_own_lanes_on_the_same_file():
     assert spec["drafted"] > 0 and 0 < spec["alpha"] <= 1 and 1 < spec["tau"] <= 4
     assert spec["speedup"] == pytest.approx(spec["tokens_per_s"] / ar["tokens_per_s"])
     assert spec["label"] == "llama.cpp's own spec (k = 3)"
+
+
+def test_a_copy_that_would_not_fit_is_refused_before_the_quantizer_writes(tmp_path, monkeypatch):
+    """gguf='q8_0' or 'f16' on a disk too small for the copy: one sentence with the room it needs
+    and the shipped file as the way out, before llama.cpp writes a byte (it would fill the disk
+    and then fail)."""
+    from specviz import files, models
+
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    shipped = models.gguf_path(models.QWEN_TARGET)
+    shipped.parent.mkdir(parents=True)
+    shipped.write_bytes(b"GGUF")
+    monkeypatch.setattr(models, "ensure_gguf", lambda spec, say: shipped)
+    monkeypatch.setattr(llamacpp, "quantize", lambda *a: pytest.fail("the quantizer ran"))
+    monkeypatch.setattr(files, "free_bytes", lambda folder: 1_500_000_000)
+    need = {"q8_0": "2.0 GB", "f16": "3.6 GB"}
+    for key in need:
+        with pytest.raises(files.DiskFullError) as err:
+            models.gguf_file(models.QWEN_TARGET, key, lambda f, m: None)
+        message = str(err.value)
+        assert f"it needs about {need[key]} free and 1.5 GB is free" in message, message
+        assert "gguf='q4_k_m'" in message and "\n" not in message
+    assert sorted(p.name for p in shipped.parent.iterdir()) == [shipped.name]
