@@ -992,7 +992,8 @@ def gguf_file(spec: PackagedModel, gguf_type: str, say: Progress) -> Path:
         if not out.exists():
             files.sweep(out)
             files.check_space(out.parent, llamacpp.gguf_bytes(spec.params, key) + CONVERT_SPARE_BYTES,
-                              f"making {out.name}", "run the shipped file, gguf='q4_k_m', which needs no copy")
+                              f"making {out.name}",
+                              "run the shipped Q4_K_M file (the default type), which needs no copy")
             say(0.5, f"{spec.key}: making its {key.upper()} copy with llama.cpp's quantizer (once)")
             with files.new_file(out, f"making {out.name}") as tmp:
                 llamacpp.quantize(shipped, tmp, key)

@@ -359,5 +359,5 @@ def test_a_copy_that_would_not_fit_is_refused_before_the_quantizer_writes(tmp_pa
             models.gguf_file(models.QWEN_TARGET, key, lambda f, m: None)
         message = str(err.value)
         assert f"it needs about {need[key]} free and 1.5 GB is free" in message, message
-        assert "gguf='q4_k_m'" in message and "\n" not in message
+        assert "shipped Q4_K_M file" in message and "\n" not in message
     assert sorted(p.name for p in shipped.parent.iterdir()) == [shipped.name]
