@@ -40,6 +40,38 @@ def pytest_collection_modifyitems(items):
     items.sort(key=rank)  # stable: tests keep their order within a file
 
 
+# A test marked `alone` asserts a time (a class of 30 answered within 5 s): it runs with the
+# cores to itself. Every test of a worker holds a shared lock from its setup to its teardown (the
+# module fixtures it starts, model loads included); an `alone` test takes it exclusively, so it
+# waits for the other worker's current test to end and the other worker waits for it. A turnstile
+# in front keeps a waiting `alone` test from being overtaken by the other worker's next tests.
+# POSIX flock; where there is none (Windows) or one process runs the tests, nothing is locked.
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    worker_count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    if fcntl is None or worker_count < 2:
+        yield
+        return
+    folder = item.config._tmp_path_factory.getbasetemp().parent  # shared by the run's workers
+    with open(folder / "specviz-cores.lock", "a") as cores:
+        with open(folder / "specviz-turnstile.lock", "a") as turnstile:
+            fcntl.flock(turnstile, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(cores, fcntl.LOCK_EX if item.get_closest_marker("alone") else fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(cores, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def tiny():
     from specviz import load_pair

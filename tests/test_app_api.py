@@ -408,6 +408,7 @@ def live_run_and_crowd(url: str, live: dict, n: int = 30, app=None) -> float:
     return waits[-1]
 
 
+@pytest.mark.alone  # its waits are measured: the other test worker does not share the cores
 def test_thirty_visitors_get_presets_while_a_live_run_computes(server, monkeypatch):
     monkeypatch.setenv("GRADIO_ANALYTICS_ENABLED", "False")
     live_run_and_crowd(server[1], {**RUN, "k": 1, "temperature": 0.0, "max_new_tokens": 256}, app=server[0])

@@ -92,6 +92,7 @@ def test_an_int8_draft_keeps_greedy_output_and_drafts_well(qwen, ar, chat):
     assert events[-1].metrics["tau"] > 2.0
 
 
+@pytest.mark.alone  # its waits are measured: the other test worker does not share the cores
 def test_thirty_visitors_get_presets_while_the_real_pair_computes(qwen, monkeypatch):
     """A class on one Space: while the app computes a long live run on the real pair (this
     module's loaded pair, put into the app's pair cache: no second copy in memory), 30 visitors
