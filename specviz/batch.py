@@ -47,7 +47,7 @@ from specviz.drafters.base import Proposal
 from specviz.errors import InputError
 from specviz.lm import synchronize
 from specviz.record import EventWriter, StepRecord
-from specviz.run import Clock, config_of, is_batch, make_drafter, make_verifier, started_event
+from specviz.run import Clock, config_of, is_batch, make_drafter, make_verifier, started_event, stop_tokens
 
 LOAD_K_MAX = 6  # the deepest k the load policy considers (deeper rarely pays, and each k costs a calibration)
 
@@ -418,7 +418,7 @@ def make_batch_drafter(pair, cfg: RunConfig) -> BatchDrafter:
         return NoBatchDrafter()
     if cfg.method == "spec":
         stop = cfg.confidence if cfg.k == "auto" and cfg.auto_rule == "confidence" else None
-        return BatchModelDrafter(pair.draft, pair.eos_token_ids, stop)
+        return BatchModelDrafter(pair.draft, stop_tokens(pair, cfg), stop)
     # pld, medusa, eagle: the method's own drafter, one per row (LoadK asks for up to LOAD_K_MAX)
     one = cfg.replace(k=min(LOAD_K_MAX, cfg_k_max(pair, cfg))) if cfg.k == "load" else cfg
     return RowDrafters(lambda: make_drafter(pair, one))
@@ -878,7 +878,7 @@ def generate_batch(pair, prompt, config: Optional[RunConfig] = None, *, seeds=No
 class _BatchRun:
     def __init__(self, pair, cfg: RunConfig, prompts: list, ids: list, seeds: list, drafter, verifier, policy):
         self.pair, self.cfg, self.drafter, self.verifier, self.policy = pair, cfg, drafter, verifier, policy
-        self.eos = set(pair.eos_token_ids)
+        self.eos = set(stop_tokens(pair, cfg))
         self.rows = []
         for text, row_ids, seed in zip(prompts, ids, seeds):
             row = _Row(text if isinstance(text, str) else pair.decode(row_ids), list(row_ids), seed,

@@ -45,6 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--max-new-tokens", type=int, default=64)
+    gen.add_argument("--ignore-eos", action="store_true",
+                     help="run to --max-new-tokens even past end of text (to time one workload twice)")
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--prompt", required=True, action="append",
                      help="the prompt; give it several times to decode a batch of prompts together")
@@ -164,7 +166,7 @@ def cmd_generate(args) -> int:
     batch = args.batch if args.batch is not None else len(prompts)
     cfg = RunConfig.of(method=args.method, k=args.k, temperature=args.temperature, top_k=args.top_k,
                        top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
-                       record_topk=args.record_topk if args.jsonl else 0, auto_rule=args.auto_rule,
+                       ignore_eos=args.ignore_eos, record_topk=args.record_topk if args.jsonl else 0, auto_rule=args.auto_rule,
                        acceptance=args.acceptance, ngram=args.ngram, tree=args.tree, heads=args.heads,
                        tree_budget=args.tree_budget, batch=batch, spec_off_batch=args.spec_off_batch)
     check_backend_method(check_backend(args.backend), cfg, batch > 1)  # before the weights load, too

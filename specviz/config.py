@@ -80,6 +80,7 @@ class RunConfig:
     top_k: int = 0  # 0: off
     top_p: float = 1.0
     max_new_tokens: int = 64
+    ignore_eos: bool = False  # run to max_new_tokens: end of text stops nothing (vLLM's ignore_eos), so two runs are one workload
     seed: int = 0
     chat: bool = False
     record_topk: int = 10  # top-k slices of p and q recorded in the events (0: none)
@@ -105,6 +106,7 @@ class RunConfig:
         fix("top_p", float(self.top_p))
         fix("confidence", float(self.confidence))
         fix("chat", bool(self.chat))
+        fix("ignore_eos", bool(self.ignore_eos))
         if self.method in ("tree", "medusa-tree") and self.tree != "dynamic":
             fix("tree", ",".join(map(str, parse_shape(self.tree))))
         fix("warp", Warp(self.temperature, self.top_k, self.top_p))
@@ -145,6 +147,8 @@ class RunConfig:
             out.update(tree_budget=self.tree_budget, tree_depth=self.tree_depth, tree_width=self.tree_width)
         if self.method in HEAD_METHODS and self.heads:
             out["heads"] = self.heads
+        if self.ignore_eos:
+            out["ignore_eos"] = True
         if self.batch > 1:
             out["batch"] = self.batch
         if self.spec_off_batch:

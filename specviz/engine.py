@@ -35,7 +35,7 @@ from specviz.errors import InputError  # noqa: F401  (part of this module's API)
 from specviz.lm import runner_for, synchronize
 from specviz.record import EventWriter, StepRecord
 from specviz.run import (  # noqa: F401  (make_drafter, make_verifier, is_batch: this module's API too)
-    Clock, check_backend_method, config_of, is_batch, make_drafter, make_verifier, started_event)
+    Clock, check_backend_method, config_of, is_batch, make_drafter, make_verifier, started_event, stop_tokens)
 from specviz.tree import attention
 
 
@@ -79,7 +79,7 @@ class _Run:
         self.prompt = prompt if isinstance(prompt, str) else pair.decode(prompt_ids)
         self.prompt_ids = list(prompt_ids)
         self.committed = list(prompt_ids)
-        self.eos = set(pair.eos_token_ids)
+        self.eos = set(stop_tokens(pair, cfg))
         self.generator = torch.Generator(device=pair.device).manual_seed(cfg.seed)
         self.target = runner_for(pair.target)
         self.writer = EventWriter(pair.token_text, cfg.record_topk, verifier.name)

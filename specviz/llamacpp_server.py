@@ -98,13 +98,16 @@ class Server:
                 self.proc.wait()
         self.log.close()
 
-    def complete(self, prompt, n_predict: int, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0) -> dict:
+    def complete(self, prompt, n_predict: int, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0,
+                 ignore_eos: bool = False) -> dict:
         """`n_predict` tokens after `prompt` (a text, or token ids), greedy at temperature 0, else
         sampled by llama.cpp's own sampler (no top-k, `top_p`, `seed`): the token ids, decoding
-        tok/s and the draft counts of this request. (This llama-server takes its draft length
+        tok/s and the draft counts of this request; `ignore_eos` runs to `n_predict` (llama-server's
+        own option of that name), as a race's sampled lanes do. (This llama-server takes its draft length
         from its command line only: a request's `speculative.n_max` changed nothing, measured.)"""
         body = {"prompt": prompt, "n_predict": n_predict, "temperature": temperature, "top_k": 1 if temperature <= 0 else 0,
-                "top_p": top_p, "min_p": 0.0, "seed": seed, "cache_prompt": False, "return_tokens": True}
+                "top_p": top_p, "min_p": 0.0, "seed": seed, "cache_prompt": False, "return_tokens": True,
+                "ignore_eos": bool(ignore_eos)}
         reply = json.loads(_post(self.url + "/completion", body, 600.0))
         timings = reply.get("timings", {})
         return {"token_ids": list(reply.get("tokens", [])), "text": reply.get("content", ""),

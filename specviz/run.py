@@ -45,8 +45,14 @@ def check_backend_method(backend: str, cfg: RunConfig, batch: bool = False) -> N
         raise InputError("Batched runs are PyTorch's; on llama.cpp decode one prompt at a time.")
 
 
+def stop_tokens(pair, cfg: RunConfig) -> tuple:
+    """The tokens that end a run: the pair's end of text, or none with ignore_eos (the run then
+    always emits max_new_tokens, as a race of two sampled lanes needs to time one workload)."""
+    return () if cfg.ignore_eos else tuple(pair.eos_token_ids)
+
+
 def make_drafter(pair, cfg: RunConfig, policy=None):
-    eos = pair.eos_token_ids
+    eos = stop_tokens(pair, cfg)
     if cfg.method == "spec":
         return ModelDrafter(pair.draft, eos, policy.stop_below if policy else None)
     if cfg.method == "pld":
@@ -139,7 +145,7 @@ def started_event(pair, cfg: RunConfig, prompt: str, prompt_ids: list, verifier,
         seed=cfg.seed if seed is None else seed, chat=cfg.chat, prompt=prompt, prompt_ids=list(prompt_ids),
         prompt_texts=[pair.token_text(t) for t in prompt_ids], device=str(pair.device),
         dtype=pair.weights or str(pair.dtype).replace("torch.", ""), rule=verifier.name,
-        lossless=bool(verifier.lossless), eos_token_ids=sorted(set(pair.eos_token_ids)),
+        lossless=bool(verifier.lossless), eos_token_ids=sorted(set(stop_tokens(pair, cfg))),
         drafter=drafter, options=cfg.options(),
         draft_quant=pair.draft_quant, cpu_linear=pair.cpu_linear, target_quant=pair.target_quant,
         cuda_graphs=cuda_graphs_on(pair.target), backend=pair.backend, row=row)

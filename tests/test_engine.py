@@ -95,6 +95,29 @@ def test_eos_inside_a_draft(tiny, k):
         assert kinds(scripted, "draft_proposed")[-1].token_id == truth[i]
 
 
+@pytest.mark.parametrize("method,temperature", [("ar", 0.0), ("spec", 0.0), ("pld", 0.0), ("tree", 0.0),
+                                                ("ar", 1.0), ("spec", 1.0)])
+def test_ignore_eos_runs_to_the_count(tiny, method, temperature):
+    """ignore_eos: end of text stops nothing, so two lanes of a race emit the same number of
+    tokens; greedy, the tokens are still AR's (run past the EOS), and the EOS itself is emitted."""
+    pair, truth, i = _with_eos_at(tiny, PROMPTS[0], 6)
+    stopped = run(pair, PROMPTS[0], method=method, k=4, temperature=temperature, max_new_tokens=40)
+    assert stopped[-1].finish_reason == "eos" or temperature > 0
+    events = run(pair, PROMPTS[0], method=method, k=4, temperature=temperature, max_new_tokens=40, ignore_eos=True)
+    assert len(events[-1].token_ids) == 40 and events[-1].finish_reason == "length"
+    assert events[0].eos_token_ids == [] and events[0].options.get("ignore_eos") is True
+    if temperature == 0:
+        assert events[-1].token_ids == truth[:40] and truth[i] in events[-1].token_ids
+
+
+def test_ignore_eos_in_a_batch(tiny):
+    """The batched engine runs every row to the count as well."""
+    pair, truth, i = _with_eos_at(tiny, PROMPTS[0], 6)
+    rows = [e for e in run(pair, [PROMPTS[0], PROMPTS[1]], method="spec", k=4, max_new_tokens=30, ignore_eos=True)
+            if e.kind == "run_finished"]
+    assert [len(r.token_ids) for r in rows] == [30, 30] and rows[0].token_ids == truth[:30]
+
+
 def test_same_seed_same_events(tiny):
     def stripped(seed):
         return [ev.without_timings(e.to_dict()) for e in

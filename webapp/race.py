@@ -16,7 +16,8 @@ from webapp import charts
 from webapp.common import check_request, get_pair, gpu, in_line, options, ui
 from webapp.settings import run_inputs
 
-ar_options = recorded.ar_options  # the race's baseline: one definition for live and recorded races
+# the race's two lanes: one definition for live and recorded races (sampled lanes run to the count)
+ar_options, race_options = recorded.ar_options, recorded.race_options
 
 
 @gpu
@@ -24,7 +25,7 @@ def stream_race(pair_name: str, prompt: str, cfg, draft_quant: str = "none"):
     """Both lanes' events, one step of one lane per item: whichever lane's own clock is behind.
     Both lanes run the same target; an int8 draft only changes the speculative lane's drafter."""
     ar = Lane("ar", specviz.generate(get_pair(pair_name), prompt, ar_options(cfg)))
-    spec = Lane("spec", specviz.generate(get_pair(pair_name, draft_quant=draft_quant), prompt, cfg))
+    spec = Lane("spec", specviz.generate(get_pair(pair_name, draft_quant=draft_quant), prompt, race_options(cfg)))
     for lane, new in race(ar, spec):
         yield {"lane": lane.name, "events": new, "busy": lane.busy, "done": lane.done}
 
@@ -70,7 +71,8 @@ def own_lanes(pair_name: str, prompt: str, cfg) -> list:
         for name, draft in (("llama.cpp's own AR", None), (f"llama.cpp's own spec (k = {k})", k)):
             server = llamacpp_server.shared(pair.weights.lower(), draft)
             before = _drafts(server, watch)
-            out = server.complete(ids, cfg.max_new_tokens, cfg.warp.temperature, cfg.warp.top_p, cfg.seed)
+            out = server.complete(ids, cfg.max_new_tokens, cfg.warp.temperature, cfg.warp.top_p, cfg.seed,
+                                  race_options(cfg).ignore_eos)
             drafts = _drafts(server, watch) - before
             seconds = out["predicted_n"] / out["tokens_per_s"] if out["tokens_per_s"] else 0.0
             records.append(chart_render.engine_record(name, "llama-server spec" if draft else "llama-server ar",
