@@ -61,6 +61,7 @@ class Preset:
     seed: int = 0
     ngram: int = 3
     tree: str = "3,2,1"
+    claim: str = ""  # what the label claims of the recorded race: "wins", "loses", "shrinks", or "" (none)
 
     def example(self) -> list:
         """The sidebar values gr.Examples fills: prompt, method, k, temperature, chat, acceptance."""
@@ -73,28 +74,45 @@ class Preset:
                          acceptance="exact" if self.method in ("ar", "tree") else self.acceptance, auto_rule="cost",
                          confidence=0.4, ngram=self.ngram, tree=self.tree, tree_budget=16)
 
+    def race_options(self) -> RunConfig:
+        """The recorded method lane: the sidebar's run, held to the race's rule (race_options)."""
+        return race_options(self.options())
+
     def ar_options(self) -> RunConfig:
         return ar_options(self.options())
 
 
+def race_options(cfg: RunConfig) -> RunConfig:
+    """A race times one workload twice, so both lanes emit max_new_tokens: sampled lanes write two
+    different texts that would end at different places, so end of text stops neither
+    (ignore_eos). Greedy lanes write the same text and stop together (the app's live race and
+    the recorded presets both take it from here)."""
+    return cfg if cfg.warp.greedy else cfg.replace(ignore_eos=True)
+
+
 def ar_options(cfg: RunConfig) -> RunConfig:
-    """The race's baseline: plain autoregressive decoding with the same prompt and sampling (the
-    app's live race and the recorded presets both take it from here)."""
-    return cfg.replace(method="ar", k=1, acceptance="exact")
+    """The race's baseline: plain autoregressive decoding with the same prompt and sampling, held
+    to the same rule as the method's lane (race_options)."""
+    return race_options(cfg).replace(method="ar", k=1, acceptance="exact")
 
 
 CODE = 'def quicksort(arr):\n    """Sort a list with quicksort."""\n'
+# the target's greedy answer runs to 59 tokens: both lanes stop at the count (56), not at its end
 REWRITE = ("Rename x to count in this code and return only the code:\n\nx = 0\nfor item in items:\n"
-           "    if item.ok:\n        x += 1\nprint(x)\n")
-HAIKU = "Write a haiku about the sea."
+           "    if item.ok:\n        x += 1\n    elif item.retry:\n        x += 2\nprint(x)\nreturn x\n")
+POEM = "Write a short poem about the sea, in three stanzas."  # long enough that 48 tokens rarely reach its end
+# Each label says what its recording measured (tests/test_presets.py holds every label to its
+# recording: `claim` "wins" needs a speedup above 1, "loses" one below 1, "shrinks" one above 1
+# and below the first preset's, the same prompt greedy).
 PRESETS = (
-    Preset("Code, greedy: speculation wins", CODE, "spec", 4, 0.0, False),
-    Preset("Chat, T = 0.7: speculation tends to lose", HAIKU, "spec", 4, 0.7, True),
-    Preset("Hot sampling, T = 1.5: does speculation still pay?", CODE, "spec", 4, 1.5, False),
-    Preset("Code rewrite, k = 6: easy to draft", REWRITE, "spec", 6, 0.0, True),
-    Preset("Code, draft tree 3,2,1", CODE, "tree", 4, 0.0, False),
-    Preset("Code rewrite, prompt lookup: no draft model", REWRITE, "pld", 6, 0.0, True),
-    Preset("Chat, T = 0.7, typical acceptance: LOSSY", HAIKU, "spec", 4, 0.7, True, "typical"),
+    Preset("Code, greedy: speculation wins", CODE, "spec", 4, 0.0, False, claim="wins"),
+    Preset("Chat, T = 0.7: speculation loses", POEM, "spec", 4, 0.7, True, max_new_tokens=48, claim="loses"),
+    Preset("Hot sampling, T = 1.5: the gain shrinks", CODE, "spec", 4, 1.5, False, claim="shrinks"),
+    Preset("Code rewrite, k = 6: easy to draft", REWRITE, "spec", 6, 0.0, True, max_new_tokens=56, claim="wins"),
+    Preset("Code, draft tree 3,2,1", CODE, "tree", 4, 0.0, False, claim="wins"),
+    Preset("Code rewrite, prompt lookup: no draft model", REWRITE, "pld", 6, 0.0, True, max_new_tokens=56,
+           claim="wins"),
+    Preset("Chat, T = 0.7, typical acceptance: LOSSY", POEM, "spec", 4, 0.7, True, "typical", max_new_tokens=48),
 )
 LABELS = [preset.label for preset in PRESETS]
 
@@ -205,7 +223,7 @@ def _record_preset(pair, number: int, preset: Preset, folder: Path, say) -> dict
     from specviz.metrics import timing_note
     from specviz.render.race import Lane, race
 
-    lanes = {"run": Lane("run", specviz.generate(pair, preset.prompt, preset.options())),
+    lanes = {"run": Lane("run", specviz.generate(pair, preset.prompt, preset.race_options())),
              "ar": Lane("ar", specviz.generate(pair, preset.prompt, preset.ar_options()))}
     try:
         for _ in race(lanes["ar"], lanes["run"]):

@@ -23,11 +23,16 @@ def test_a_recording_reads_back_as_the_runs_it_recorded(folder, tiny):
 
     for preset in presets.PRESETS[:2]:
         rec = presets.recording(preset.label, folder)
-        fresh = [e.to_dict() for e in specviz.generate(tiny, preset.prompt, preset.options())]
+        fresh = [e.to_dict() for e in specviz.generate(tiny, preset.prompt, preset.race_options())]
         assert rec.run[-1]["token_ids"] == fresh[-1]["token_ids"]  # greedy, or sampled with the preset's seed
         assert rec.run[0]["method"] == preset.method and rec.ar[0]["method"] == "ar"
         assert rec.ar[0]["temperature"] == preset.temperature and rec.ar[0]["prompt"] == preset.prompt
         assert rec.run_busy > 0 and rec.ar_busy > 0
+        # one workload timed twice: both lanes emit as many tokens (greedy: one text; sampled lanes
+        # run to the preset's count, end of text ignored, as the race's rule says)
+        assert len(rec.run[-1]["token_ids"]) == len(rec.ar[-1]["token_ids"])
+        if preset.temperature > 0:
+            assert len(rec.ar[-1]["token_ids"]) == preset.max_new_tokens and rec.ar[0]["options"]["ignore_eos"]
         assert rec.note.startswith("recorded on ") and rec.where["pair"] == "tiny"
 
 
@@ -56,3 +61,24 @@ def test_list_names_every_preset_and_where_it_was_recorded(capsys):
     assert presets.main(["list"]) == 0
     shown = capsys.readouterr().out.splitlines()
     assert [line.split(": recorded on ")[0] for line in shown] == presets.LABELS
+
+
+def test_the_shipped_presets_race_like_with_like_and_say_what_they_measured():
+    """Every shipped recording is one workload timed twice (both lanes emit the same number of
+    tokens, at least 48), and each label's claim holds for its own recording: a label that the
+    numbers contradict fails here, whoever re-records the presets on whatever machine."""
+    from specviz.bench.guide import preset_rows
+
+    rows = {row["label"]: row for row in preset_rows()}
+    greedy_code = rows[presets.PRESETS[0].label]
+    for preset in presets.PRESETS:
+        row = rows[preset.label]
+        assert row["tokens"][0] == row["tokens"][1] >= 48, (preset.label, row["tokens"])
+        if preset.claim == "wins":
+            assert row["speedup"] > 1, (preset.label, row["speedup"])
+        elif preset.claim == "loses":
+            assert row["speedup"] < 1, (preset.label, row["speedup"])
+        elif preset.claim == "shrinks":  # the hook's prompt, hotter: still ahead, by less
+            assert preset.prompt == presets.PRESETS[0].prompt and 1 < row["speedup"] < greedy_code["speedup"]
+        else:
+            assert preset.claim == "" and "LOSSY" in preset.label and not row["lossless"]
