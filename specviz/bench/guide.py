@@ -1,0 +1,269 @@
+"""The teacher's guide's figures, generated from the committed reports and recordings.
+
+docs/teaching.md quotes measured numbers in two tables: what each kind of machine shows (from the
+suite and batched reports in docs/benchmarks/) and what each preset recorded (from the presets'
+manifest). Typed by hand, the same quantity drifted apart between files; here each table is
+written from its sources between markers in the guide,
+
+    <!-- generated: machines (python -m specviz.bench.guide) -->  ...  <!-- end generated -->
+
+and tests/test_guide.py fails when the committed guide and its sources part:
+
+    python -m specviz.bench.guide            rewrite the tables in docs/teaching.md
+    python -m specviz.bench.guide --check    exit 1, saying which table, if they differ
+
+No torch: it reads JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+from specviz import files, presets as recorded
+from specviz.errors import SpecvizError, run_command
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "teaching.md"
+REPORTS = ROOT / "docs" / "benchmarks"
+# the reports each column of "what each kind of machine will show" is read from
+NATIVE, AVX2 = "suite-qwen-coder-full", "suite-qwen-coder-full-avx2"
+GPU_SMALL, GPU_7B = "suite-random-1.5b-0.5b-quick-cuda-graphs-fp32", "suite-random-7b-0.5b-quick-cuda-graphs-fp32"
+BATCHED = {NATIVE: "batched-qwen-coder-bf16", AVX2: "batched-qwen-coder-fp32"}
+BATCHES_SHOWN = (1, 2, 16)
+GREEDY = ("code", "rewrite", "chat", "summary", "creative")
+BLOCK = re.compile(r"(<!-- generated: (\w+) \(python -m specviz\.bench\.guide\) -->\n)(.*?)(<!-- end generated -->)",
+                   re.S)
+
+
+def report(name: str, folder: Path = REPORTS) -> dict:
+    path = Path(folder) / f"{name}.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SpecvizError(f"The guide's figures need {path}, which could not be read ({exc}).") from exc
+
+
+def _span(values: list, fmt: str = "{:.2f}", unit: str = "") -> str:
+    """'4.6–5.1' for a range, one number when all round alike."""
+    low, high = fmt.format(min(values)), fmt.format(max(values))
+    return (low if low == high else f"{low}–{high}") + unit
+
+
+def _x(value: Optional[float]) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+def _greedy(rep: dict, method: str, key: str) -> list:
+    return [rep["results"][f"{p}@greedy"][method][key] for p in GREEDY
+            if f"{p}@greedy" in rep["results"] and method in rep["results"][f"{p}@greedy"]
+            and rep["results"][f"{p}@greedy"][method].get(key) is not None]
+
+
+def _speed(rep: dict, prompt: str, method: str) -> Optional[float]:
+    return rep["results"].get(f"{prompt}@greedy", {}).get(method, {}).get("speedup")
+
+
+def _ms(rep: dict, prompt: str, key: str) -> str:
+    lanes = rep["results"][f"{prompt}@greedy"]
+    return f"{lanes['ar'][key] * 1e3:.0f} vs {lanes['spec'][key] * 1e3:.0f} ms"
+
+
+def _where(rep: dict) -> str:
+    env = rep["environment"]
+    return f"{env['device_name']}, {env.get('threads', env.get('cpu_count', '?'))} threads, {env['dtype']}"
+
+
+def _batched(name: str, folder: Path) -> str:
+    rep = report(name, folder)
+    rows = {row["batch"]: row["measured_speedup"] for row in rep["analysis"]["rows"]}
+    shown = ", ".join(_x(rows.get(b)) for b in BATCHES_SHOWN)
+    loses = next((b for b in sorted(rows) if rows[b] < 1), None)
+    where = f"{rep['environment']['device_name']}, {rep['environment']['dtype']}"
+    tail = f"; speculation stops paying at B = {loses}" if loses else ""
+    return f"{shown} ([{name}](benchmarks/{name}.md): {where}{tail})"
+
+
+def _cpu_column(name: str, folder: Path) -> dict:
+    rep = report(name, folder)
+    curve = rep["cost_curve"]["target"]
+    best = rep["ranking"]["code@greedy"][0]
+    return {
+        "report": f"[{name}.md](benchmarks/{name}.md), {rep['environment']['date_utc'][:10]}",
+        "machine": _where(rep),
+        "autoregressive": _span(_greedy(rep, "ar", "tokens_per_s"), "{:.1f}", " tokens/s"),
+        "verify": f"{curve['5'] / curve['1']:.2f}",
+        "c": f"{_span(_greedy(rep, 'spec', 'c_vs_ar'))} (int8 draft {_span(_greedy(rep, 'spec-int8', 'c_vs_ar'))})",
+        "spec_code": f"{_x(_speed(rep, 'code', 'spec'))}, {_x(_speed(rep, 'rewrite', 'spec'))}",
+        "spec_chat": f"{_x(_speed(rep, 'chat', 'spec'))}, {_x(_speed(rep, 'creative', 'spec'))}",
+        "best": f"{_x(_speed(rep, 'code', best))} ({best})",
+        "pld": _x(_speed(rep, "rewrite", "pld")),
+        "ttft": _ms(rep, "code", "ttft"),
+        "gap": _ms(rep, "code", "gap_p50"),
+        "batch": _batched(BATCHED[name], folder),
+    }
+
+
+def _at_alpha_one(rep: dict) -> Optional[float]:
+    return next((p["speedup"] for p in rep.get("controlled", {}).get("points", []) if p["a_set"] == 1.0), None)
+
+
+def _gpu_column(folder: Path) -> dict:
+    small, big = report(GPU_SMALL, folder), report(GPU_7B, folder)
+    curve = big["cost_curve"]["target"]
+    ar = [lanes["ar"]["decode_tokens_per_s"] for lanes in big["results"].values() if "ar" in lanes]
+    return {
+        "report": f"[1.5B/0.5B](benchmarks/{GPU_SMALL}.md), [7B/0.5B](benchmarks/{GPU_7B}.md), "
+                  f"{big['environment']['date_utc'][:10]}",
+        "machine": f"{big['environment']['device_name']}, random weights of the real shapes, "
+                   f"{big['environment']['dtype']}, CUDA graphs",
+        "autoregressive": f"7B: {_span(ar, '{:.0f}', ' tokens/s')} after the first token",
+        "verify": f"{curve['5'] / curve['1']:.2f} (7B)",
+        "c": f"{_span(_greedy(small, 'spec', 'c_vs_ar'))} (0.5B vs 1.5B)",
+        "spec_code": f"at α = 1: 1.5B target {_x(_at_alpha_one(small))}, 7B {_x(_at_alpha_one(big))}",
+        "spec_chat": "(random weights: no real α)",
+        "best": "—", "pld": "—", "ttft": "—", "gap": "—", "batch": "—",
+    }
+
+
+ROWS = (("report", "report"), ("machine", "machine"), ("autoregressive", "autoregressive"),
+        ("verify", "one forward over 5 new tokens ÷ over 1 (V(5))"),
+        ("c", "c (draft forward ÷ target forward)"), ("spec_code", "spec k = 4: code, rewrite"),
+        ("spec_chat", "spec k = 4: chat, creative"), ("best", "best on code completion"),
+        ("pld", "prompt lookup on the rewrite"), ("ttft", "time to first token, code: AR vs spec"),
+        ("gap", "median wait between updates, code: AR vs spec"),
+        ("batch", f"batches of users, spec k = 4 against plain at B = {', '.join(map(str, BATCHES_SHOWN))}"))
+
+
+def machines_table(folder: Path = REPORTS) -> str:
+    """What each kind of machine shows: one column per kind, every cell read from its report."""
+    columns = [_cpu_column(NATIVE, folder), _cpu_column(AVX2, folder), _gpu_column(folder)]
+    lines = ["| | **CPU with native bf16** | **CPU without it: AVX2 only** (float32; most laptops) | **GPU** |",
+             "|---|---|---|---|"]
+    lines += [f"| {title} | " + " | ".join(col[key] for col in columns) + " |" for key, title in ROWS]
+    return "\n".join(lines) + "\n"
+
+
+def preset_rows(folder: Path = recorded.DATA) -> list:
+    """Each preset's recorded race: tokens per lane, each lane's compute clock, and the speedup."""
+    rows = []
+    for preset in recorded.PRESETS:
+        try:
+            rec = recorded.recording(preset.label, folder)
+        except (KeyError, ValueError, OSError) as exc:  # not recorded, recorded with other settings, unreadable
+            raise SpecvizError(f"The presets' table needs the recording of {preset.label!r} ({exc}): "
+                               "run python -m specviz.presets record") from exc
+        tokens = (len(rec.run[-1]["token_ids"]), len(rec.ar[-1]["token_ids"]))
+        rows.append({"label": preset.label, "method": preset.method, "k": preset.k, "T": preset.temperature,
+                     "tokens": tokens, "run_s": rec.run_busy, "ar_s": rec.ar_busy,
+                     "speedup": (tokens[0] / rec.run_busy) / (tokens[1] / rec.ar_busy),
+                     "alpha": rec.run[-1]["metrics"].get("alpha_empirical"), "lossless": rec.run[0]["lossless"]})
+    return rows
+
+
+def presets_table(folder: Path = recorded.DATA) -> str:
+    rows = preset_rows(folder)
+    note = recorded.recording(recorded.LABELS[0], folder).note
+    lines = [f"The presets as {note} (each lane's own compute clock; both lanes emit the same number of tokens):",
+             "", "| preset | method | tokens per lane | autoregressive | speculative | speedup | α |",
+             "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        method = f"{r['method']}" + (f", k = {r['k']}" if r["method"] in ("spec", "pld") else "") + f", T = {r['T']:g}"
+        alpha = "—" if r["alpha"] is None else f"{r['alpha']:.2f}"
+        lines.append(f"| {r['label']} | {method} | {r['tokens'][0]} | {r['ar_s']:.1f} s | {r['run_s']:.1f} s | "
+                     f"**{r['speedup']:.2f}×** | {alpha} |")
+    return "\n".join(lines) + "\n"
+
+
+def _hook(folder: Path) -> tuple:
+    """The hook preset's speedup and each lane's target passes (AR: one per token; spec: one per step)."""
+    first = preset_rows(folder)[0]
+    rec = recorded.recording(recorded.LABELS[0], folder)
+    steps = sum(e["kind"] == "step_finished" for e in rec.run)
+    return first["speedup"], first["tokens"][1], steps
+
+
+def answers_table(reports: Path = REPORTS, presets: Path = recorded.DATA) -> str:
+    """The worksheet's expected answers: the recorded ones exactly, the measured ones as the
+    reference machines measured them (a student's machine gives numbers around these)."""
+    native, avx2 = report(NATIVE, reports), report(AVX2, reports)
+    speedup, ar_passes, spec_passes = _hook(presets)
+    chat = next(r for r in preset_rows(presets) if r["label"].startswith("Chat, T = 0.7: "))
+
+    def both(fn) -> str:
+        return f"native bf16: {fn(native)}; AVX2, float32: {fn(avx2)}"
+
+    def v5(rep) -> str:
+        return f"{rep['cost_curve']['target']['5'] / rep['cost_curve']['target']['1']:.2f}"
+
+    def spec_code(rep) -> str:
+        return _x(_speed(rep, "code", "spec"))
+
+    rows = [("1", f"{speedup:.2f}×; {ar_passes} target passes autoregressive, {spec_passes} speculative (one per step, "
+                  "each yielding up to k + 1 = 5 tokens)"),
+            ("2", "5 (4 accepted guesses and the bonus token)"),
+            ("3", "the residual norm(max(p − q, 0)); β is the value the inspector shows (it varies by position)"),
+            ("4", f"5 tokens read, 5 positions scored, differences of rounding only; V(5): {both(v5)}"),
+            ("5", "every step the engine took; identical in float32, in bfloat16 identical or parting at a near-tie"),
+            ("6", "α is above accepted / drafted: the difference is the guesses thrown away unjudged"),
+            ("7", f"spec k = 4 on code: {both(spec_code)}; theory within about 10% of it"),
+            ("8", f"TTFT, AR vs spec: {both(lambda r: _ms(r, 'code', 'ttft'))}; the AR stream is smoother, "
+                  "the speculative one finishes first on code"),
+            ("9", "above α^k on code: failures cluster, so a guess that follows accepted ones passes more often"),
+            ("10", f"around the code speedup of question 7; repeats of one greedy run spread by tens of percent"),
+            ("11", "depends on the price set; the cheaper method is the faster one at the same price"),
+            ("12", f"chat at T = 0.7 (preset: {chat['speedup']:.2f}×); large batches (the machines table's last row); "
+                   "time to first token (question 8); an AVX2 CPU in bfloat16 (notebook 1)")]
+    lines = ["| question | expected answer (reference machines: the machines table's reports) |", "|---|---|"]
+    lines += [f"| {q} | {a} |" for q, a in rows]
+    return "\n".join(lines) + "\n"
+
+
+TABLES: dict = {"machines": machines_table, "presets": presets_table, "answers": answers_table}
+
+
+def render(text: str, tables: Optional[dict] = None) -> str:
+    """The guide with every generated block rewritten from its sources."""
+    tables = tables or {name: make() for name, make in TABLES.items()}
+
+    def fill(match) -> str:
+        if match[2] not in tables:
+            raise SpecvizError(f"docs/teaching.md asks for a generated table {match[2]!r}; "
+                               f"the tables are {', '.join(TABLES)}.")
+        return match[1] + tables[match[2]] + match[4]
+
+    return BLOCK.sub(fill, text)
+
+
+def stale(text: str) -> list:
+    """The names of the generated blocks whose text differs from their sources."""
+    fresh = {m[2]: m[3] for m in BLOCK.finditer(render(text))}
+    return [m[2] for m in BLOCK.finditer(text) if fresh[m[2]] != m[3]]
+
+
+def main(argv=None, say: Callable[[str], None] = print) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specviz.bench.guide", description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if docs/teaching.md and its sources differ")
+    args = parser.parse_args(argv)
+
+    def run() -> int:
+        text = GUIDE.read_text(encoding="utf-8")
+        if args.check:
+            parted = stale(text)
+            if parted:
+                say(f"docs/teaching.md: the {', '.join(parted)} table(s) differ from their sources; "
+                    "run python -m specviz.bench.guide")
+            return 1 if parted else 0
+        files.write_text(GUIDE, render(text))
+        say(f"wrote the {', '.join(TABLES)} tables of {GUIDE.relative_to(ROOT)}")
+        return 0
+
+    return run_command(run, "interrupted; docs/teaching.md is written whole or not at all")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""The teacher's guide quotes no measured figure by hand: its machines, presets and answer-key
+tables are written from the committed reports and recordings (specviz.bench.guide), and the
+committed guide must equal what they give."""
+
+import json
+import shutil
+
+import pytest
+
+from specviz.bench import guide
+
+
+def test_the_committed_guide_matches_its_reports_and_recordings():
+    text = guide.GUIDE.read_text(encoding="utf-8")
+    assert {m[2] for m in guide.BLOCK.finditer(text)} == set(guide.TABLES)  # every table is in the guide
+    assert guide.stale(text) == [], "run python -m specviz.bench.guide"
+
+
+def test_a_figure_edited_by_hand_is_found():
+    text = guide.GUIDE.read_text(encoding="utf-8")
+    block = next(m for m in guide.BLOCK.finditer(text) if m[2] == "machines")
+    edited = text.replace(block[3], block[3].replace("1.77×", "1.92×", 1))
+    assert edited != text and guide.stale(edited) == ["machines"]
+    assert guide.main(["--check"], say=lambda line: None) == 0
+
+
+def test_a_report_that_changes_changes_the_table(tmp_path):
+    """The table is read from the report: change the report and the cell follows."""
+    for path in guide.REPORTS.glob("*.json"):
+        shutil.copy(path, tmp_path / path.name)
+    name = tmp_path / f"{guide.NATIVE}.json"
+    rep = json.loads(name.read_text())
+    rep["results"]["code@greedy"]["spec"]["speedup"] = 3.21
+    name.write_text(json.dumps(rep))
+    assert "3.21×" in guide.machines_table(tmp_path) and "3.21×" not in guide.machines_table()
+
+
+def test_an_unknown_table_and_a_missing_report_are_one_sentence(tmp_path):
+    from specviz.errors import SpecvizError
+
+    with pytest.raises(SpecvizError, match="asks for a generated table 'nope'"):
+        guide.render("<!-- generated: nope (python -m specviz.bench.guide) -->\nx\n<!-- end generated -->")
+    with pytest.raises(SpecvizError, match="could not be read"):
+        guide.machines_table(tmp_path)
