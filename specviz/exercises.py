@@ -12,7 +12,20 @@ Two kinds of exercise:
   also take the events of a run the notebook made, and replay every step of it with the
   student's function.
 * **by hand**: a number or a short list; `check_<question>(answer)` compares it with what the
-  engine's own code computes, so no notebook cell shows the answer.
+  engine's own code computes, so no notebook cell shows the answer. The form is read before the
+  value, and every equivalent form counts: a number may be an int, a float, a numpy or torch
+  scalar or a 0-d array or tensor, and is right within the tolerance its check states; a list
+  of numbers may be a list, a tuple, a range or a 1-d array or tensor (a sorted list of node ids
+  may come in any order, or as a set); a letter may have any case and surrounding whitespace.
+  Tokens are compared exactly (case and spaces are part of a token). Nothing is converted
+  between numbers and strings: "0.5" for a number, 2 for the token "2", a set or a dict where a
+  list in order is needed, a nested list, a list of the wrong length where the question gives
+  the length, a list where one number is needed: each gets a line saying only the answer's form
+  is off ("✗ Check the answer's form: the value may be right, but it should be a flat list of 3
+  numbers, in order, not a list holding a number in quotes (a string)."), which names the form
+  expected and the form received, never the value, and does not ask to work the value out again;
+  the check returns False (an answer in the wrong form is an answer, not a blank: None stays
+  "not answered yet").
 
 Every check prints one line (two for a two-part answer) and returns True (right), False (wrong)
 or None (not written or not answered yet). A wrong answer is described by the kind of input it
@@ -26,6 +39,7 @@ from __future__ import annotations
 
 import copy
 import math
+import numbers
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
@@ -94,18 +108,131 @@ def _replayed(cases: list, unit: str) -> str:
     return f", and {mine} {unit}{'' if mine == 1 else 's'} from your own run"
 
 
-def _answer(answer, expected, tol: float = 0.0, hint: str = "") -> Optional[bool]:
-    """A by-hand answer: the same lines as `specviz.render.notebook.check`."""
+class _Form(Exception):
+    """The answer may hold the right value, but not in the form the check reads."""
+
+    def __init__(self, needs: str, given: str):
+        super().__init__(f"Check the answer's form: the value may be right, but it should be {needs}, not {given}.")
+
+
+_ANY = object()  # "no element found", where None is itself an element to report
+
+
+def _scalar(x) -> Optional[float]:
+    """x as a float when it is one real number (int, float, Fraction, a numpy or torch scalar, a
+    0-d array or tensor), else None. True/False is not a number here: as an answer it is a slip."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, numbers.Real):
+        return float(x)
+    if getattr(x, "ndim", None) == 0 and hasattr(x, "item"):  # numpy.bool_ and 0-d bool tensors land on bool
+        return _scalar(x.item())
+    return None
+
+
+def _items(x) -> Optional[list]:
+    """x's entries when it is a sequence in order (list, tuple, range, 1-d array or tensor), else None."""
+    if isinstance(x, (list, tuple, range)):
+        return list(x)
+    if getattr(x, "ndim", None) == 1 and hasattr(x, "tolist"):
+        return x.tolist()
+    return None
+
+
+def _what(x, fits: Callable = lambda v: _scalar(v) is not None, noun: str = "numbers") -> str:
+    """The form of x in a few words, never its value: what a form message says was received.
+    In a list, the first entry that does not fit the form expected is the one described."""
+    if x is None:
+        return "None"
+    if isinstance(x, str):
+        try:
+            float(x)
+            return "a number in quotes (a string)"
+        except ValueError:
+            return "a string"
+    if isinstance(x, bool) or type(x).__name__ == "bool_":
+        return "True or False"
+    if _scalar(x) is not None:
+        return "a number"
+    if isinstance(x, dict):
+        return "a dict"
+    if isinstance(x, (set, frozenset)):
+        return "a set (a set has no order)"
+    if getattr(x, "shape", None) is not None:
+        return f"{'a tensor' if isinstance(x, torch.Tensor) else 'an array'} of shape {tuple(x.shape)}"
+    if isinstance(x, (list, tuple)):
+        name = type(x).__name__
+        odd = next((v for v in x if not fits(v)), _ANY)
+        if odd is _ANY:
+            return f"a {name} of {len(x)} {noun if len(x) != 1 else noun[:-1]}"
+        if _items(odd) is not None or isinstance(odd, (set, frozenset, dict)):
+            return f"a nested {name}"
+        return f"a {name} holding {_what(odd)}"
+    return f"a {type(x).__name__}"
+
+
+def _as_number(answer) -> float:
+    """One number, or _Form."""
+    value = _scalar(answer)
+    if value is None:
+        raise _Form("one number", _what(answer))
+    return value
+
+
+def _as_numbers(answer, n: Optional[int] = None, ordered: bool = True) -> list:
+    """A flat list of numbers (n of them when the question gives the length), or _Form. With
+    ordered=False (a set of ids asked for as a sorted list) any order, and a set, will do."""
+    needs = f"a flat list of {n} numbers" if n else "a flat list of numbers"
+    if not ordered and isinstance(answer, (set, frozenset)):
+        answer = list(answer)
+    items = _items(answer)
+    values = None if items is None else [_scalar(v) for v in items]
+    if values is None or None in values or (n is not None and len(values) != n):
+        raise _Form(needs + (", in order" if ordered else ""), _what(answer))
+    return values if ordered else sorted(values)
+
+
+def _as_tokens(answer) -> list:
+    """A list of tokens in order, each a string, or _Form. Tokens are compared exactly: a token's
+    case and spaces are part of it."""
+    items = answer if isinstance(answer, (list, tuple)) else None
+    if items is None or not all(isinstance(t, str) for t in items):
+        raise _Form("a list of strings, one per token, in order",
+                    _what(answer, fits=lambda v: isinstance(v, str), noun="strings"))
+    return list(items)
+
+
+def _as_letter(answer, choices: str) -> str:
+    """One of the letters `choices`, in any case, with any whitespace around it, or _Form."""
+    letter = answer.strip().lower() if isinstance(answer, str) else None
+    if letter is None or len(letter) != 1 or letter not in choices:
+        given = _what(answer) if letter is None else "a longer string" if len(letter) > 1 else "another letter"
+        raise _Form(f"one letter, {', '.join(choices[:-1])} or {choices[-1]}", given)
+    return letter
+
+
+def _near(got, want, tol: float) -> bool:
+    """got (read by one of the _as_ functions) equals want, numbers within tol."""
+    if isinstance(want, (list, tuple)):
+        return len(got) == len(want) and all(_near(g, w, tol) for g, w in zip(got, want))
+    if isinstance(want, str):
+        return got == want
+    return abs(got - want) <= tol  # NaN compares False: wrong, as it should be
+
+
+def _answer(answer, expected, tol: float = 0.0, hint: str = "", read: Callable = _as_number) -> Optional[bool]:
+    """A by-hand answer: the same lines as `specviz.render.notebook.check`. `read` turns the
+    answer's form into a value (or raises _Form), so a right value in another form counts and a
+    form that cannot be read is named as such, not answered with the hint to work it out again."""
     if answer is None:
         print("Not answered yet: replace None with your answer and run this cell again.")
         return None
-    if isinstance(expected, (int, float)) and not isinstance(expected, bool):
-        ok = isinstance(answer, (int, float)) and not isinstance(answer, bool) and abs(answer - expected) <= tol
-    elif isinstance(expected, list) and tol:
-        ok = (isinstance(answer, (list, tuple)) and len(answer) == len(expected)
-              and all(isinstance(a, (int, float)) and abs(a - e) <= tol for a, e in zip(answer, expected)))
-    else:
-        ok = answer == expected
+    try:
+        got = read(answer)
+    except _Form as form:
+        print(f"{WRONG} {form}")
+        return False
+    ok = _near(got, expected, tol)
     print(f"{RIGHT} Correct." if ok else f"{WRONG} Not yet. {hint}".rstrip())
     return ok
 
@@ -237,7 +364,7 @@ def check_cascade_by_hand(answer) -> Optional[bool]:
     words = ["x", "=", "1", ";", "2", "\n"]
     ids = {w: i + 1 for i, w in enumerate(words)}
     emitted = engine_cascade([ids[w] for w in ["x", "=", "1", ";"]], [ids[w] for w in ["x", "=", "2", ";", "\n"]])
-    return _answer(answer, [words[i - 1] for i in emitted],
+    return _answer(answer, [words[i - 1] for i in emitted], read=_as_tokens,
                    hint="Accept while they agree; at the first disagreement emit the target's token and stop.")
 
 
@@ -334,7 +461,7 @@ def check_broken_rule(letter) -> Optional[bool]:
     p, q = torch.tensor(SECTION_1_P), torch.tensor(SECTION_1_Q)
     accept = torch.tensor([sampling.accept_probability(float(a), float(b)) for a, b in zip(p, q)])
     broken = q * accept + (1 - sampling.overlap(p, q)) * p
-    return _answer(letter, "abcd"[int(torch.argmax(broken - p))],
+    return _answer(letter, "abcd"[int(torch.argmax(broken - p))], read=lambda a: _as_letter(a, "abcd"),
                    hint="Compute q·min(1, p/q) + (1 − β)·p and subtract p.")
 
 
@@ -548,14 +675,17 @@ def check_tree_mask(fn: Callable, events: Optional[Iterable] = None) -> Optional
 def check_node_sees(answer) -> Optional[bool]:
     """Notebook 5: the nodes that node 4 ("dog ran") of the cat/dog tree attends to."""
     row = _tree(CAT_DOG_PARENTS).mask()[4]
-    return _answer(answer, [i for i, seen in enumerate(row.tolist()) if seen], hint="Its ancestors and itself.")
+    # asked for as a sorted list only so that it reads one way: any order, or a set, is the same answer
+    return _answer(answer, [i for i, seen in enumerate(row.tolist()) if seen], hint="Its ancestors and itself.",
+                   read=lambda a: _as_numbers(a, ordered=False))
 
 
 def check_q2(answer) -> Optional[bool]:
     """Notebook 5: q after its first candidate (token a of q = (0.5, 0.3, 0.2)) was drawn."""
     q = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
     q[0] = 0.0  # as RejectionVerifier.judge does for the next sibling
-    return _answer(answer, (q / q.sum()).tolist(), tol=0.001, hint="Remove a and renormalise what is left.")
+    return _answer(answer, (q / q.sum()).tolist(), tol=0.001, hint="Remove a and renormalise what is left.",
+                   read=lambda a: _as_numbers(a, n=3))  # the question asks for three numbers: a, b, c
 
 
 # ---------------------------------------------------------------------------------------------
@@ -653,7 +783,7 @@ def check_lookup(fn: Callable, events: Optional[Iterable] = None) -> Optional[bo
 
 def check_lookup_by_hand(answer) -> Optional[bool]:
     """Notebook 6: what lookup proposes for a b c d a b, k = 3, max_ngram = 2."""
-    return _answer(answer, _lookup_tokens(engine_lookup("a b c d a b".split(), k=3, max_ngram=2)),
+    return _answer(answer, _lookup_tokens(engine_lookup("a b c d a b".split(), k=3, max_ngram=2)), read=_as_tokens,
                    hint="Find the earlier 'a b' and copy what followed it.")
 
 
@@ -1333,3 +1463,57 @@ def check_compute_bound_ratio(answer, k: int = 4) -> Optional[bool]:
     """Notebook 11: what a (k + 1)-token pass costs over a 1-token pass, for many rows, once the
     pass is compute-bound (its cost in proportion to the tokens it feeds)."""
     return _answer(answer, k + 1, tol=0.01, hint="A compute-bound pass costs in proportion to the tokens it feeds.")
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 0: the two KV caches after a step
+
+def engine_caches_after(committed_before: int, drafted: int, accepted: int) -> tuple:
+    """(target cache, draft cache) lengths after a step's crop, as specviz.engine and
+    specviz.drafters.model crop them: each keeps every committed token but the last, and the
+    draft never read its own last guess."""
+    committed_after = committed_before + accepted + 1  # the accepted guesses and one token of the target's
+    draft_read = committed_before + drafted - 1  # the committed text and every guess but the last
+    return committed_after - 1, min(draft_read, committed_after - 1)
+
+
+def _cache_cases(rows) -> list:
+    fixed = [("a step where every guess is accepted", (20, 4, 4)), ("a step whose first guess is rejected", (20, 4, 0)),
+             ("a step with a rejection in the middle", (20, 4, 2)), ("a step with one guess, accepted", (9, 1, 1)),
+             ("a step with one guess, rejected", (9, 1, 0)), ("the first step (the prompt read with the guesses)", (6, 4, 3))]
+    cases = [_Case(kind, args) for kind, args in fixed]
+    rng = random.Random(31)
+    for _ in range(30):
+        drafted = rng.randint(1, 8)
+        cases.append(_Case("random steps", (rng.randint(1, 200), drafted, rng.randint(0, drafted))))
+    for row in rows or ():  # the notebook's own run, as the engine cropped it
+        cases.append(_Case("a step of your own run", (row["committed before"], row["guessed"], row["accepted"]),
+                           data={"want": (row["target cache after crop"], row["draft cache after crop"])}))
+    for case in cases:
+        case.data.setdefault("want", engine_caches_after(*case.args))
+    return cases
+
+
+def _judge_caches(got, case: _Case) -> None:
+    if not isinstance(got, (tuple, list)) or len(got) != 2:
+        raise _Wrong("return two lengths, (target cache, draft cache)")
+    target, draft = got
+    want_target, want_draft = case.data["want"]
+    committed_before, drafted, accepted = case.args
+    if target != want_target:
+        if target == want_target + 1:
+            raise _Wrong("the target's cache holds the last committed token too; it is read next step, not yet")
+        if target == committed_before + drafted:
+            raise _Wrong("the target's cache keeps the rejected guesses; the crop drops them")
+        raise _Wrong("the target's cache length is wrong")
+    if draft != want_draft:
+        if accepted == drafted and draft == want_draft + 1:
+            raise _Wrong("after every guess is accepted the draft model has not read its own last guess")
+        raise _Wrong("the draft's cache length is wrong")
+
+
+def check_caches_after(fn: Callable, rows: Optional[Iterable] = None) -> Optional[bool]:
+    """fn(committed_before, drafted, accepted) -> (target cache, draft cache) after the crop, against
+    the engine's rule and, given the notebook's table of cache lengths, every step of its run."""
+    cases = _cache_cases(list(rows or ()))
+    return _run("caches_after", fn, cases, _judge_caches, "the engine's crop", run=_replayed(cases, "step"))

@@ -12,8 +12,10 @@ import math
 import re
 import sys
 import time
+from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -28,7 +30,7 @@ from solutions import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08, nb09, nb10
 from specviz.render import lessons  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-CODED = {"02": ("cascade",), "03": ("my_residual",), "04": ("alpha_tau",), "05": ("tree_mask",), "06": ("my_lookup",),
+CODED = {"00": ("caches_after",), "02": ("cascade",), "03": ("my_residual",), "04": ("alpha_tau",), "05": ("tree_mask",), "06": ("my_lookup",),
          "07": ("next_k",), "09": ("stream_waits", "survival_curve", "cost_per_million"), "10": ("chain_acceptance",),
          "11": ("crossover",)}
 
@@ -602,3 +604,203 @@ def test_10_the_engine_reference_is_the_training_reports_accounting(capsys):
     result, out = outcome(capsys, exercises.check_chain_acceptance, nb10.chain_acceptance,
                           hits=torch.tensor([[True, False], [True, True], [False, True]]))
     assert result is True and "your live heads' held-out hits" in out, out
+
+
+# ---------------------------------------------------------------------------------------------
+# answers by hand: every equivalent form counts; a form the check cannot read is named as such
+
+FORM = "the answer's form"
+TOLERANCES = {  # what each numeric check accepts around the right value, as the module states it
+    "check_cost_ratio": 0.05, "check_speedup_by_hand": 0.02, "check_max_tokens": 0.0, "check_best_k": 0.0,
+    "check_accepted_per_drafted": 0.005, "check_break_even": 0.011, "check_paper_speedup": 0.02,
+    "check_amortised_itl": 0.5, "check_share_at_depth": 0.005, "check_half_width": 1e-3,
+    "check_cost_by_hand": 0.05, "check_compute_bound_ratio": 0.01,
+}
+NUMERIC = [case for case in BY_HAND if isinstance(case[2], (int, float))]
+
+
+def line(capsys, check, *args):
+    """What one by-hand check returns and the line it prints."""
+    result, out = outcome(capsys, check, *args)
+    assert "\n" not in out, out
+    return result, out
+
+
+def same_number(x):
+    """x as a student may write it: int or float, numpy and torch scalars, 0-d arrays and tensors."""
+    forms = [float(x), np.float64(x), np.float32(x), np.array(x), torch.tensor(float(x)),
+             torch.tensor(float(x), dtype=torch.float64), Fraction(x)]
+    if float(x).is_integer():
+        forms += [int(x), np.int64(x), torch.tensor(int(x))]
+    return forms
+
+
+def misformed_number(x):
+    """x in forms that are not one number: each should be named as a form error."""
+    return {"a number in quotes": str(x), "a list of one number": [x], "a tuple of one number": (x,),
+            "a dict": {"answer": x}, "a tensor of one entry": torch.tensor([float(x)]),
+            "an array of one entry": np.array([x]), "a sentence": f"about {x}"}
+
+
+def assert_form_error(capsys, check, extra, given, given_wrong, hint):
+    """The form is named (the value may be right), the hint to work the value out again is not
+    given, False is returned, and the line is the same whatever value the form holds."""
+    result, out = line(capsys, check, given, *extra)
+    assert result is False and out.startswith(exercises.WRONG) and FORM in out, out
+    assert "may be right" in out and "Not yet" not in out and "comput" not in out.lower(), out
+    assert hint not in out, out
+    assert line(capsys, check, given_wrong, *extra) == (False, out)  # says nothing about the value
+
+
+@pytest.mark.parametrize("check,extra,right,wrong", NUMERIC, ids=[c[0].__name__ for c in NUMERIC])
+def test_a_number_by_hand_counts_in_every_form_and_within_its_tolerance(check, extra, right, wrong, capsys):
+    tol = TOLERANCES[check.__name__]
+    _, not_yet = line(capsys, check, wrong, *extra)
+    assert not_yet.startswith(f"{exercises.WRONG} Not yet.")
+    for form in same_number(right) + [right + 0.9 * tol, right - 0.9 * tol]:
+        assert line(capsys, check, form, *extra) == (True, f"{exercises.RIGHT} Correct."), repr(form)
+    outside = [right + 1.5 * tol, np.float64(right - 1.5 * tol)] if tol else [right + 1, np.float64(right - 0.5)]
+    for value in outside:  # a value off by more than the tolerance gets the hint, as any wrong value
+        assert line(capsys, check, value, *extra) == (False, not_yet), repr(value)
+    hint = not_yet.split("Not yet.")[1].strip()
+    for name, given in misformed_number(right).items():
+        assert_form_error(capsys, check, extra, given, misformed_number(wrong)[name], hint)
+    assert_form_error(capsys, check, extra, True, False, hint)
+
+
+LISTS = {  # check: (right in equivalent forms, wrong values, (a form error, the same form with a wrong value))
+    "check_node_sees": (
+        [nb05.my_nodes, (1, 4), [4, 1], {1, 4}, frozenset({1, 4}), np.array([1, 4]), torch.tensor([1, 4]),
+         [1.0, 4.0], [np.int64(1), torch.tensor(4)], range(1, 5, 3)],
+        [[0, 1, 4], [1], [1, 4, 4], [1, 3]],
+        [(["1", "4"], ["0", "4"]), ("1, 4", "0, 4"), ({1: True, 4: True}, {0: True, 4: True}),
+         ([[1], [4]], [[0], [4]]), (torch.tensor([[1], [4]]), torch.tensor([[0], [4]])), ([1, None], [0, None])]),
+    "check_q2": (
+        [nb05.my_q2, (0.0, 0.6, 0.4), [0, 0.6, 0.4], np.array([0.0, 0.6, 0.4]), torch.tensor([0.0, 0.6, 0.4]),
+         [np.float64(0), np.float32(0.6), torch.tensor(0.4)], [Fraction(0), Fraction(3, 5), Fraction(2, 5)],
+         [0.0009, 0.6009, 0.3991], [-0.0009, 0.5991, 0.4009]],  # within 0.001
+        [[0.0, 0.3, 0.2], [0.0, 0.602, 0.398], [0.002, 0.6, 0.4], [0.4, 0.6, 0.0]],
+        [(["0", "0.6", "0.4"], ["0", "0.3", "0.2"]), ({0.0, 0.6, 0.4}, {0.0, 0.3, 0.2}), ([0.6, 0.4], [0.3, 0.2]),
+         ([[0.0, 0.6, 0.4]], [[0.0, 0.3, 0.2]]), ({"a": 0.0, "b": 0.6, "c": 0.4}, {"a": 0.0, "b": 0.3, "c": 0.2}),
+         ("0, 0.6, 0.4", "0, 0.3, 0.2"), (0.6, 0.3)]),
+    "check_cascade_by_hand": (
+        [nb02.my_emitted, ("x", "=", "2")],
+        [["x", "=", "1"], ["x", "=", "2", ";"], ["X", "=", "2"], ["x", "=", " 2"]],  # a token is compared exactly
+        [("x = 2", "x = 1"), ({"x", "=", "2"}, {"x", "=", "1"}), (["x", "=", 2], ["x", "=", 1]),
+         ([["x", "=", "2"]], [["x", "=", "1"]]), ({0: "x", 1: "=", 2: "2"}, {0: "x", 1: "=", 2: "1"})]),
+    "check_lookup_by_hand": (
+        [nb06.my_proposal, ("c", "d", "a")],
+        [["a", "b"], ["c", "d"], ["C", "D", "A"]],
+        [("c d a", "a b c"), ({"c", "d", "a"}, {"a", "b", "c"}), ([["c", "d", "a"]], [["a", "b", "c"]]),
+         ({"tokens": ["c", "d", "a"]}, {"tokens": ["a", "b"]})]),
+    "check_broken_rule": (
+        [nb03.my_letter, "B", " b ", "b\n", np.str_("B")],
+        ["a", "C", " d "],
+        [(["b"], ["a"]), ("token b", "token a"), (1, 0), ("e", "f"), ({"b"}, {"a"}), ("b)", "a)"), (True, False)]),
+}
+
+
+@pytest.mark.parametrize("name", LISTS)
+def test_a_list_or_letter_by_hand_counts_in_every_form(name, capsys):
+    check = getattr(exercises, name)
+    rights, wrongs, misformed = LISTS[name]
+    for form in rights:
+        assert line(capsys, check, form) == (True, f"{exercises.RIGHT} Correct."), repr(form)
+    _, not_yet = line(capsys, check, wrongs[0])
+    assert not_yet.startswith(f"{exercises.WRONG} Not yet.")
+    for value in wrongs:  # a wrong value in a readable form gets the hint
+        assert line(capsys, check, value) == (False, not_yet), repr(value)
+    hint = not_yet.split("Not yet.")[1].strip()
+    for given, given_wrong in misformed:
+        assert_form_error(capsys, check, (), given, given_wrong, hint)
+
+
+def test_a_form_error_says_what_form_is_expected(capsys):
+    """The line names the form expected and the form received, in words a student can act on."""
+    cases = [(exercises.check_best_k, "1", "one number", "a number in quotes (a string)"),
+             (exercises.check_q2, ["0", "0.6", "0.4"], "a flat list of 3 numbers, in order", "holding a number in quotes"),
+             (exercises.check_q2, {0.0, 0.6, 0.4}, "in order", "a set"),
+             (exercises.check_q2, [[0.0, 0.6, 0.4]], "a flat list", "a nested list"),
+             (exercises.check_q2, [0.6, 0.4], "3 numbers", "a list of 2 numbers"),
+             (exercises.check_node_sees, {1: True}, "a flat list of numbers", "a dict"),
+             (exercises.check_cascade_by_hand, ["x", "=", 2], "a list of strings, one per token", "holding a number"),
+             (exercises.check_broken_rule, "token b", "one letter, a, b, c or d", "a longer string"),
+             (exercises.check_speedup_by_hand, torch.tensor([1.15]), "one number", "a tensor of shape (1,)")]
+    for check, given, needs, says in cases:
+        result, out = line(capsys, check, given)
+        assert result is False and out.startswith(f"{exercises.WRONG} Check {FORM}: the value may be right"), out
+        assert f"it should be {needs}" in out or needs in out.split(", not ")[0], out
+        assert says in out.split(", not ")[-1], out
+
+
+def test_the_two_part_answer_of_notebook_3_reads_each_part_in_every_form(capsys):
+    beta, first = nb03.my_beta, nb03.my_accept_first
+    for b, f in zip(same_number(beta), same_number(first)):
+        assert exercises.check_beta_by_hand(b, f) is True, (b, f)
+    assert exercises.check_beta_by_hand(beta + 9e-7, first + 0.009) is True  # within 1e-6 and 0.01
+    capsys.readouterr()
+    assert exercises.check_beta_by_hand(beta + 2e-6, first - 0.02) is False
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{exercises.WRONG} Not yet. β = min(0.6, 0.9) + min(0.4, 0.1).",
+                   f"{exercises.WRONG} Not yet. min(1, p/q) for the first token."], out
+    assert exercises.check_beta_by_hand(str(beta), first) is False
+    out = capsys.readouterr().out.splitlines()
+    assert FORM in out[0] and "min(" not in out[0] and out[1] == f"{exercises.RIGHT} Correct.", out
+    assert exercises.check_beta_by_hand([beta], None) is False  # a form error is an answer, not a blank
+    out = capsys.readouterr().out.splitlines()
+    assert FORM in out[0] and out[1].startswith("Not answered yet"), out
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 0: the caches after a step
+
+def test_00_the_cache_rule_is_the_engines(tiny):
+    """engine_caches_after predicts every step of a real run: the draft model's cache as its
+    runner reports it, the target's from what the engine fed it next."""
+    import specviz
+    from specviz.drafters.model import ModelDrafter
+
+    class Watched(ModelDrafter):
+        def __init__(self, *args):
+            super().__init__(*args)
+            self.seen = []
+
+        def propose(self, committed, k, warp, generator):
+            self.seen.append([len(committed)])
+            return super().propose(committed, k, warp, generator)
+
+        def observe(self, committed, proposal, path, target_probs):
+            super().observe(committed, proposal, path, target_probs)
+            self.seen[-1] += [len(proposal), len(path), self.runner.length]
+
+    drafter = Watched(tiny.draft, tiny.eos_token_ids)
+    events = [e.to_dict() for e in specviz.generate(tiny, "def fibonacci(n):", k=2, max_new_tokens=64, drafter=drafter)]
+    fed = [e["tokens_in"] for e in events if e["kind"] == "target_scored"]
+    outcomes = set()
+    for i, (before, drafted, accepted, draft_cache) in enumerate(drafter.seen[:-1]):
+        target_cache, draft_want = exercises.engine_caches_after(before, drafted, accepted)
+        assert draft_cache == draft_want
+        next_before, next_drafted = drafter.seen[i + 1][:2]
+        assert fed[i + 1] == next_before - target_cache + next_drafted  # the target read its uncached tail
+        outcomes.add(accepted == drafted)
+    assert outcomes == {True, False}  # both kinds of step were checked
+
+
+def test_00_the_check_says_what_is_wrong(capsys):
+    from solutions import nb00
+
+    result, out = outcome(capsys, exercises.check_caches_after, nb00.caches_after)
+    assert result is True, out
+    rows = [{"committed before": 10, "guessed": 4, "accepted": 1, "target cache after crop": 11,
+             "draft cache after crop": 11}]
+    result, out = outcome(capsys, exercises.check_caches_after, nb00.caches_after, rows=rows)
+    assert result is True and "1 step from your own run" in out, out
+    wrong = {
+        "it is read next step": lambda b, d, a: (b + a + 1, min(b + d - 1, b + a)),
+        "keeps the rejected guesses": lambda b, d, a: (b + d, min(b + d - 1, b + a)),
+        "has not read its own last guess": lambda b, d, a: (b + a, b + a),
+        "return two lengths": lambda b, d, a: b + a,
+    }
+    for says, fn in wrong.items():
+        result, out = outcome(capsys, exercises.check_caches_after, fn)
+        assert result is False and says in out and reveals_nothing(out), (says, out)
