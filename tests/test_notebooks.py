@@ -3,14 +3,19 @@ committed files stay clean: no outputs, a tagged `parameters` cell with the SMOK
 learning goals at the top.
 
 Notebooks assert their own claims (e.g. the chi-square test of notebook 3 must pass for the real
-rule and fail for the broken ones), so an execution without errors is a real check.
+rule and fail for the broken ones), so an execution without errors is a real check. Nothing a cell
+builds is dropped unseen: the smoke run watches every expression statement that is not the cell's
+last (tests/dropped_displays.py), and a reading of the source covers the branches it never takes.
 """
 
+import ast
 import json
 import time
 from pathlib import Path
 
 import pytest
+
+import dropped_displays
 
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
@@ -87,17 +92,12 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch, tmp_path):
     # no PYTHONPATH: the kernel imports specviz as a student's does, from the installed package
     monkeypatch.delenv("PYTHONPATH", raising=False)
     nb = nbformat.read(path, as_version=4)
-    # IPC (Unix socket) transport: no TCP ports to collide with a kernel that is still shutting down
-    km = KernelManager(kernel_name="python3", transport="ipc", connection_file=str(tmp_path / "kernel.json"))
-    client = nbclient.NotebookClient(nb, km=km, timeout=TIMEOUT_PER_CELL, kernel_name="python3",
-                                     resources={"metadata": {"path": str(path.parent)}})
     start = time.perf_counter()
-    # cleanup_kc: the kernel is shut down when the run ends (nbclient does so by itself only for a
-    # kernel manager it made; each leaked kernel kept its 0.4-1.5 GB until the worker ended)
-    client.execute(cleanup_kc=True)  # raises CellExecutionError, with the cell and traceback, on any error
+    dropped = execute_watching_drops(nb, path.parent, tmp_path)
     seconds = time.perf_counter() - start
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    assert not dropped, f"{path.name}: built but never shown (wrap it in display(...)): {dropped}"
     figures = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     pngs = [o for o in figures if "image/png" in o["data"]]
     if images == "no browser":
@@ -107,6 +107,95 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch, tmp_path):
     elif images and static_images_possible():  # figures leave a static image for GitHub
         assert pngs
     assert seconds < 120, f"{path.name} took {seconds:.0f} s in smoke mode; slowest cells: {slowest(nb)}"
+
+
+def execute_watching_drops(nb, folder: Path, tmp_path: Path) -> list:
+    """Execute `nb` in a fresh kernel (working folder `folder`) with the dropped-display hook of
+    tests/dropped_displays.py installed before its first cell. Returns one (cell index, line, type)
+    per displayable value an expression statement built and Jupyter dropped. The hook's own two
+    cells are taken out again: `nb` ends with the outputs it has without the hook.
+    Raises CellExecutionError, with the cell and traceback, on any error."""
+    nb.cells.insert(0, nbformat.v4.new_code_cell(dropped_displays.KERNEL_HOOK))
+    nb.cells.append(nbformat.v4.new_code_cell(dropped_displays.KERNEL_REPORT))
+    # IPC (Unix socket) transport: no TCP ports to collide with a kernel that is still shutting down
+    km = KernelManager(kernel_name="python3", transport="ipc", connection_file=str(tmp_path / "kernel.json"))
+    client = nbclient.NotebookClient(nb, km=km, timeout=TIMEOUT_PER_CELL, kernel_name="python3",
+                                     resources={"metadata": {"path": str(folder)}})
+    try:
+        # cleanup_kc: the kernel is shut down when the run ends (nbclient does so by itself only for a
+        # kernel manager it made; each leaked kernel kept its 0.4-1.5 GB until the worker ended)
+        client.execute(cleanup_kc=True)
+    finally:
+        hook, report = nb.cells.pop(0), nb.cells.pop()
+    assert not hook.outputs, hook.outputs
+    said = "".join(o.get("text", "") for o in report.outputs if o.get("output_type") == "stream")
+    record = json.loads(said.split(dropped_displays.MARKER, 1)[1])
+    assert record["watching"], "IPython unregistered the hook (it raised): nothing was watched"
+    offset = record["count"] - report.execution_count  # the report cell's count as the hook saw it
+    cell_of = {c.execution_count + offset: i for i, c in enumerate(nb.cells) if c.cell_type == "code"}
+    return [(cell_of.get(d["count"]), d["line"], d["type"]) for d in record["found"]]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_renderer_result_is_dropped_in_the_source(path):
+    """The reading half of the check: a renderer called by a bare statement that is not its cell's
+    last, in any branch (a `cuda` branch the smoke run on a CPU never takes included)."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    nb = nbformat.read(path, as_version=4)
+    sources = [(i, TransformerManager().transform_cell(c.source))
+               for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    modules = set().union(*(dropped_displays.renderer_modules(ast.parse(source)) for _, source in sources))
+    found = [(i, *drop) for i, source in sources for drop in dropped_displays.static_drops(source, modules)]
+    assert not found, f"{path.name}: (cell, line, call) built but never shown (wrap it in display(...)): {found}"
+
+
+PLANTED = ("from specviz.render import lessons\nrows = [{'a': 1.5}]",
+           "lessons.table(rows, ['a'])  # planted: dropped\nkept = [1]\nkept.append(2)\nlen(kept)",
+           "if rows:\n    lessons.table(rows, ['a'], caption='nested')  # planted: dropped\n"
+           "    make = lessons.table\n    make(rows, ['a'])  # planted: dropped, a plain call",
+           "def f():\n    'its docstring'\n    return 3\nf.__doc__",
+           "import plotly.graph_objects as go\nfig = go.Figure()\nfig.add_scatter(y=[1, 2])  # fluent: not a drop\n"
+           "fig.update_layout(title='t').update_xaxes(title='x')\nfig.layout.title.text")
+FIXED = ("from IPython.display import display\nfrom specviz.render import lessons\nrows = [{'a': 1.5}]",
+         "display(lessons.table(rows, ['a']))\nkept = [1]\nkept.append(2)\nlen(kept)",
+         "if rows:\n    display(lessons.table(rows, ['a'], caption='nested'))\n"
+         "    make = lessons.table\n    display(make(rows, ['a']))",
+         *PLANTED[3:])
+
+
+def test_the_drop_checks_have_power(tmp_path, monkeypatch):
+    """A synthetic notebook with three planted dropped tables (one before other statements, two in
+    an `if`, one of them a plain call the reading cannot know) is reported cell and line by the
+    run and, for the renderer calls, by the reading; the same notebook with display(...) passes.
+    The hook changes nothing the cells show or compute: a cell's last value is still its result,
+    and a docstring is still a docstring; a fluent method (`fig.update_layout`) is no drop."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    modules = dropped_displays.renderer_modules(ast.parse(PLANTED[0]))
+    assert [dropped_displays.static_drops(s, modules) for s in PLANTED] == [[], [(1, "lessons.table")],
+                                                                            [(2, "lessons.table")], [], []]
+    assert [dropped_displays.static_drops(s, modules) for s in FIXED] == [[]] * len(FIXED)
+
+    planted = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in PLANTED])
+    table = "specviz.render.html.Rendered"
+    assert execute_watching_drops(planted, tmp_path, tmp_path) == [(1, 1, table), (2, 2, table), (2, 4, table)]
+    results = [[o["data"]["text/plain"] for o in c.outputs if o.output_type == "execute_result"] for c in planted.cells]
+    assert results == [[], ["2"], [], ["'its docstring'"], ["'t'"]]
+
+    fixed = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in FIXED])
+    assert execute_watching_drops(fixed, tmp_path, tmp_path) == []
+    shown = [[o for o in c.outputs if "text/html" in o.get("data", {})] for c in fixed.cells]
+    assert [len(s) for s in shown] == [0, 1, 2, 0, 0] and "nested" in shown[2][0]["data"]["text/html"]
+
+
+def test_the_source_check_reads_branches_a_run_never_takes():
+    source = ("from specviz.render import lessons as L, notebook\nnotebook.setup()\n"
+              "if pair.device.type == 'cuda':\n    L.table(rows, ['kernel'])\n    print('on cuda')\n"
+              "else:\n    display(L.table(rows, ['kernel']))\nL.k_figure(0.5, 0.1)")
+    modules = dropped_displays.renderer_modules(ast.parse(source))
+    assert modules == {"L", "notebook"}
+    assert dropped_displays.static_drops(source, modules) == [(4, "L.table")]
 
 
 def static_images_possible() -> bool:
