@@ -61,6 +61,7 @@ class Pair:
     cpu_linear: str = "aten"  # "gemv": linear layers run as W @ x.T (specviz.kernels)
     cpu_choice: Optional[dict] = None  # specviz.cpu: the measurement behind a CPU default dtype
     memory_choice: Optional[dict] = None  # why the weights are int8 (memory="low"), else None
+    last_load: Optional[dict] = None  # {"now", "before"}: this default load, the last one of its name (remember_load)
     backend: str = "torch"  # "llama.cpp": both GGUF files run by llama.cpp's kernels (specviz.llamacpp)
     weights: str = ""  # the weights' type where it is not `dtype` (llama.cpp: the GGUF's, e.g. "Q4_K_M")
     _texts: dict = field(default_factory=dict, repr=False)
@@ -165,7 +166,17 @@ def load_pair(name_or_spec: Any = None, device=None, dtype=None,
     int8 target is then the model being decoded (AR and every method run it), float parts
     (norms, biases) in `dtype`. "auto" (default: $SPECVIZ_MEMORY, else auto) does so when no
     dtype is named and the CPU's float pair would not fit in available memory; the reason is
-    printed and kept in `pair.memory_choice`. "full": float weights."""
+    printed and kept in `pair.memory_choice`. "full": float weights.
+    A load that chose by itself (no dtype, gguf or memory mode named) is compared with the last
+    such load of its name in `pair.last_load` (remember_load), so a notebook can say when this
+    load's target is not the one before."""
+    pair = _load_any(name_or_spec, device, dtype, progress, draft_quant, cpu_linear, memory, backend, gguf)
+    if not isinstance(name_or_spec, Pair) and dtype is None and gguf is None and check_memory_mode(memory) == "auto":
+        pair.last_load = remember_load(pair)
+    return pair
+
+
+def _load_any(name_or_spec, device, dtype, progress, draft_quant, cpu_linear, memory, backend, gguf) -> Pair:
     from specviz import kernels
     from specviz.quant import check_mode, quantize_draft
 
@@ -191,6 +202,36 @@ def load_pair(name_or_spec: Any = None, device=None, dtype=None,
     if pair.device.type == "cuda" and not isinstance(name_or_spec, Pair):
         _choose_cuda_graphs(pair, progress or _stderr_progress)
     return pair if mode == "none" else quantize_draft(pair, mode)
+
+
+LAST_LOADS = "last-load"  # cache_dir()/last-load/<pair name>.json: what the last default load gave
+
+
+def load_facts(pair: Pair) -> dict:
+    """What decides the numbers a pair gives: its device, dtype and the target's weights."""
+    weights = pair.weights or ("int8" if pair.target_quant == "int8" else "float")
+    return {"device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "weights": weights}
+
+
+def remember_load(pair: Pair) -> dict:
+    """{"now": this load's facts, "before": the last load's of this name (None the first time)},
+    and this load recorded for the next one. A cache that cannot be read or written is no load
+    error: "before" is then None."""
+    if pair.name not in PRESETS:
+        return {"now": load_facts(pair), "before": None}
+    # $SPECVIZ_LAST_LOADS moves the record (the test suite keeps its fake loads out of a user's cache)
+    path = Path(os.environ.get("SPECVIZ_LAST_LOADS") or cache_dir() / LAST_LOADS) / f"{pair.name}.json"
+    try:
+        before = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        before = None
+    now = load_facts(pair)
+    if before != now:
+        try:
+            files.write_json(path, now)
+        except (OSError, files.DiskFullError):
+            pass
+    return {"now": now, "before": before if isinstance(before, dict) else None}
 
 
 BACKENDS = ("torch", "llama.cpp")

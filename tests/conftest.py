@@ -11,6 +11,12 @@ os.environ.setdefault("TQDM_DISABLE", "1")
 # test files (with it unset, `make test` in a fresh shell failed test_browser's setup). Tests of the
 # default itself set and unset it with monkeypatch; tests of the real pair name it.
 os.environ["SPECVIZ_PAIR"] = "tiny"
+# the loads a test makes (some of them faked) are not the user's: the record of the last default
+# load, which a notebook's banner compares with, goes to a folder of this run's (kernels and CLIs
+# started by the tests inherit it), not to the user's cache
+import tempfile  # noqa: E402
+
+os.environ["SPECVIZ_LAST_LOADS"] = tempfile.mkdtemp(prefix="specviz-last-loads-")
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     # each worker (and the kernels and CLIs it starts) gets its share of the cores: two workers
     # whose OpenMP threads outnumber the cores spin against each other and run 3-4x slower

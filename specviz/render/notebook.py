@@ -15,6 +15,12 @@ kaleido's own sync server (`kaleido.start_sync_server`, what `plotly.io.to_image
 queue with no timeout, and when its browser never starts that wait is forever: notebooks and
 tests hung on machines without Chrome. So the browser runs here on a private event loop whose
 every call has a deadline. SPECVIZ_STATIC_IMAGES=0 turns PNGs off.
+
+`show_pair(pair)`, the last line of every notebook's load cell, shows the loaded pair as
+`print(pair)` did, and a coloured banner when the load picked a target the student did not ask
+for: int8 weights because memory ran short (`pair.memory_choice`), or a target other than the
+last load of the same pair name (`pair.last_load`, kept by specviz.models in the cache): another
+notebook's kernel still holding memory changes the model the next notebook decodes.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from typing import Optional
 
 import plotly.io as pio
 from plotly.io._base_renderers import MimetypeRenderer
+
+from specviz.render.html import text
 
 RENDERER = "specviz_png"
 START_TIMEOUT_S = 10.0  # starting a headless browser: a few seconds, more on a cold or busy laptop
@@ -192,3 +200,102 @@ def check(answer, expected, tol: float = 0.0, hint: str = "") -> Optional[bool]:
         ok = answer == expected
     print("✓ Correct." if ok else f"✗ Not yet. {hint}".rstrip())
     return ok
+
+
+# ---------------------------------------------------------------------------------------------
+# the loaded pair, and a banner when its target is not the one the student expects
+
+SHUT_DOWN = ("shut down the other notebooks' kernels (in each: Kernel > Shut Down Kernel), then re-run this "
+             "cell; if it still loads int8, restart this kernel (Kernel > Restart Kernel) and run from the top")
+BANNER_COLORS = {"warn": ("#fef3c7", "#b45309", "#78350f"), "info": ("#dbeafe", "#2563eb", "#172554")}
+
+
+class PairView:
+    """A loaded pair as a notebook shows it: the line `print(pair)` gave, then the banner (if any)
+    as a coloured box in HTML and as plain lines where HTML is not shown."""
+
+    def __init__(self, summary: str, banner: Optional[dict] = None):
+        self.summary, self.banner = summary, banner
+
+    def lines(self) -> list:
+        if not self.banner:
+            return [self.summary]
+        b = self.banner
+        return [self.summary, f"⚠ {b['title']}", f"What: {b['what']}", f"Why: {b['why']}",
+                f"What it changes: {b['changes']}", f"What to do: {b['todo']}"]
+
+    def __repr__(self) -> str:
+        return "\n".join(self.lines())
+
+    def _repr_html_(self) -> str:
+        line = f"<pre style='margin:0 0 6px 0;white-space:pre-wrap'>{text(self.summary)}</pre>"
+        if not self.banner:
+            return line
+        b = self.banner
+        fill, edge, ink = BANNER_COLORS[b["level"]]
+        parts = "".join(f"<div style='margin-top:4px'><b>{label}</b> {text(b[key])}</div>"
+                        for label, key in (("What:", "what"), ("Why:", "why"), ("What it changes:", "changes"),
+                                           ("What to do:", "todo")))
+        return (f"{line}<div role='alert' class='sv-pair-banner' style='background:{fill};border:2px solid {edge};"
+                f"border-left-width:8px;color:{ink};border-radius:8px;padding:10px 14px;font-size:15px;"
+                f"line-height:1.45'><div style='font-weight:700;font-size:16px'>⚠ {text(b['title'])}</div>"
+                f"{parts}</div>")
+
+
+def show_pair(pair) -> PairView:
+    """The pair as `print(pair)` showed it, with a banner when this load's target differs from the
+    last load of its name, or is int8 because memory ran short (`pair_banner`)."""
+    return PairView(repr(pair), pair_banner(pair))
+
+
+def pair_banner(pair) -> Optional[dict]:
+    """{level, title, what, why, changes, todo}, or None when the load gave what it gave last time
+    (or nothing is known of a last time) and memory did not run short."""
+    last = getattr(pair, "last_load", None) or {}
+    now, before = last.get("now") or _facts(pair), last.get("before")
+    memory = getattr(pair, "memory_choice", None) or {}
+    short = "need_bytes" in memory  # memory="auto" chose int8: the float pair did not fit
+    changed = bool(before) and now != before
+    if not (short or changed):
+        return None
+    int8, name = now["weights"] == "int8", pair.name
+    what = f"{name} loaded with {_weights(now)}"
+    what += f"; the last load of {name} had {_weights(before)}." if changed else "."
+    if short:
+        why = f"memory ran short at this load: {memory['reason']}."
+    elif not int8 and before.get("weights") == "int8":
+        why = "this time the float pair fitted in the memory available; at the last load it did not."
+    elif getattr(pair, "cpu_choice", None):
+        why = f"this load's device or dtype is not the last one's; on this CPU: {pair.cpu_choice['note']}."
+    else:
+        why = "this load's device or dtype is not the last one's."
+    if int8:
+        changes = ("the int8 target is the model being decoded (autoregressive decoding and every method run "
+                   "it), so its text, α, τ and timings differ from the float pair's: from the numbers in this "
+                   "course's text and in notebooks that ran the float pair.")
+        title = ("The target is int8, not the float pair: memory ran short" if short
+                 else "The target is int8, not the one the last load of this pair gave")
+        todo = SHUT_DOWN + "."
+    else:
+        changes = ("timings, α, τ and, near a tie, the text differ from those of the last load: compare numbers "
+                   "only between runs of the same target.")
+        title = "The target is not the one the last load of this pair gave"
+        todo = "nothing here; to compare numbers with another notebook, run both on the same target."
+    return {"level": "warn" if int8 else "info", "title": title, "what": what, "why": why,
+            "changes": changes, "todo": todo}
+
+
+def _facts(pair) -> dict:
+    """A pair's facts as specviz.models.load_facts gives them, for a pair loaded without them."""
+    weights = getattr(pair, "weights", "") or ("int8" if getattr(pair, "target_quant", "none") == "int8" else "float")
+    return {"device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "weights": weights}
+
+
+def _weights(facts: dict) -> str:
+    """'int8 weights (float parts in float32) on cpu', 'bfloat16 weights on cpu', 'Q4_K_M weights (llama.cpp)'."""
+    weights, dtype, device = facts.get("weights"), facts.get("dtype"), facts.get("device")
+    if weights == "int8":
+        return f"int8 weights (float parts in {dtype}) on {device}"
+    if weights in (None, "", "float"):
+        return f"{dtype} weights on {device}"
+    return f"{weights} weights (llama.cpp)"
