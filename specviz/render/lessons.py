@@ -11,6 +11,9 @@ runs, sample counts) and these draw. Theory curves come from `specviz.theory`.
     cost_per_million(tokens_per_s, price_per_hour)   serving cost of a measured speed
     serving_figure(batches, series, ...)  cost per million tokens against batch size
     table(records, columns)              an HTML table of run summaries (escaped)
+    cache_rows(events)                   both KV caches' lengths, step by step, from a chain run's events
+    cache_figure(row)                    one step's caches, position by position (kept, read, dropped)
+    cache_examples(rows)                 a fully accepted step and the deepest rejection, to draw
 """
 
 from __future__ import annotations
@@ -177,3 +180,79 @@ def table(records: Sequence[dict], columns: Sequence, caption: str = "", digits:
     style = ("<style>.sv-table{border-collapse:collapse;font-size:15px}.sv-table td,.sv-table th{border:1px solid "
              "#cbd5e1;padding:3px 10px;text-align:right}.sv-table caption{text-align:left;font-weight:600}</style>")
     return Rendered(f'{style}<table class="sv-table">{cap}<thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>')
+
+
+# ---------------------------------------------------------------------------------------------
+# the two KV caches through a step (notebook 0, the lecture's slides)
+
+CACHE_STATES = {0: ("not in the cache", "#f1f5f9"), 1: ("in the cache", "#93c5fd"), 2: ("read in this step", "#fcd34d"),
+                3: ("dropped by the crop (rolled back)", "#fca5a5")}
+
+
+def cache_rows(events: Sequence[dict]) -> list:
+    """Per step of a draft-model chain run: both caches' lengths before, during and after the
+    step, by the engine's rule (each cache keeps every committed token but the last; the draft
+    never reads its last guess; notebook 0 checks the rule against the real drafter). The
+    target's read is the event's own `tokens_in`."""
+    started = next(e for e in events if e["kind"] == "run_started")
+    fed = {e["step"]: e["tokens_in"] for e in events if e["kind"] == "target_scored"}
+    committed, target_cache, draft_cache, rows = len(started["prompt_ids"]), 0, 0, []
+    for step in (e for e in events if e["kind"] == "step_finished"):
+        after = committed + len(step["emitted_ids"])
+        read = committed + step["drafted"] - 1  # what the draft model read while guessing
+        row = {"step": step["step"], "committed before": committed, "guessed": step["drafted"],
+               "accepted": step["accepted"], "draft cache before": draft_cache, "draft cache after drafting": read,
+               "draft cache after crop": min(read, after - 1), "target cache before": target_cache,
+               "target read": fed[step["step"]], "target cache after crop": after - 1, "committed after": after,
+               "outcome": "all accepted" if step["accepted"] == step["drafted"] else "rejection: rolled back"}
+        rows.append(row)
+        committed, target_cache, draft_cache = after, after - 1, row["draft cache after crop"]
+    return rows
+
+
+def cache_examples(rows: Sequence[dict]) -> tuple:
+    """(a step with every guess accepted, the rejection with the fewest accepted), each None when
+    the run has none; steps after the first preferred (the first also reads the whole prompt)."""
+    later = [r for r in rows if r["step"] > 0] or list(rows)
+    full = next((r for r in later if r["outcome"] == "all accepted"), None)
+    rejected = min((r for r in later if r["outcome"] != "all accepted"), key=lambda r: r["accepted"], default=None)
+    return full, rejected
+
+
+def _cache_line(lo: int, hi: int, cached: int, read_to: Optional[int] = None, kept: Optional[int] = None) -> list:
+    out = []
+    for pos in range(lo, hi):
+        if kept is not None and pos < read_to:
+            out.append(1 if pos < kept else 3)
+        elif pos < cached:
+            out.append(1)
+        else:
+            out.append(2 if read_to is not None and pos < read_to else 0)
+    return out
+
+
+def cache_figure(row: dict) -> go.Figure:
+    """One step's two caches, a square per position around it: in the cache, read in this step's
+    pass, or dropped by the crop after a rejection (a row of `cache_rows`)."""
+    c0 = row["committed before"]
+    lo, hi = max(0, c0 - 3), c0 + row["guessed"] + 1
+    d0, d1, d2 = row["draft cache before"], row["draft cache after drafting"], row["draft cache after crop"]
+    t0, t1, t2 = row["target cache before"], row["target cache before"] + row["target read"], row["target cache after crop"]
+    lines = {"draft, before": _cache_line(lo, hi, d0), "draft, after guessing": _cache_line(lo, hi, d0, d1),
+             "draft, after crop": _cache_line(lo, hi, d2, d1, d2), "target, before": _cache_line(lo, hi, t0),
+             "target, its one pass": _cache_line(lo, hi, t0, t1), "target, after crop": _cache_line(lo, hi, t2, t1, t2)}
+    names = list(lines)[::-1]
+    scale = [[i / 3, CACHE_STATES[i][1]] for i in range(4)]
+    fig = go.Figure(go.Heatmap(z=[lines[n] for n in names], x=list(range(lo, hi)), y=names, zmin=0, zmax=3,
+                               colorscale=scale, showscale=False, xgap=2, ygap=2,
+                               hovertemplate="position %{x}<extra>%{y}</extra>"))
+    for label, color in CACHE_STATES.values():  # a legend for the colours
+        fig.add_scatter(x=[None], y=[None], mode="markers", marker=dict(size=12, color=color, symbol="square"),
+                        name=text(label))
+    fig.add_vline(x=c0 - 0.5, line_dash="dot", line_color="#334155")
+    fig.update_layout(**{**LAYOUT, "height": 340},
+                      title=text(f"Step {row['step']}: {row['accepted']} of {row['guessed']} guesses accepted "
+                                 f"({row['outcome']})") + "<br><sup>dotted line: the end of the committed text "
+                                                         "before the step</sup>",
+                      xaxis_title="position in the text", legend=dict(orientation="h", y=-0.3))
+    return fig
