@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: app test setup llamacpp clean-cache executed-notebooks
+.PHONY: app test setup llamacpp clean-cache executed-notebooks slides
 
 setup: $(VENV)/.installed
 
@@ -37,6 +37,11 @@ test: setup
 # every notebook run on the real pair, saved as HTML under docs/notebooks/ (resumable; --force to redo)
 executed-notebooks: setup
 	$(PY) notebooks/execute.py
+
+# the lecture's slides (docs/slides/lecture.slides.html) from the presets' recordings: seconds, no model;
+# figures need a Chrome/Chromium for their images
+slides: setup
+	$(PY) docs/slides/build.py
 
 clean-cache:
 	rm -rf "$${SPECVIZ_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/specviz}"

@@ -108,6 +108,16 @@ def _cpu_column(name: str, folder: Path) -> dict:
     }
 
 
+def verify_costs(folder: Path = REPORTS) -> list:
+    """(machine, V(5)): a target pass over 5 tokens in one-token passes, per reference report."""
+    out = []
+    for name in (NATIVE, AVX2, GPU_7B):
+        rep = report(name, folder)
+        curve = rep["cost_curve"]["target"]
+        out.append((f"{_where(rep)} ({name})", round(curve["5"] / curve["1"], 2)))
+    return out
+
+
 def _at_alpha_one(rep: dict) -> Optional[float]:
     return next((p["speedup"] for p in rep.get("controlled", {}).get("points", []) if p["a_set"] == 1.0), None)
 

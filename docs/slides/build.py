@@ -1,0 +1,88 @@
+"""Build the lecture's slides: docs/slides/lecture.ipynb executed and exported by Jupyter's own
+slideshow export (nbconvert, reveal.js), code hidden, figures as images.
+
+    python docs/slides/build.py [--out DIR]        (make slides)
+
+The notebook replays the presets' recordings and reads the committed reports through specviz's
+renderers: no model loads, a build takes seconds. reveal.js and require.js are kept beside the deck
+(vendor/), so it runs on a projector without network. Figures are PNGs drawn by kaleido in a
+Chrome/Chromium (as the executed notebooks' are); without one the build stops and says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+SOURCE = HERE / "lecture.ipynb"
+DECK = "lecture.slides.html"
+PLOTLY_JSON = "application/vnd.plotly.v1+json"
+VENDOR = {"reveal_url_prefix": "vendor/reveal.js", "require_js_url": "vendor/require.js",
+          "mathjax_url": "vendor/no-mathjax.js"}
+
+
+def execute(source: Path = SOURCE):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(source, as_version=4)
+    os.environ.update({"SPECVIZ_STATIC_IMAGES": "1", "TQDM_DISABLE": "1"})  # the kernel inherits it
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(source.parent)}}).execute()
+    return nb
+
+
+def images_only(nb) -> int:
+    """Keep each figure's PNG and drop its interactive JSON (it would need plotly.js in the deck);
+    the number of figures without a PNG."""
+    missing = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if PLOTLY_JSON in data:
+                if "image/png" in data:
+                    del data[PLOTLY_JSON]
+                else:
+                    missing += 1
+    return missing
+
+
+def export(nb) -> str:
+    from nbconvert import SlidesExporter
+
+    exporter = SlidesExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
+                              reveal_theme="simple", reveal_scroll=False, **VENDOR)
+    html, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": "specviz lecture"}})
+    return html
+
+
+def build(out: Path = HERE, require_images: bool = True) -> Path:
+    from specviz import files
+
+    nb = execute()
+    missing = images_only(nb)
+    if missing and require_images:
+        raise SystemExit(f"{missing} figure(s) have no image: the slides need a Chrome/Chromium for kaleido "
+                         "(install Chromium, or set BROWSER_PATH), then build again.")
+    path = Path(out) / DECK
+    files.write_text(path, export(nb))
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python docs/slides/build.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HERE, help="folder for lecture.slides.html (default: beside this)")
+    args = parser.parse_args(argv)
+    try:
+        path = build(args.out)
+    except KeyboardInterrupt:
+        print("interrupted; the deck is written whole or not at all", file=sys.stderr)
+        return 130
+    print(f"wrote {path}; open it in a browser (reveal.js: arrows or space to move, f for full screen)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

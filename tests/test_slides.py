@@ -1,0 +1,63 @@
+"""The lecture's slides (docs/slides): built by Jupyter's own slideshow export from a notebook
+that replays the presets' recordings, with reveal.js kept beside the deck so a projector needs no
+network; the committed deck is the current build of the current recordings."""
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+
+ROOT = Path(__file__).resolve().parents[1]
+SLIDES = ROOT / "docs" / "slides"
+sys.path.insert(0, str(SLIDES))
+import build  # noqa: E402  (docs/slides/build.py)
+
+
+def headings(nb) -> list:
+    return [c.source.splitlines()[0].lstrip("# ").strip() for c in nb.cells
+            if c.cell_type == "markdown" and c.source.startswith("#")]
+
+
+@pytest.fixture(scope="module")
+def deck():
+    """A fresh build (images where a browser is found; interactive JSON kept where not)."""
+    nb = build.execute()
+    build.images_only(nb)
+    return nb, build.export(nb)
+
+
+def test_the_deck_has_a_slide_per_heading_and_no_error(deck):
+    nb, html = deck
+    titles = headings(nbformat.read(build.SOURCE, as_version=4))
+    assert len(titles) >= 12 and len(re.findall(r"<section", html)) >= len(titles)
+    for title in titles:
+        assert title.replace("&", "&amp;") in html or title in html, title
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    assert "<pre" not in html.split("Speculative decoding, step by step")[1][:200]  # code is hidden
+
+
+def test_the_deck_runs_offline(deck):
+    """reveal.js, require.js and the MathJax stand-in come from vendor/, beside the deck."""
+    _, html = deck
+    for key, path in build.VENDOR.items():
+        assert f'"{path}' in html or f"'{path}" in html or f"{path}/" in html, key
+    for part in ("reveal.js/dist/reveal.js", "reveal.js/dist/reveal.css", "reveal.js/dist/theme/simple.css",
+                 "reveal.js/plugin/notes/notes.js", "require.js", "no-mathjax.js"):
+        assert (SLIDES / "vendor" / part).is_file(), part
+    assert "unpkg.com/reveal.js" not in html
+
+
+def test_the_committed_deck_is_built_from_the_current_recordings():
+    """Re-recording the presets changes the numbers on the slides: `make slides` builds it again."""
+    from specviz.bench.guide import preset_rows
+
+    committed = (SLIDES / build.DECK).read_text(encoding="utf-8")
+    for row in preset_rows():
+        assert f">{row['speedup']:.2f}<" in committed, (row["label"], row["speedup"])
+    for title in headings(nbformat.read(build.SOURCE, as_version=4)):
+        assert title in committed or title.replace("&", "&amp;") in committed, title
