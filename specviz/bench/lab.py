@@ -1,0 +1,225 @@
+"""How long the class's lab takes: the core path run as a student runs it, timed section by section.
+
+The teacher's guide gives the lab 35 minutes for notebooks 2, 4 and 9, a few sections each
+(LAB_PATH). A student presses Run All and reads while the kernel computes, so a notebook's part of
+the lab takes the longer of two times: the compute until the last cell of its lab sections has
+run (everything above it included: cells run in order), and the reading of those sections'
+prose at READING_WPM words a minute. This runs each notebook top to bottom on the real pair, in a
+fresh kernel, one after another (as the guide says: one kernel at a time), reads each cell's time
+from nbclient's timing record, and writes a report:
+
+    python -m specviz.bench.lab                 this CPU as it is (bf16 where it multiplies bf16 natively)
+    python -m specviz.bench.lab --cpu avx2      PyTorch's and oneDNN's kernels held to AVX2, as on most
+                                                laptops (the pair then loads in float32, chosen by specviz.cpu)
+
+Writes docs/benchmarks/lab-<pair>-<cpu>.{json,md}; the guide's lab table is written from them
+(python -m specviz.bench.guide). Progress and an ETA on stderr; a notebook already timed in
+OUT.partial.json (same settings) is not run again, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Optional
+
+from specviz import files
+from specviz.errors import SpecvizError, run_command
+
+ROOT = Path(__file__).resolve().parents[2]
+NOTEBOOKS = ROOT / "notebooks"
+REPORTS = ROOT / "docs" / "benchmarks"
+# the lab of docs/teaching.md: (notebook number, its sections), in the order the class runs them
+LAB_PATH = (("02", (1, 2, 3, 4)), ("04", (1, 2, 3)), ("09", (1, 2, 3)))
+LAB_MINUTES = 35
+READING_WPM = 150  # a student reading technical prose closely, with formulas and tables: slower than prose
+CPUS = {"native": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
+HEADING = re.compile(r"^## (\d+)\.", re.M)
+CELL_TIMEOUT_S = 1800
+
+
+def sections(nb) -> list:
+    """The section number of each cell: 0 before the first numbered heading ("## 1."), a heading's
+    number from it to the next level-2 heading, None after an unnumbered one (take-aways)."""
+    out, current = [], 0
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and cell.source.startswith("## "):
+            found = HEADING.match(cell.source)
+            current = int(found[1]) if found else None
+        out.append(current)
+    return out
+
+
+def cell_seconds(cell) -> float:
+    """The cell's time as the student waits it: the wall clock around its execution (kept by
+    run_notebook), else nbclient's record of the kernel's own execution."""
+    if "specviz_wall_s" in cell.metadata:
+        return float(cell.metadata["specviz_wall_s"])
+    timing = cell.metadata.get("execution", {})
+    if "iopub.execute_input" not in timing or "shell.execute_reply" not in timing:
+        return 0.0
+    start, end = (datetime.datetime.fromisoformat(timing[key].replace("Z", "+00:00"))
+                  for key in ("iopub.execute_input", "shell.execute_reply"))
+    return (end - start).total_seconds()
+
+
+def words(text: str) -> int:
+    return len(re.findall(r"[A-Za-zÀ-ÿα-ωΑ-Ω0-9]+", text))
+
+
+def summarise(nb, wanted: tuple, kernel_start_s: float = 0.0) -> dict:
+    """Per section and for the lab part of one executed notebook: compute seconds, reading minutes,
+    and the compute until its last lab cell has run."""
+    marks = sections(nb)
+    last = max(i for i, s in enumerate(marks) if s in wanted)
+    per = {}
+    for cell, section in zip(nb.cells, marks):
+        if section is None:
+            continue
+        entry = per.setdefault(section, {"compute_s": 0.0, "words": 0})
+        if cell.cell_type == "code":
+            entry["compute_s"] += cell_seconds(cell)
+        else:
+            entry["words"] += words(cell.source)
+    read = sum(per[s]["words"] for s in per if s == 0 or s in wanted) / READING_WPM
+    to_end = kernel_start_s + sum(cell_seconds(c) for c in nb.cells[:last + 1] if c.cell_type == "code")
+    return {"sections": {str(s): {"compute_s": round(v["compute_s"], 2), "words": v["words"]} for s, v in per.items()},
+            "lab_sections": list(wanted), "compute_to_lab_end_s": round(to_end, 2),
+            "whole_notebook_s": round(kernel_start_s + sum(cell_seconds(c) for c in nb.cells if c.cell_type == "code"), 2),
+            "reading_min": round(read, 2), "student_min": round(max(to_end / 60, read), 2)}
+
+
+def run_notebook(path: Path, pair: str, env: dict):
+    """The notebook top to bottom in a fresh kernel with `env`, as Run All does; (nb, kernel start s)."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    os.environ.update({"SPECVIZ_PAIR": pair, "SPECVIZ_SMOKE": "0", "SPECVIZ_STATIC_IMAGES": "0", "HF_HUB_OFFLINE": "1",
+                       "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", **env})
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    start = time.perf_counter()
+    with client.setup_kernel():
+        started = time.perf_counter() - start
+        for index, cell in enumerate(nb.cells):
+            before = time.perf_counter()
+            client.execute_cell(cell, index)
+            if cell.cell_type == "code":
+                cell.metadata["specviz_wall_s"] = time.perf_counter() - before
+    return nb, started
+
+
+def loaded_as(nb) -> str:
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            found = re.search(r"ready on (\S+) \((\w+)\)", out.get("text", "") if out.get("output_type") == "stream" else "")
+            if found:
+                return f"{found[1]} ({found[2]})"
+    return "unknown"
+
+
+def machine(cpu: str) -> dict:
+    """Where it ran: the notebooks' kernels measured, this process only names the machine."""
+    from specviz.bench.machine import _cpu_count, _cpu_name, loadavg
+
+    return {"device_name": _cpu_name(), "cpu_count": _cpu_count(), "loadavg_end": loadavg(), "cpu_setting": cpu,
+            "cpu_env": CPUS[cpu]}
+
+
+def measure(pair: str, cpu: str, out: Path, say: Callable[[str], None]) -> dict:
+    partial = out.with_suffix(".partial.json")
+    settings = {"pair": pair, "cpu": cpu, "lab_path": [list(map(str, (n, list(s)))) for n, s in LAB_PATH],
+                "reading_wpm": READING_WPM}
+    done = _resume(partial, settings, say)
+    started = time.perf_counter()
+    for i, (number, wanted) in enumerate(LAB_PATH):
+        if number in done:
+            continue
+        path = next(NOTEBOOKS.glob(f"{number}_*.ipynb"))
+        say(f"[{i + 1}/{len(LAB_PATH)}] {path.name} on {pair}, cpu {cpu} ...")
+        nb, kernel_s = run_notebook(path, pair, CPUS[cpu])
+        done[number] = {"notebook": path.name, "loaded_as": loaded_as(nb), **summarise(nb, wanted, kernel_s)}
+        files.write_json(partial, {"settings": settings, "notebooks": done})
+        spent = time.perf_counter() - started
+        left = sum(1 for n, _ in LAB_PATH if n not in done)
+        say(f"    compute to the lab's end {done[number]['compute_to_lab_end_s'] / 60:.1f} min, reading "
+            f"{done[number]['reading_min']:.1f} min; ETA {spent / max(1, i + 1) * left / 60:.0f} min")
+    total = sum(entry["student_min"] for entry in done.values())
+    report = {"settings": settings, "environment": machine(cpu), "date_utc": _now(), "notebooks": done,
+              "lab_minutes": round(total, 1), "fits": total <= LAB_MINUTES, "slot_minutes": LAB_MINUTES}
+    files.write_json(out.with_suffix(".json"), report)
+    files.write_text(out.with_suffix(".md"), markdown(report))
+    files.remove(partial)
+    return report
+
+
+def _resume(partial: Path, settings: dict, say) -> dict:
+    if not partial.exists():
+        return {}
+    try:
+        kept = json.loads(partial.read_text(encoding="utf-8"))
+    except ValueError:
+        say(f"{partial} is unreadable: starting over")
+        return {}
+    if kept.get("settings") != settings:
+        say(f"{partial} was made with other settings: starting over")
+        return {}
+    say(f"resuming: {', '.join(kept['notebooks'])} already timed")
+    return kept["notebooks"]
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def markdown(report: dict) -> str:
+    env, s = report["environment"], report["settings"]
+    lines = [f"# The lab's time: {s['pair']} pair, cpu {s['cpu']}", "",
+             f"Machine: {env.get('device_name', '?')}, {env.get('cpu_count', '?')} cores; kernels: "
+             f"{'as the CPU is' if not env['cpu_env'] else ', '.join(f'{k}={v}' for k, v in env['cpu_env'].items())}; "
+             f"{report['date_utc']} UTC. Command: `python -m specviz.bench.lab --cpu {s['cpu']}`.", "",
+             f"Each notebook run top to bottom in a fresh kernel (Run All). A student's time for a notebook is the "
+             f"longer of the compute until its last lab cell has run and the reading of the setup and the lab "
+             f"sections at {s['reading_wpm']} words a minute (writing the exercises comes on top).", "",
+             "| notebook | loaded as | lab sections | compute to the lab's end | whole notebook | reading | student |",
+             "|---|---|---|---|---|---|---|"]
+    for entry in report["notebooks"].values():
+        lines.append(f"| {entry['notebook']} | {entry['loaded_as']} | {', '.join(map(str, entry['lab_sections']))} | "
+                     f"{entry['compute_to_lab_end_s'] / 60:.1f} min | {entry['whole_notebook_s'] / 60:.1f} min | "
+                     f"{entry['reading_min']:.1f} min | {entry['student_min']:.1f} min |")
+    verdict = "fits" if report["fits"] else "does NOT fit"
+    lines += ["", f"The lab: **{report['lab_minutes']:.1f} min**, which {verdict} its {report['slot_minutes']}-minute slot."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None, say: Optional[Callable[[str], None]] = None) -> int:
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    parser = argparse.ArgumentParser(prog="python -m specviz.bench.lab", description=__doc__.split("\n")[0])
+    parser.add_argument("--cpu", choices=sorted(CPUS), default="native")
+    parser.add_argument("--pair", default="qwen-coder")
+    parser.add_argument("--out", type=Path, default=None, help="report path without suffix "
+                        "(default docs/benchmarks/lab-<pair>-<cpu>)")
+    args = parser.parse_args(argv)
+    out = args.out or REPORTS / f"lab-{args.pair}-{args.cpu}"
+
+    def run() -> int:
+        if args.pair == "tiny" and args.out is None:
+            raise SpecvizError("the tiny pair's timings mean nothing: give --out to time it anyway")
+        report = measure(args.pair, args.cpu, out, say)
+        say(f"the lab: {report['lab_minutes']:.1f} min ({'fits' if report['fits'] else 'does not fit'} "
+            f"{LAB_MINUTES}); wrote {out}.md")
+        return 0
+
+    return run_command(run, f"interrupted; the notebooks timed so far are kept in {out}.partial.json and the same "
+                       "command resumes there")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
