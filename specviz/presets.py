@@ -61,7 +61,7 @@ class Preset:
     seed: int = 0
     ngram: int = 3
     tree: str = "3,2,1"
-    claim: str = ""  # what the label claims of the recorded race: "wins", "loses", "shrinks", or "" (none)
+    claim: str = ""  # what the label claims of the recorded race: "wins", "loses", or "" (no claim)
 
     def example(self) -> list:
         """The sidebar values gr.Examples fills: prompt, method, k, temperature, chat, acceptance."""
@@ -97,17 +97,18 @@ def ar_options(cfg: RunConfig) -> RunConfig:
 
 
 CODE = 'def quicksort(arr):\n    """Sort a list with quicksort."""\n'
+# notebooks 2, 4 and 7's code prompt: less predictable than quicksort, so hot sampling costs it more
+DURATION = 'def parse_duration(text):\n    """Parse strings like \'1h30m\' into seconds."""\n'
 # the target's greedy answer runs to 59 tokens: both lanes stop at the count (56), not at its end
 REWRITE = ("Rename x to count in this code and return only the code:\n\nx = 0\nfor item in items:\n"
            "    if item.ok:\n        x += 1\n    elif item.retry:\n        x += 2\nprint(x)\nreturn x\n")
 POEM = "Write a short poem about the sea, in three stanzas."  # long enough that 48 tokens rarely reach its end
 # Each label says what its recording measured (tests/test_presets.py holds every label to its
-# recording: `claim` "wins" needs a speedup above 1, "loses" one below 1, "shrinks" one above 1
-# and below the first preset's, the same prompt greedy).
+# recording: `claim` "wins" needs a speedup above 1, "loses" one below 1).
 PRESETS = (
     Preset("Code, greedy: speculation wins", CODE, "spec", 4, 0.0, False, claim="wins"),
     Preset("Chat, T = 0.7: speculation loses", POEM, "spec", 4, 0.7, True, max_new_tokens=48, claim="loses"),
-    Preset("Hot sampling, T = 1.5: the gain shrinks", CODE, "spec", 4, 1.5, False, claim="shrinks"),
+    Preset("Hot sampling, T = 1.5: speculation loses", DURATION, "spec", 4, 1.5, False, claim="loses"),
     Preset("Code rewrite, k = 6: easy to draft", REWRITE, "spec", 6, 0.0, True, max_new_tokens=56, claim="wins"),
     Preset("Code, draft tree 3,2,1", CODE, "tree", 4, 0.0, False, claim="wins"),
     Preset("Code rewrite, prompt lookup: no draft model", REWRITE, "pld", 6, 0.0, True, max_new_tokens=56,

@@ -93,7 +93,7 @@ def test_page_loads_with_the_legend(ui):
 
 
 def test_a_run_shows_chips_of_every_status(ui):
-    ui.get_by_text("Hot sampling, T = 1.5: the gain shrinks", exact=True).click()
+    ui.get_by_text("Hot sampling, T = 1.5: speculation loses", exact=True).click()
     # an example fills the inputs asynchronously; a Run clicked before that runs greedy
     expect(ui.get_by_label("Temperature (0 = greedy)").first).to_have_value("1.5")
     expect(ui.locator("#sv-stats [data-recorded]")).to_be_visible()  # the preset's recording, at once
