@@ -1,0 +1,53 @@
+"""The course's links lead somewhere: every glossary anchor a notebook, the slides or a doc links
+exists in docs/glossary.md, and every relative link in the teacher's guide, the glossary and the
+notebooks' README names a file that is in the repository."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+GLOSSARY = ROOT / "docs" / "glossary.md"
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def anchors() -> set:
+    return set(re.findall(r'<a id="([^"]+)"></a>', GLOSSARY.read_text(encoding="utf-8")))
+
+
+def texts() -> dict:
+    """path -> the text a reader reads there (a notebook's cell sources)."""
+    out = {p: p.read_text(encoding="utf-8") for p in (ROOT / "docs").glob("*.md")}
+    out[ROOT / "README.md"] = (ROOT / "README.md").read_text(encoding="utf-8")
+    for path in [*(ROOT / "notebooks").glob("*.ipynb"), ROOT / "docs" / "slides" / "lecture.ipynb"]:
+        out[path] = "\n".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"])
+    return out
+
+
+def test_every_glossary_anchor_that_is_linked_exists():
+    known, missing = anchors(), []
+    for path, text in texts().items():
+        for target in LINK.findall(text):
+            if "glossary.md#" in target and target.split("#", 1)[1] not in known:
+                missing.append(f"{path.relative_to(ROOT)}: {target}")
+    assert not missing, missing
+
+
+def test_a_planted_broken_anchor_is_found():
+    assert "no-such-term" not in anchors()
+    text = "see [τ](../docs/glossary.md#no-such-term)"
+    assert [t for t in LINK.findall(text) if t.split("#", 1)[1] not in anchors()]
+
+
+@pytest.mark.parametrize("name", ["docs/teaching.md", "docs/glossary.md", "notebooks/README.md"])
+def test_relative_links_of_the_course_pages_resolve(name):
+    page = ROOT / name
+    broken = []
+    for target in LINK.findall(page.read_text(encoding="utf-8")):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        if not (page.parent / target.split("#", 1)[0]).exists():
+            broken.append(target)
+    assert not broken, broken
