@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: app test setup llamacpp clean-cache executed-notebooks slides
+.PHONY: app test setup llamacpp clean-cache executed-notebooks slides screenshots
 
 setup: $(VENV)/.installed
 
@@ -42,6 +42,10 @@ executed-notebooks: setup
 # figures need a Chrome/Chromium for their images
 slides: setup
 	$(PY) docs/slides/build.py
+
+# the docs' screenshots of every view, from the real pair's recorded presets, in Chromium
+screenshots: setup
+	$(PY) docs/screenshots/take.py
 
 clean-cache:
 	rm -rf "$${SPECVIZ_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/specviz}"
