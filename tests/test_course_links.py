@@ -1,6 +1,6 @@
-"""The course's links lead somewhere: every glossary anchor a notebook, the slides or a doc links
-exists in docs/glossary.md, and every relative link in the teacher's guide, the glossary and the
-notebooks' README names a file that is in the repository."""
+"""The links lead somewhere: every glossary anchor a notebook, the slides or a doc links exists in
+docs/glossary.md, and every relative link and image in README.md, docs/ and the notebooks' README
+names a file that is in the repository."""
 
 import json
 import re
@@ -14,7 +14,12 @@ LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
 def anchors() -> set:
-    return set(re.findall(r'<a id="([^"]+)"></a>', GLOSSARY.read_text(encoding="utf-8")))
+    """The glossary's explicit anchors and its headings' (as GitHub makes them: lower case, spaces
+    to hyphens, punctuation dropped)."""
+    text = GLOSSARY.read_text(encoding="utf-8")
+    headings = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                for h in re.findall(r"^#+ (.+)$", text, re.M)}
+    return set(re.findall(r'<a id="([^"]+)"></a>', text)) | headings
 
 
 def texts() -> dict:
@@ -41,13 +46,26 @@ def test_a_planted_broken_anchor_is_found():
     assert [t for t in LINK.findall(text) if t.split("#", 1)[1] not in anchors()]
 
 
-@pytest.mark.parametrize("name", ["docs/teaching.md", "docs/glossary.md", "notebooks/README.md"])
-def test_relative_links_of_the_course_pages_resolve(name):
-    page = ROOT / name
-    broken = []
-    for target in LINK.findall(page.read_text(encoding="utf-8")):
+PAGES = sorted([ROOT / "README.md", ROOT / "notebooks" / "README.md", *(ROOT / "docs").rglob("*.md")])
+
+
+def broken_links(page: Path, text: str) -> list:
+    """Relative links and images (`[..](x)`, `![..](x)`) whose file is not there."""
+    out = []
+    for target in LINK.findall(text):
         if re.match(r"[a-z]+:", target) or target.startswith("#"):
             continue
         if not (page.parent / target.split("#", 1)[0]).exists():
-            broken.append(target)
-    assert not broken, broken
+            out.append(target)
+    return out
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_and_images_resolve(page):
+    assert not broken_links(page, page.read_text(encoding="utf-8"))
+
+
+def test_a_planted_broken_image_is_found():
+    page = ROOT / "README.md"
+    planted = page.read_text(encoding="utf-8") + "\n![a view](docs/screenshots/no-such-view.png)\n"
+    assert broken_links(page, planted) == ["docs/screenshots/no-such-view.png"]
