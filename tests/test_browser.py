@@ -1,7 +1,8 @@
 """The app in a real browser (Playwright driving /usr/bin/chromium), on the tiny pair.
 
 Skips when playwright or /usr/bin/chromium is missing. With SPECVIZ_SCREENSHOTS=<folder> set,
-saves a PNG of each view there (docs/screenshots/ holds the committed ones):
+saves a PNG of each view of these tiny-pair runs there (the docs' pictures are the real pair's
+presets instead, taken by `make screenshots`, docs/screenshots/take.py):
 
     SPECVIZ_SCREENSHOTS=docs/screenshots python -m pytest tests/test_browser.py
 """

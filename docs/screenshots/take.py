@@ -1,0 +1,121 @@
+"""Take the docs' screenshots of the app: every view, on the real pair's recorded presets.
+
+    python docs/screenshots/take.py [--out docs/screenshots]        (make screenshots)
+
+Starts the app in this process (its live default is the tiny pair, which nothing here runs), opens
+it in Debian's Chromium through Playwright, clicks the presets (runs of Qwen2.5-Coder 0.5B drafting
+for 1.5B, recorded once: specviz/data/presets) and saves a PNG of each view. Nothing is computed
+live, so the pictures show the real pair's text, chips and numbers. Needs /usr/bin/chromium
+(apt-get install chromium) and playwright (installed with specviz's requirements).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic"]
+HOOK, CHAT, TREE, LOSSY = ("Code, greedy: speculation wins", "Chat, T = 0.7: speculation loses",
+                           "Code, draft tree 3,2,1", "Chat, T = 0.7, typical acceptance: LOSSY")
+SHOTS = ("step_view", "tooltip", "inspector", "tree", "lossy", "race", "speedup", "serving", "how_it_works")
+
+
+def start_app() -> tuple:
+    os.environ["SPECVIZ_PAIR"] = "tiny"  # the live default; the presets replay the real pair's runs
+    sys.path.insert(0, str(ROOT))
+    import app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app.launch(server_name="127.0.0.1", server_port=port, prevent_thread_lock=True, quiet=True)
+    return app, f"http://127.0.0.1:{port}/"
+
+
+def preset(page, label: str) -> None:
+    page.get_by_role("tab", name="Step view", exact=True).click()
+    page.get_by_text(label, exact=True).click()
+    page.locator("#sv-stats [data-recorded]").wait_for()
+    page.wait_for_timeout(1200)  # the chips and the inspector's figure settle
+
+
+def span(page, top: str, bottom: str, path: Path) -> None:
+    """The page from the top of one element to the bottom of another, content width."""
+    first, last = page.locator(top).bounding_box(), page.locator(bottom).bounding_box()
+    scroll = page.evaluate("window.scrollY")
+    left = max(0, min(first["x"], last["x"]) - 12)
+    clip = {"x": left, "y": first["y"] + scroll - 12, "width": page.viewport_size["width"] - left,
+            "height": last["y"] + last["height"] - first["y"] + 24}
+    page.screenshot(path=str(path), clip=clip, full_page=True)
+
+
+def tab(page, name: str, path: Path) -> None:
+    page.get_by_role("tab", name=name, exact=True).click()
+    page.wait_for_timeout(1500)
+    page.locator(".tabitem:visible").first.screenshot(path=str(path))
+
+
+def take(out: Path) -> list:
+    from playwright.sync_api import sync_playwright
+
+    app, url = start_app()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.set_default_timeout(30_000)
+            page.goto(url)
+            preset(page, HOOK)
+            span(page, "#sv-stats", "#sv-panel", out / "step_view.png")
+            page.locator("#sv-text .sv-chip.sv-bonus").first.hover()
+            page.wait_for_timeout(500)
+            span(page, "#sv-text", "#sv-panel", out / "tooltip.png")
+            preset(page, CHAT)
+            page.locator("#sv-text .sv-chip.sv-residual").first.click()
+            page.wait_for_timeout(1500)
+            page.locator("#sv-inspector").screenshot(path=str(out / "inspector.png"))
+            preset(page, TREE)
+            for _ in range(6):  # the last step may have had no room left for a tree: step back to one
+                if page.locator("#sv-tree .sv-chip").count():
+                    break
+                page.get_by_role("button", name="◀ Prev").click()
+                page.wait_for_timeout(800)
+            page.locator("#sv-tree").screenshot(path=str(out / "tree.png"))
+            preset(page, LOSSY)
+            span(page, "#sv-stats", "#sv-panel", out / "lossy.png")
+            preset(page, HOOK)
+            for name, file in (("Race", "race"), ("Speedup vs acceptance", "speedup"),
+                               ("Serving: batches", "serving"), ("How it works", "how_it_works")):
+                tab(page, name, out / f"{file}.png")
+            browser.close()
+    finally:
+        app.demo.close()
+    return [out / f"{name}.png" for name in SHOTS]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python docs/screenshots/take.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=HERE)
+    args = parser.parse_args(argv)
+    if not os.path.exists(CHROMIUM):
+        print(f"{CHROMIUM} is missing: apt-get install chromium, then run this again", file=sys.stderr)
+        return 2
+    try:
+        paths = take(args.out)
+    except KeyboardInterrupt:
+        print("interrupted; the screenshots taken so far are in place", file=sys.stderr)
+        return 130
+    print(f"wrote {len(paths)} screenshots to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
