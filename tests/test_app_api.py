@@ -69,14 +69,15 @@ def committed_text(markup: str) -> str:
 
 
 def shown_text(markup: str, finished: dict) -> str:
-    """The committed chips' text, less the end-of-sequence token shown last when a run ended
-    there (run_finished's text leaves it out)."""
+    """The committed chips' text, less the special tokens the chips show and run_finished's text
+    leaves out: the end-of-sequence token last when a run ended there, and any a run that ignores
+    end of text (a race's sampled lane, hot) wrote and went past."""
     shown = committed_text(markup)
     if finished["finish_reason"] == "eos":
         end = re.search(r"<\|[a-z_]+\|>$", shown)
         assert end, "a run that ended on EOS shows its EOS chip last"
         shown = shown[:end.start()]
-    return shown
+    return re.sub(r"<\|[a-z_]+\|>", "", shown)  # special tokens: the decoded text skips them
 
 
 RUN = dict(prompt=PROMPT, pair_name="tiny", method="spec", k=4, temperature=1.0, top_p=1.0, max_new_tokens=24,

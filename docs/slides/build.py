@@ -29,8 +29,14 @@ def execute(source: Path = SOURCE):
     from nbclient import NotebookClient
 
     nb = nbformat.read(source, as_version=4)
+    before = dict(os.environ)
     os.environ.update({"SPECVIZ_STATIC_IMAGES": "1", "TQDM_DISABLE": "1"})  # the kernel inherits it
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(source.parent)}}).execute()
+    try:
+        NotebookClient(nb, timeout=300, kernel_name="python3",
+                       resources={"metadata": {"path": str(source.parent)}}).execute()
+    finally:  # a caller (a test worker) keeps its own environment
+        os.environ.clear()
+        os.environ.update(before)
     return nb
 
 
