@@ -166,9 +166,9 @@ def cmd_generate(args) -> int:
     batch = args.batch if args.batch is not None else len(prompts)
     cfg = RunConfig.of(method=args.method, k=args.k, temperature=args.temperature, top_k=args.top_k,
                        top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
-                       ignore_eos=args.ignore_eos, record_topk=args.record_topk if args.jsonl else 0, auto_rule=args.auto_rule,
-                       acceptance=args.acceptance, ngram=args.ngram, tree=args.tree, heads=args.heads,
-                       tree_budget=args.tree_budget, batch=batch, spec_off_batch=args.spec_off_batch)
+                       ignore_eos=args.ignore_eos, record_topk=args.record_topk if args.jsonl else 0,
+                       auto_rule=args.auto_rule, acceptance=args.acceptance, ngram=args.ngram, tree=args.tree,
+                       heads=args.heads, tree_budget=args.tree_budget, batch=batch, spec_off_batch=args.spec_off_batch)
     check_backend_method(check_backend(args.backend), cfg, batch > 1)  # before the weights load, too
     if cfg.method in HEAD_METHODS:  # a missing or corrupt heads file fails before the weights load
         check_heads_file(HEAD_METHODS[cfg.method], args.pair or default_pair_name(), args.heads or None)

@@ -99,7 +99,7 @@ def ar_options(cfg: RunConfig) -> RunConfig:
 CODE = 'def quicksort(arr):\n    """Sort a list with quicksort."""\n'
 # notebooks 2, 4 and 7's code prompt: less predictable than quicksort, so hot sampling costs it more
 DURATION = 'def parse_duration(text):\n    """Parse strings like \'1h30m\' into seconds."""\n'
-# the target's greedy answer runs to 59 tokens: both lanes stop at the count (56), not at its end
+# the target's greedy answer runs past the preset's count: both lanes stop at the count, not at its end
 REWRITE = ("Rename x to count in this code and return only the code:\n\nx = 0\nfor item in items:\n"
            "    if item.ok:\n        x += 1\n    elif item.retry:\n        x += 2\nprint(x)\nreturn x\n")
 POEM = "Write a short poem about the sea, in three stanzas."  # long enough that 48 tokens rarely reach its end
