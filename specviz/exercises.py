@@ -150,7 +150,7 @@ def _what(x, fits: Callable = lambda v: _scalar(v) is not None, noun: str = "num
             return "a number in quotes (a string)"
         except ValueError:
             return "a string"
-    if isinstance(x, bool) or type(x).__name__ == "bool_":
+    if isinstance(x, bool) or type(x).__name__ in ("bool_", "bool") or _zero_d_bool(x):
         return "True or False"
     if _scalar(x) is not None:
         return "a number"
@@ -169,6 +169,12 @@ def _what(x, fits: Callable = lambda v: _scalar(v) is not None, noun: str = "num
             return f"a nested {name}"
         return f"a {name} holding {_what(odd)}"
     return f"a {type(x).__name__}"
+
+
+def _zero_d_bool(x) -> bool:
+    """A numpy or torch boolean scalar (numpy 2 names its type "bool", like Python's)."""
+    item = getattr(x, "item", None)
+    return getattr(x, "shape", None) == () and callable(item) and isinstance(item(), bool)
 
 
 def _as_number(answer) -> float:
@@ -206,7 +212,8 @@ def _as_letter(answer, choices: str) -> str:
     """One of the letters `choices`, in any case, with any whitespace around it, or _Form."""
     letter = answer.strip().lower() if isinstance(answer, str) else None
     if letter is None or len(letter) != 1 or letter not in choices:
-        given = _what(answer) if letter is None else "a longer string" if len(letter) > 1 else "another letter"
+        given = (_what(answer) if letter is None else "an empty string" if not letter
+                 else "a longer string" if len(letter) > 1 else "another letter")
         raise _Form(f"one letter, {', '.join(choices[:-1])} or {choices[-1]}", given)
     return letter
 
@@ -1486,7 +1493,9 @@ def _cache_cases(rows) -> list:
     for _ in range(30):
         drafted = rng.randint(1, 8)
         cases.append(_Case("random steps", (rng.randint(1, 200), drafted, rng.randint(0, drafted))))
-    for row in rows or ():  # the notebook's own run, as the engine cropped it
+    # the notebook's own run, as the engine cropped it: the steps the question is about (at least
+    # one guess, and a closing token of the target's; not a last step that had no room to guess)
+    for row in (r for r in rows or () if r["guessed"] and r.get("closed", True)):
         cases.append(_Case("a step of your own run", (row["committed before"], row["guessed"], row["accepted"]),
                            data={"want": (row["target cache after crop"], row["draft cache after crop"])}))
     for case in cases:

@@ -755,10 +755,12 @@ def test_the_two_part_answer_of_notebook_3_reads_each_part_in_every_form(capsys)
 # notebook 0: the caches after a step
 
 def test_00_the_cache_rule_is_the_engines(tiny):
-    """engine_caches_after predicts every step of a real run: the draft model's cache as its
-    runner reports it, the target's from what the engine fed it next."""
+    """lessons.cache_rows (what notebook 0 and the slides draw) and engine_caches_after (what the
+    exercise asks for) agree with a real run at every step, the last included: the draft model's
+    cache as its runner reports it, the target's from what the engine fed it next."""
     import specviz
     from specviz.drafters.model import ModelDrafter
+    from specviz.render import lessons
 
     class Watched(ModelDrafter):
         def __init__(self, *args):
@@ -766,24 +768,30 @@ def test_00_the_cache_rule_is_the_engines(tiny):
             self.seen = []
 
         def propose(self, committed, k, warp, generator):
-            self.seen.append([len(committed)])
-            return super().propose(committed, k, warp, generator)
+            proposal = super().propose(committed, k, warp, generator)
+            self.seen.append({"draft cache after drafting": self.runner.length})
+            return proposal
 
         def observe(self, committed, proposal, path, target_probs):
             super().observe(committed, proposal, path, target_probs)
-            self.seen[-1] += [len(proposal), len(path), self.runner.length]
+            self.seen[-1]["draft cache after crop"] = self.runner.length
 
-    drafter = Watched(tiny.draft, tiny.eos_token_ids)
-    events = [e.to_dict() for e in specviz.generate(tiny, "def fibonacci(n):", k=2, max_new_tokens=64, drafter=drafter)]
-    fed = [e["tokens_in"] for e in events if e["kind"] == "target_scored"]
     outcomes = set()
-    for i, (before, drafted, accepted, draft_cache) in enumerate(drafter.seen[:-1]):
-        target_cache, draft_want = exercises.engine_caches_after(before, drafted, accepted)
-        assert draft_cache == draft_want
-        next_before, next_drafted = drafter.seen[i + 1][:2]
-        assert fed[i + 1] == next_before - target_cache + next_drafted  # the target read its uncached tail
-        outcomes.add(accepted == drafted)
-    assert outcomes == {True, False}  # both kinds of step were checked
+    for n in (64, 63, 61, 60):  # runs of other lengths: their last steps fall differently
+        drafter = Watched(tiny.draft, tiny.eos_token_ids)
+        events = [e.to_dict() for e in specviz.generate(tiny, "def fibonacci(n):", k=2, max_new_tokens=n,
+                                                           drafter=drafter)]
+        rows = lessons.cache_rows(events)
+        assert len(rows) == len(drafter.seen)
+        for row, seen in zip(rows, drafter.seen):
+            assert {key: row[key] for key in seen} == seen, (row, seen)
+            outcomes.add(row["outcome"])
+            if row["guessed"] and row["closed"]:
+                assert exercises.engine_caches_after(row["committed before"], row["guessed"], row["accepted"]) == (
+                    row["target cache after crop"], row["draft cache after crop"])
+        for row, after in zip(rows, rows[1:]):  # the target read its uncached tail plus the guesses
+            assert after["target read"] == after["committed before"] - row["target cache after crop"] + after["guessed"]
+    assert {"all accepted", "rejection: rolled back"} <= outcomes  # both kinds of step were checked
 
 
 def test_00_the_check_says_what_is_wrong(capsys):

@@ -13,7 +13,7 @@ runs, sample counts) and these draw. Theory curves come from `specviz.theory`.
     table(records, columns)              an HTML table of run summaries (escaped)
     cache_rows(events)                   both KV caches' lengths, step by step, from a chain run's events
     cache_figure(row)                    one step's caches, position by position (kept, read, dropped)
-    cache_examples(rows)                 a fully accepted step and the deepest rejection, to draw
+    cache_examples(rows)                 a fully accepted step and the rejection with the fewest accepted
 """
 
 from __future__ import annotations
@@ -191,22 +191,29 @@ CACHE_STATES = {0: ("not in the cache", "#f1f5f9"), 1: ("in the cache", "#93c5fd
 
 def cache_rows(events: Sequence[dict]) -> list:
     """Per step of a draft-model chain run: both caches' lengths before, during and after the
-    step, by the engine's rule (each cache keeps every committed token but the last; the draft
-    never reads its last guess; notebook 0 checks the rule against the real drafter). The
-    target's read is the event's own `tokens_in`."""
+    step, by the engine's crop (specviz.engine `_keep`: the target keeps the committed text and
+    the accepted guesses; specviz.drafters.model: the draft keeps what it read, cut to the
+    committed text but its last token, and never reads its last guess; notebook 0 checks this
+    against the real drafter). The target's read is the event's own `tokens_in`. A step that
+    drafted nothing (the last one, with no room left) reads nothing into the draft's cache; a
+    step that ended on an accepted end of text has no closing token (`closed` False)."""
     started = next(e for e in events if e["kind"] == "run_started")
     fed = {e["step"]: e["tokens_in"] for e in events if e["kind"] == "target_scored"}
     committed, target_cache, draft_cache, rows = len(started["prompt_ids"]), 0, 0, []
     for step in (e for e in events if e["kind"] == "step_finished"):
         after = committed + len(step["emitted_ids"])
-        read = committed + step["drafted"] - 1  # what the draft model read while guessing
+        # what the draft model had read once it guessed: nothing new when it guessed nothing
+        read = committed + step["drafted"] - 1 if step["drafted"] else draft_cache
+        full = step["drafted"] > 0 and step["accepted"] == step["drafted"]
         row = {"step": step["step"], "committed before": committed, "guessed": step["drafted"],
                "accepted": step["accepted"], "draft cache before": draft_cache, "draft cache after drafting": read,
                "draft cache after crop": min(read, after - 1), "target cache before": target_cache,
-               "target read": fed[step["step"]], "target cache after crop": after - 1, "committed after": after,
-               "outcome": "all accepted" if step["accepted"] == step["drafted"] else "rejection: rolled back"}
+               "target read": fed[step["step"]], "target cache after crop": committed + step["accepted"],
+               "committed after": after, "closed": len(step["emitted_ids"]) == step["accepted"] + 1,
+               "outcome": ("no guess" if not step["drafted"] else "all accepted" if full
+                           else "rejection: rolled back")}
         rows.append(row)
-        committed, target_cache, draft_cache = after, after - 1, row["draft cache after crop"]
+        committed, target_cache, draft_cache = after, row["target cache after crop"], row["draft cache after crop"]
     return rows
 
 
@@ -215,7 +222,8 @@ def cache_examples(rows: Sequence[dict]) -> tuple:
     the run has none; steps after the first preferred (the first also reads the whole prompt)."""
     later = [r for r in rows if r["step"] > 0] or list(rows)
     full = next((r for r in later if r["outcome"] == "all accepted"), None)
-    rejected = min((r for r in later if r["outcome"] != "all accepted"), key=lambda r: r["accepted"], default=None)
+    rejected = min((r for r in later if r["outcome"] == "rejection: rolled back"), key=lambda r: r["accepted"],
+                   default=None)
     return full, rejected
 
 
