@@ -71,10 +71,31 @@ def test_the_tiny_pair_is_refused_without_an_explicit_place(capsys):
 
 
 def test_the_lab_path_is_the_guides():
-    """The sections timed are the ones the guide's lab table lists."""
+    """The sections timed are the ones the guide's lab table lists, and each is in its notebook."""
     from specviz.bench.guide import GUIDE
 
     text = GUIDE.read_text(encoding="utf-8")
     for number, sections in lab.LAB_PATH:
+        assert sections == tuple(range(sections[0], sections[-1] + 1))  # "sections a–b" says them all
         listed = f"sections {sections[0]}–{sections[-1]}"
         assert any(f"/{number}_" in line and listed in line for line in text.splitlines()), (number, listed)
+        nb = nbformat.read(next(lab.NOTEBOOKS.glob(f"{number}_*.ipynb")), as_version=4)
+        assert set(sections) <= set(lab.sections(nb)), (number, sections)
+
+
+def test_the_load_line_says_what_was_loaded_int8_included():
+    def nb_saying(line):
+        cell = new_code_cell("load()")
+        cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=line)]
+        return new_notebook(cells=[cell])
+
+    assert lab.loaded_as(nb_saying("[specviz] qwen-coder ready on cpu (bfloat16), from ...")) == "cpu (bfloat16)"
+    int8 = "[specviz] qwen-coder ready on cpu (int8 weights, float parts in float32), from ..."
+    assert lab.loaded_as(nb_saying(int8)) == "cpu (int8 weights, float parts in float32)"
+
+
+def test_a_notebook_without_the_lab_sections_is_one_sentence():
+    from specviz.errors import SpecvizError
+
+    with pytest.raises(SpecvizError, match="none of the lab's sections"):
+        lab.summarise(notebook(), (7, 8))

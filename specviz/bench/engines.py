@@ -265,7 +265,7 @@ def _machine() -> dict:
 
     from specviz.bench import machine
 
-    return {"cpu": machine._cpu_name(), "cores": machine._cpu_count(), "threads": torch.get_num_threads(),
+    return {"cpu": machine.cpu_name(), "cores": machine.cpu_count(), "threads": torch.get_num_threads(),
             "machine": platform.machine(), "torch": torch.__version__, "loadavg_start": machine.loadavg(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 

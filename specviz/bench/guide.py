@@ -266,9 +266,18 @@ def _lab_loaded(rep: dict) -> str:
 TABLES: dict = {"machines": machines_table, "presets": presets_table, "answers": answers_table, "lab": lab_table}
 
 
+def _made(name: str, make: Callable[[], str]) -> str:
+    """A table, or one sentence when a report lacks what it reads (an older or partial report)."""
+    try:
+        return make()
+    except (KeyError, ValueError, TypeError, IndexError) as exc:
+        raise SpecvizError(f"The guide's {name} table could not be written: its report lacks {exc!s} (or has it "
+                           "in another form); regenerate that report with the command it names.") from exc
+
+
 def render(text: str, tables: Optional[dict] = None) -> str:
     """The guide with every generated block rewritten from its sources."""
-    tables = tables or {name: make() for name, make in TABLES.items()}
+    tables = tables or {name: _made(name, make) for name, make in TABLES.items()}
 
     def fill(match) -> str:
         if match[2] not in tables:

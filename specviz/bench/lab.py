@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from nbclient.exceptions import CellExecutionError
+
 from specviz import files
 from specviz.errors import SpecvizError, run_command
 
@@ -77,7 +79,11 @@ def summarise(nb, wanted: tuple, kernel_start_s: float = 0.0) -> dict:
     """Per section and for the lab part of one executed notebook: compute seconds, reading minutes,
     and the compute until its last lab cell has run."""
     marks = sections(nb)
-    last = max(i for i, s in enumerate(marks) if s in wanted)
+    found = [i for i, s in enumerate(marks) if s in wanted]
+    if not found:
+        raise SpecvizError(f"the notebook has none of the lab's sections {list(wanted)} (numbered headings "
+                           "'## N.'): update LAB_PATH in specviz/bench/lab.py and the guide's lab table")
+    last = max(found)
     per = {}
     for cell, section in zip(nb.cells, marks):
         if section is None:
@@ -119,7 +125,8 @@ def run_notebook(path: Path, pair: str, env: dict):
 def loaded_as(nb) -> str:
     for cell in nb.cells:
         for out in cell.get("outputs", []):
-            found = re.search(r"ready on (\S+) \((\w+)\)", out.get("text", "") if out.get("output_type") == "stream" else "")
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            found = re.search(r"ready on (\S+) \(([^)]*)\)", text)  # "(bfloat16)", "(int8 weights, ...)"
             if found:
                 return f"{found[1]} ({found[2]})"
     return "unknown"
@@ -127,9 +134,9 @@ def loaded_as(nb) -> str:
 
 def machine(cpu: str) -> dict:
     """Where it ran: the notebooks' kernels measured, this process only names the machine."""
-    from specviz.bench.machine import _cpu_count, _cpu_name, loadavg
+    from specviz.bench.machine import cpu_count, cpu_name, loadavg
 
-    return {"device_name": _cpu_name(), "cpu_count": _cpu_count(), "loadavg_end": loadavg(), "cpu_setting": cpu,
+    return {"device_name": cpu_name(), "cpu_count": cpu_count(), "loadavg_end": loadavg(), "cpu_setting": cpu,
             "cpu_env": CPUS[cpu]}
 
 
@@ -138,19 +145,26 @@ def measure(pair: str, cpu: str, out: Path, say: Callable[[str], None]) -> dict:
     settings = {"pair": pair, "cpu": cpu, "lab_path": [list(map(str, (n, list(s)))) for n, s in LAB_PATH],
                 "reading_wpm": READING_WPM}
     done = _resume(partial, settings, say)
-    started = time.perf_counter()
+    started, ran = time.perf_counter(), 0
     for i, (number, wanted) in enumerate(LAB_PATH):
         if number in done:
             continue
-        path = next(NOTEBOOKS.glob(f"{number}_*.ipynb"))
+        path = next(NOTEBOOKS.glob(f"{number}_*.ipynb"), None)
+        if path is None:
+            raise SpecvizError(f"the lab's notebook {number} is not in {NOTEBOOKS}")
         say(f"[{i + 1}/{len(LAB_PATH)}] {path.name} on {pair}, cpu {cpu} ...")
-        nb, kernel_s = run_notebook(path, pair, CPUS[cpu])
+        try:
+            nb, kernel_s = run_notebook(path, pair, CPUS[cpu])
+        except CellExecutionError as exc:
+            last = str(exc).strip().splitlines()[-1][:200]
+            raise SpecvizError(f"{path.name} failed while the lab was timed ({last}); run it in Jupyter to see "
+                               "the cell") from exc
         done[number] = {"notebook": path.name, "loaded_as": loaded_as(nb), **summarise(nb, wanted, kernel_s)}
         files.write_json(partial, {"settings": settings, "notebooks": done})
-        spent = time.perf_counter() - started
+        ran += 1  # the ETA from the notebooks this sitting ran, not the ones a partial file kept
         left = sum(1 for n, _ in LAB_PATH if n not in done)
         say(f"    compute to the lab's end {done[number]['compute_to_lab_end_s'] / 60:.1f} min, reading "
-            f"{done[number]['reading_min']:.1f} min; ETA {spent / max(1, i + 1) * left / 60:.0f} min")
+            f"{done[number]['reading_min']:.1f} min; ETA {(time.perf_counter() - started) / ran * left / 60:.0f} min")
     total = sum(entry["student_min"] for entry in done.values())
     report = {"settings": settings, "environment": machine(cpu), "date_utc": _now(), "notebooks": done,
               "lab_minutes": round(total, 1), "fits": total <= LAB_MINUTES, "slot_minutes": LAB_MINUTES}

@@ -23,10 +23,10 @@ def environment(pair, static_cache: bool) -> dict:
     import transformers
 
     device = torch.device(pair.device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     return {"pair": pair.name, "pair_source": getattr(pair, "source", ""), "device": str(device),
             "device_name": name, "dtype": dtype_name(pair), "threads": torch.get_num_threads(),
-            "cpu_count": _cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
+            "cpu_count": cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
             "torch": torch.__version__, "transformers": transformers.__version__,
             "static_cache_transformers": static_cache, "cuda_synchronised": device.type == "cuda",
             # specviz's linear kernels (specviz.kernels); transformers' lanes run the stock
@@ -40,7 +40,7 @@ def environment(pair, static_cache: bool) -> dict:
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo") as fh:
             for line in fh:
@@ -56,5 +56,5 @@ def loadavg():
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
-def _cpu_count() -> int:
+def cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
