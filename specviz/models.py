@@ -214,11 +214,11 @@ def load_facts(pair: Pair) -> dict:
 
 
 def remember_load(pair: Pair) -> dict:
-    """{"now": this load's facts, "before": the last load's of this name (None the first time)},
-    and this load recorded for the next one. A cache that cannot be read or written is no load
-    error: "before" is then None."""
+    """{"now": this load's facts, "before": the last load's of this name (None the first time),
+    "changed": whether they differ}, and this load recorded for the next one. A cache that cannot
+    be read or written is no load error: "before" is then None."""
     if pair.name not in PRESETS:
-        return {"now": load_facts(pair), "before": None}
+        return {"now": load_facts(pair), "before": None, "changed": False}
     # $SPECVIZ_LAST_LOADS moves the record (the test suite keeps its fake loads out of a user's cache)
     path = Path(os.environ.get("SPECVIZ_LAST_LOADS") or cache_dir() / LAST_LOADS) / f"{pair.name}.json"
     try:
@@ -231,7 +231,8 @@ def remember_load(pair: Pair) -> dict:
             files.write_json(path, now)
         except (OSError, files.DiskFullError):
             pass
-    return {"now": now, "before": before if isinstance(before, dict) else None}
+    before = before if isinstance(before, dict) else None
+    return {"now": now, "before": before, "changed": before is not None and before != now}
 
 
 BACKENDS = ("torch", "llama.cpp")

@@ -68,16 +68,19 @@ def committed_text(markup: str) -> str:
     return "".join(html.unescape(t) for _, t in found)
 
 
-def shown_text(markup: str, finished: dict) -> str:
+def shown_text(markup: str, events: list) -> str:
     """The committed chips' text, less the special tokens the chips show and run_finished's text
-    leaves out: the end-of-sequence token last when a run ended there, and any a run that ignores
-    end of text (a race's sampled lane, hot) wrote and went past."""
+    leaves out: the end-of-sequence token last when a run ended there, and, in a run that ignored
+    end of text (a race's sampled lane, hot), the special tokens it wrote and went past."""
+    started, finished = events[0], events[-1]
     shown = committed_text(markup)
     if finished["finish_reason"] == "eos":
         end = re.search(r"<\|[a-z_]+\|>$", shown)
         assert end, "a run that ended on EOS shows its EOS chip last"
         shown = shown[:end.start()]
-    return re.sub(r"<\|[a-z_]+\|>", "", shown)  # special tokens: the decoded text skips them
+    if started["options"].get("ignore_eos"):
+        shown = re.sub(r"<\|[a-z_]+\|>", "", shown)  # the decoded text skips special tokens
+    return shown
 
 
 RUN = dict(prompt=PROMPT, pair_name="tiny", method="spec", k=4, temperature=1.0, top_p=1.0, max_new_tokens=24,
@@ -270,8 +273,8 @@ def test_presets_replay_their_recordings_through_the_api(server, client):
         out = client.predict(label, api_name="/preset")
         rec = recorded.recording(label)
         assert out["label"] == label and out["text"] == rec.run[-1]["text"]
-        assert shown_text(out["step_view"]["text"], rec.run[-1]) == rec.run[-1]["text"]
-        assert shown_text(out["race"]["autoregressive"], rec.ar[-1]) == rec.ar[-1]["text"]
+        assert shown_text(out["step_view"]["text"], rec.run) == rec.run[-1]["text"]
+        assert shown_text(out["race"]["autoregressive"], rec.ar) == rec.ar[-1]["text"]
         where = r"recorded on .+ \(cpu, \d+ threads?\), (bfloat16|float32), \d{4}-\d\d-\d\d"
         assert re.fullmatch(where, out["recorded"])
         for where in (out["step_view"]["stats"], out["race"]["verdict"], out["charts"]["alpha"]):
@@ -283,6 +286,7 @@ def test_presets_replay_their_recordings_through_the_api(server, client):
             assert ("LOSSY" in where) is lossy
         assert 'data-done="1"' in out["race"]["speculative"] and "Speculative was" in out["race"]["verdict"]
         assert "Speedup" in json.dumps(json.loads(out["charts"]["speedup"])) or "pld" == out["settings"]["method"]
+        assert out["settings"] == rec.preset.race_options().to_dict()  # rerunning them gives the recorded run
         assert (out["step_view"]["tree"] is not None) == ("tree" in label)
     assert "qwen-coder" not in server[0]._PAIRS  # no replay loaded the real pair
 
@@ -306,7 +310,7 @@ def test_a_preset_click_shows_its_recording_without_the_queue(server):
     shown = app.show_preset((4, app.PRESETS[4]))
     rec = recorded.recording(app.PRESET_LABELS[4])
     assert shown[app.ui.events_state] == rec.run and 'data-recorded="1"' in shown[app.ui.stats_html]
-    assert shown_text(shown[app.ui.text_html], rec.run[-1]) == rec.run[-1]["text"]
+    assert shown_text(shown[app.ui.text_html], rec.run) == rec.run[-1]["text"]
     assert shown[app.ui.tree_view].visible and "Speculative was" in shown[app.ui.verdict_html]
 
 

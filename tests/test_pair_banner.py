@@ -35,7 +35,8 @@ def short_of_memory(monkeypatch):
 
 def test_a_load_like_the_last_one_shows_the_pair_and_no_banner(cache):
     first = models.load_pair("tiny")
-    assert first.last_load == {"now": {"device": "cpu", "dtype": "float32", "weights": "float"}, "before": None}
+    assert first.last_load == {"now": {"device": "cpu", "dtype": "float32", "weights": "float"}, "before": None,
+                               "changed": False}
     assert json.loads((cache / models.LAST_LOADS / "tiny.json").read_text()) == first.last_load["now"]
     again = models.load_pair("tiny")
     assert again.last_load["before"] == again.last_load["now"]

@@ -72,7 +72,7 @@ def _preset_api(rec, shown: dict) -> dict:
 
     tree_shown = shown[ui.tree_view]
     return {"label": rec.preset.label, "recorded": rec.note, "where": rec.where,
-            "settings": rec.preset.options().to_dict(),
+            "settings": rec.preset.race_options().to_dict(),  # as the recorded run ran (race rule)
             "lossless": steps.build(rec.run[:1]).lossless, "text": rec.run[-1]["text"],
             "step_view": {"text": shown[ui.text_html], "panel": shown[ui.panel_html], "stats": shown[ui.stats_html],
                           "tree": tree_shown.value if tree_shown.visible else None,

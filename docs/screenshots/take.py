@@ -22,8 +22,6 @@ ROOT = HERE.parents[1]
 CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
-HOOK, CHAT, TREE, LOSSY = ("Code, greedy: speculation wins", "Chat, T = 0.7: speculation loses",
-                           "Code, draft tree 3,2,1", "Chat, T = 0.7, typical acceptance: LOSSY")
 SHOTS = ("step_view", "tooltip", "inspector", "tree", "lossy", "race", "speedup", "serving", "how_it_works")
 
 
@@ -39,9 +37,23 @@ def start_app() -> tuple:
     return app, f"http://127.0.0.1:{port}/"
 
 
-def preset(page, label: str) -> None:
+def presets() -> tuple:
+    """The presets each picture shows, by what they are (their labels may change)."""
+    from specviz.presets import PRESETS
+
+    hook = PRESETS[0]
+    chat = next(p for p in PRESETS if p.chat and p.temperature > 0 and p.acceptance == "exact")
+    tree = next(p for p in PRESETS if p.method == "tree")
+    lossy = next(p for p in PRESETS if p.acceptance == "typical")
+    return hook, chat, tree, lossy
+
+
+def preset(page, chosen) -> None:
+    """Click a preset and wait for its own recording (its prompt's text) to fill the step view."""
     page.get_by_role("tab", name="Step view", exact=True).click()
-    page.get_by_text(label, exact=True).click()
+    page.get_by_text(chosen.label, exact=True).click()
+    first_line = chosen.prompt.strip().splitlines()[0][:30]
+    page.locator("#sv-text", has_text=first_line).wait_for()
     page.locator("#sv-stats [data-recorded]").wait_for()
     page.wait_for_timeout(1200)  # the chips and the inspector's figure settle
 
@@ -66,6 +78,7 @@ def take(out: Path) -> list:
     from playwright.sync_api import sync_playwright
 
     app, url = start_app()
+    hook, chat, tree, lossy = presets()
     out.mkdir(parents=True, exist_ok=True)
     try:
         with sync_playwright() as pw:
@@ -73,25 +86,25 @@ def take(out: Path) -> list:
             page = browser.new_page(viewport={"width": 1440, "height": 1000})
             page.set_default_timeout(30_000)
             page.goto(url)
-            preset(page, HOOK)
+            preset(page, hook)
             span(page, "#sv-stats", "#sv-panel", out / "step_view.png")
             page.locator("#sv-text .sv-chip.sv-bonus").first.hover()
             page.wait_for_timeout(500)
             span(page, "#sv-text", "#sv-panel", out / "tooltip.png")
-            preset(page, CHAT)
+            preset(page, chat)
             page.locator("#sv-text .sv-chip.sv-residual").first.click()
             page.wait_for_timeout(1500)
             page.locator("#sv-inspector").screenshot(path=str(out / "inspector.png"))
-            preset(page, TREE)
+            preset(page, tree)
             for _ in range(6):  # the last step may have had no room left for a tree: step back to one
                 if page.locator("#sv-tree .sv-chip").count():
                     break
                 page.get_by_role("button", name="◀ Prev").click()
                 page.wait_for_timeout(800)
             page.locator("#sv-tree").screenshot(path=str(out / "tree.png"))
-            preset(page, LOSSY)
+            preset(page, lossy)
             span(page, "#sv-stats", "#sv-panel", out / "lossy.png")
-            preset(page, HOOK)
+            preset(page, hook)
             for name, file in (("Race", "race"), ("Speedup vs acceptance", "speedup"),
                                ("Serving: batches", "serving"), ("How it works", "how_it_works")):
                 tab(page, name, out / f"{file}.png")

@@ -251,11 +251,12 @@ def show_pair(pair) -> PairView:
 def pair_banner(pair) -> Optional[dict]:
     """{level, title, what, why, changes, todo}, or None when the load gave what it gave last time
     (or nothing is known of a last time) and memory did not run short."""
-    last = getattr(pair, "last_load", None) or {}
-    now, before = last.get("now") or _facts(pair), last.get("before")
+    last = getattr(pair, "last_load", None)
+    if not last:  # a load that named its dtype or memory mode: it got what it asked for
+        return None
+    now, before, changed = last["now"], last["before"], last["changed"]  # specviz.models.remember_load
     memory = getattr(pair, "memory_choice", None) or {}
     short = "need_bytes" in memory  # memory="auto" chose int8: the float pair did not fit
-    changed = bool(before) and now != before
     if not (short or changed):
         return None
     int8, name = now["weights"] == "int8", pair.name
@@ -283,12 +284,6 @@ def pair_banner(pair) -> Optional[dict]:
         todo = "nothing here; to compare numbers with another notebook, run both on the same target."
     return {"level": "warn" if int8 else "info", "title": title, "what": what, "why": why,
             "changes": changes, "todo": todo}
-
-
-def _facts(pair) -> dict:
-    """A pair's facts as specviz.models.load_facts gives them, for a pair loaded without them."""
-    weights = getattr(pair, "weights", "") or ("int8" if getattr(pair, "target_quant", "none") == "int8" else "float")
-    return {"device": str(pair.device), "dtype": str(pair.dtype).replace("torch.", ""), "weights": weights}
 
 
 def _weights(facts: dict) -> str:
