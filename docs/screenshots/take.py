@@ -23,6 +23,8 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
 SHOTS = ("step_view", "tooltip", "inspector", "tree", "lossy", "race", "speedup", "serving", "how_it_works")
+GIF = "steps.gif"  # the hook preset played step by step: the README's animation
+GIF_WIDTH, GIF_FRAME_MS = 900, 1100
 
 
 def start_app() -> tuple:
@@ -68,6 +70,32 @@ def span(page, top: str, bottom: str, path: Path) -> None:
     page.screenshot(path=str(path), clip=clip, full_page=True)
 
 
+def animation(page, steps: int, path: Path) -> None:
+    """The step view from the prompt alone to the last step, one frame a step, as an animated GIF."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    for _ in range(steps):  # back to the prompt alone
+        page.get_by_role("button", name="◀ Prev").click()
+        page.wait_for_timeout(300)
+    frames = []
+    for _ in range(steps + 1):
+        page.wait_for_timeout(700)
+        box = {k: v for k, v in page.locator("#sv-text").bounding_box().items()}
+        panel = page.locator("#sv-panel").bounding_box()
+        clip = {"x": box["x"] - 12, "y": box["y"] - 12, "width": box["width"] + 24,
+                "height": panel["y"] + panel["height"] - box["y"] + 24}
+        shot = Image.open(BytesIO(page.screenshot(clip=clip))).convert("RGB")
+        frames.append(shot.resize((GIF_WIDTH, round(shot.height * GIF_WIDTH / shot.width))))
+        page.get_by_role("button", name="Next ▶").click()
+    height = max(f.height for f in frames)  # one canvas: the text grows step by step
+    canvas = [Image.new("RGB", (GIF_WIDTH, height), "white") for _ in frames]
+    for frame, base in zip(frames, canvas):
+        base.paste(frame, (0, 0))
+    canvas[0].save(path, save_all=True, append_images=canvas[1:], duration=GIF_FRAME_MS, loop=0, optimize=True)
+
+
 def tab(page, name: str, path: Path) -> None:
     page.get_by_role("tab", name=name, exact=True).click()
     page.wait_for_timeout(1500)
@@ -88,6 +116,10 @@ def take(out: Path) -> list:
             page.goto(url)
             preset(page, hook)
             span(page, "#sv-stats", "#sv-panel", out / "step_view.png")
+            from specviz.presets import recording
+            steps = sum(e["kind"] == "step_finished" for e in recording(hook.label).run)
+            animation(page, steps, out / GIF)
+            preset(page, hook)
             page.locator("#sv-text .sv-chip.sv-bonus").first.hover()
             page.wait_for_timeout(500)
             span(page, "#sv-text", "#sv-panel", out / "tooltip.png")
@@ -111,7 +143,7 @@ def take(out: Path) -> list:
             browser.close()
     finally:
         app.demo.close()
-    return [out / f"{name}.png" for name in SHOTS]
+    return [out / f"{name}.png" for name in SHOTS] + [out / GIF]
 
 
 def main(argv=None) -> int:
