@@ -27,12 +27,12 @@ import time
 from pathlib import Path
 
 from specviz import files
+from specviz.render.notebook import keep_static_images, loaded_as
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = ROOT / "docs" / "notebooks"
 CELL_TIMEOUT_S = 1800
-PLOTLY_JSON = "application/vnd.plotly.v1+json"
 STYLESHEET = "notebook.css"  # the HTML template's styles, the same for every copy: stored once
 
 
@@ -59,17 +59,6 @@ def commit() -> str:
         return "unknown"
 
 
-def loaded_as(nb) -> str:
-    """The device and dtype the notebook's pair reported when it loaded ("cpu (bfloat16)")."""
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            text = out.get("text", "") if out.get("output_type") == "stream" else ""
-            found = re.search(r"ready on (\S+) \((\w+)\)", text)
-            if found:
-                return f"{found[1]} ({found[2]})"
-    return "no model loaded"
-
-
 def execute(path: Path, pair: str):
     import nbformat
     from nbclient import NotebookClient
@@ -87,14 +76,10 @@ def to_html(nb, path: Path, pair: str) -> str:
     import nbformat
     from nbconvert import HTMLExporter
 
-    for cell in nb.cells:  # keep a figure's PNG, drop its interactive JSON (it needs plotly.js)
-        for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            if PLOTLY_JSON in data and "image/png" in data:
-                del data[PLOTLY_JSON]
+    keep_static_images(nb)  # a figure without a PNG keeps its JSON (no browser drew it)
     where = (f"**Executed copy** of `notebooks/{path.name}` on the `{pair}` pair: {cpu_name()}, "
-             f"{os.cpu_count()} cores, {loaded_as(nb)}, {datetime.date.today().isoformat()}, specviz "
-             f"commit {commit()}. Timings are this machine's; run the notebook to see yours.")
+             f"{os.cpu_count()} cores, {loaded_as(nb) or 'no model loaded'}, {datetime.date.today().isoformat()}, "
+             f"specviz commit {commit()}. Timings are this machine's; run the notebook to see yours.")
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(where))
     html, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
     return html

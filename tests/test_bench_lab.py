@@ -8,6 +8,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from specviz.bench import lab
+from specviz.render.notebook import loaded_as
 
 
 def timed(source: str, seconds: float):
@@ -89,9 +90,9 @@ def test_the_load_line_says_what_was_loaded_int8_included():
         cell.outputs = [nbformat.v4.new_output("stream", name="stderr", text=line)]
         return new_notebook(cells=[cell])
 
-    assert lab.loaded_as(nb_saying("[specviz] qwen-coder ready on cpu (bfloat16), from ...")) == "cpu (bfloat16)"
+    assert loaded_as(nb_saying("[specviz] qwen-coder ready on cpu (bfloat16), from ...")) == "cpu (bfloat16)"
     int8 = "[specviz] qwen-coder ready on cpu (int8 weights, float parts in float32), from ..."
-    assert lab.loaded_as(nb_saying(int8)) == "cpu (int8 weights, float parts in float32)"
+    assert loaded_as(nb_saying(int8)) == "cpu (int8 weights, float parts in float32)"
 
 
 def test_a_notebook_without_the_lab_sections_is_one_sentence():

@@ -9,6 +9,8 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbconvert")
 
+from specviz.render.notebook import PLOTLY_JSON  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 spec = importlib.util.spec_from_file_location("execute_notebooks", ROOT / "notebooks" / "execute.py")
 execute = importlib.util.module_from_spec(spec)
@@ -22,15 +24,15 @@ def test_an_executed_copy_says_where_it_ran_and_keeps_pngs_only():
     code = nbformat.v4.new_code_cell("fig.show()")
     code.outputs = [
         nbformat.v4.new_output("stream", name="stderr", text="[specviz] qwen-coder ready on cpu (bfloat16), from ...\n"),
-        nbformat.v4.new_output("display_data", data={execute.PLOTLY_JSON: {"data": [], "layout": {}}, "image/png": PNG}),
-        nbformat.v4.new_output("display_data", data={execute.PLOTLY_JSON: {"data": [], "layout": {"title": "kept"}}}),
+        nbformat.v4.new_output("display_data", data={PLOTLY_JSON: {"data": [], "layout": {}}, "image/png": PNG}),
+        nbformat.v4.new_output("display_data", data={PLOTLY_JSON: {"data": [], "layout": {"title": "kept"}}}),
     ]
     nb.cells = [nbformat.v4.new_markdown_cell("# 1 · A lesson"), code]
     html = execute.to_html(nb, Path("01_lesson.ipynb"), "qwen-coder")
     assert "Executed copy" in html and "cpu (bfloat16)" in html and execute.cpu_name() in html
     assert PNG in html
     data = [out["data"] for out in code.outputs if out.get("output_type") == "display_data"]
-    assert execute.PLOTLY_JSON not in data[0] and execute.PLOTLY_JSON in data[1]  # no PNG: the figure stays
+    assert PLOTLY_JSON not in data[0] and PLOTLY_JSON in data[1]  # no PNG: the figure stays
 
 
 def test_the_runner_finds_every_teaching_notebook():

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from specviz.render.notebook import keep_static_images
+
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
@@ -27,7 +29,7 @@ def headings(nb) -> list:
 def deck():
     """A fresh build (images where a browser is found; interactive JSON kept where not)."""
     nb = build.execute()
-    build.images_only(nb)
+    keep_static_images(nb)
     return nb, build.export(nb)
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "lecture.ipynb"
 DECK = "lecture.slides.html"
-PLOTLY_JSON = "application/vnd.plotly.v1+json"
 VENDOR = {"reveal_url_prefix": "vendor/reveal.js", "require_js_url": "vendor/require.js",
           "mathjax_url": "vendor/no-mathjax.js"}
 
@@ -40,21 +39,6 @@ def execute(source: Path = SOURCE):
     return nb
 
 
-def images_only(nb) -> int:
-    """Keep each figure's PNG and drop its interactive JSON (it would need plotly.js in the deck);
-    the number of figures without a PNG."""
-    missing = 0
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            data = out.get("data", {})
-            if PLOTLY_JSON in data:
-                if "image/png" in data:
-                    del data[PLOTLY_JSON]
-                else:
-                    missing += 1
-    return missing
-
-
 def export(nb) -> str:
     from nbconvert import SlidesExporter
 
@@ -67,8 +51,10 @@ def export(nb) -> str:
 def build(out: Path = HERE, require_images: bool = True) -> Path:
     from specviz import files
 
+    from specviz.render.notebook import keep_static_images
+
     nb = execute()
-    missing = images_only(nb)
+    missing = keep_static_images(nb)
     if missing and require_images:
         raise SystemExit(f"{missing} figure(s) have no image: the slides need a Chrome/Chromium for kaleido "
                          "(install Chromium, or set BROWSER_PATH), then build again.")

@@ -33,6 +33,7 @@ from nbclient.exceptions import CellExecutionError
 
 from specviz import files
 from specviz.errors import SpecvizError, run_command
+from specviz.render.notebook import loaded_as
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -122,16 +123,6 @@ def run_notebook(path: Path, pair: str, env: dict):
     return nb, started
 
 
-def loaded_as(nb) -> str:
-    for cell in nb.cells:
-        for out in cell.get("outputs", []):
-            text = out.get("text", "") if out.get("output_type") == "stream" else ""
-            found = re.search(r"ready on (\S+) \(([^)]*)\)", text)  # "(bfloat16)", "(int8 weights, ...)"
-            if found:
-                return f"{found[1]} ({found[2]})"
-    return "unknown"
-
-
 def machine(cpu: str) -> dict:
     """Where it ran: the notebooks' kernels measured, this process only names the machine."""
     from specviz.bench.machine import cpu_count, cpu_name, loadavg
@@ -159,7 +150,7 @@ def measure(pair: str, cpu: str, out: Path, say: Callable[[str], None]) -> dict:
             last = str(exc).strip().splitlines()[-1][:200]
             raise SpecvizError(f"{path.name} failed while the lab was timed ({last}); run it in Jupyter to see "
                                "the cell") from exc
-        done[number] = {"notebook": path.name, "loaded_as": loaded_as(nb), **summarise(nb, wanted, kernel_s)}
+        done[number] = {"notebook": path.name, "loaded_as": loaded_as(nb) or "unknown", **summarise(nb, wanted, kernel_s)}
         files.write_json(partial, {"settings": settings, "notebooks": done})
         ran += 1  # the ETA from the notebooks this sitting ran, not the ones a partial file kept
         left = sum(1 for n, _ in LAB_PATH if n not in done)

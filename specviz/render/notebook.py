@@ -29,6 +29,7 @@ import asyncio
 import atexit
 import base64
 import os
+import re
 import sys
 import threading
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -200,6 +201,39 @@ def check(answer, expected, tol: float = 0.0, hint: str = "") -> Optional[bool]:
         ok = answer == expected
     print("✓ Correct." if ok else f"✗ Not yet. {hint}".rstrip())
     return ok
+
+
+# ---------------------------------------------------------------------------------------------
+# executed notebooks: what their outputs say (the executed copies, the lab's timing, the slides)
+
+PLOTLY_JSON = "application/vnd.plotly.v1+json"
+
+
+def loaded_as(nb) -> Optional[str]:
+    """The device and dtype an executed notebook's pair reported when it loaded ("cpu (bfloat16)",
+    "cpu (int8 weights, float parts in float32)"), or None when no pair loaded."""
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            text = out.get("text", "") if out.get("output_type") == "stream" else ""
+            found = re.search(r"ready on (\S+) \(([^)]*)\)", text)
+            if found:
+                return f"{found[1]} ({found[2]})"
+    return None
+
+
+def keep_static_images(nb) -> int:
+    """Keep each figure's PNG and drop its interactive JSON (a page without plotly.js cannot draw
+    it); the number of figures left without a PNG."""
+    missing = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if PLOTLY_JSON in data:
+                if "image/png" in data:
+                    del data[PLOTLY_JSON]
+                else:
+                    missing += 1
+    return missing
 
 
 # ---------------------------------------------------------------------------------------------
