@@ -1479,9 +1479,9 @@ def engine_caches_after(committed_before: int, drafted: int, accepted: int) -> t
     """(target cache, draft cache) lengths after a step's crop, as specviz.engine and
     specviz.drafters.model crop them: each keeps every committed token but the last, and the
     draft never read its own last guess."""
-    committed_after = committed_before + accepted + 1  # the accepted guesses and one token of the target's
-    draft_read = committed_before + drafted - 1  # the committed text and every guess but the last
-    return committed_after - 1, min(draft_read, committed_after - 1)
+    from specviz.render import lessons
+
+    return lessons.caches_after(committed_before, drafted, accepted)
 
 
 def _cache_cases(rows) -> list:

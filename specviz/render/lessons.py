@@ -11,6 +11,7 @@ runs, sample counts) and these draw. Theory curves come from `specviz.theory`.
     cost_per_million(tokens_per_s, price_per_hour)   serving cost of a measured speed
     serving_figure(batches, series, ...)  cost per million tokens against batch size
     table(records, columns)              an HTML table of run summaries (escaped)
+    caches_after(committed, drafted, accepted)   both KV caches' lengths after a step's crop
     cache_rows(events)                   both KV caches' lengths, step by step, from a chain run's events
     cache_figure(row)                    one step's caches, position by position (kept, read, dropped)
     cache_examples(rows)                 a fully accepted step and the rejection with the fewest accepted
@@ -189,6 +190,23 @@ CACHE_STATES = {0: ("not in the cache", "#f1f5f9"), 1: ("in the cache", "#93c5fd
                 3: ("dropped by the crop (rolled back)", "#fca5a5")}
 
 
+def _draft_read(committed: int, drafted: int, draft_before: int) -> int:
+    """The draft's cache once it guessed: the committed text and every guess but the last (it
+    never reads its last guess); unchanged when it guessed nothing."""
+    return committed + drafted - 1 if drafted else draft_before
+
+
+def caches_after(committed: int, drafted: int, accepted: int, draft_before: Optional[int] = None,
+                 closed: bool = True) -> tuple:
+    """(target cache, draft cache) lengths after a step's crop, as specviz.engine `_keep` and
+    specviz.drafters.model `observe` crop them: the target keeps the committed text and the
+    accepted guesses; the draft keeps what it read, cut to the committed text but its last token.
+    `closed`: the step ended with a token of the target's own (not on an accepted end of text)."""
+    committed_after = committed + accepted + (1 if closed else 0)
+    read = _draft_read(committed, drafted, committed - 1 if draft_before is None else draft_before)
+    return committed + accepted, min(read, committed_after - 1)
+
+
 def cache_rows(events: Sequence[dict]) -> list:
     """Per step of a draft-model chain run: both caches' lengths before, during and after the
     step, by the engine's crop (specviz.engine `_keep`: the target keeps the committed text and
@@ -202,14 +220,15 @@ def cache_rows(events: Sequence[dict]) -> list:
     committed, target_cache, draft_cache, rows = len(started["prompt_ids"]), 0, 0, []
     for step in (e for e in events if e["kind"] == "step_finished"):
         after = committed + len(step["emitted_ids"])
-        # what the draft model had read once it guessed: nothing new when it guessed nothing
-        read = committed + step["drafted"] - 1 if step["drafted"] else draft_cache
+        closed = len(step["emitted_ids"]) == step["accepted"] + 1
+        target_after, draft_after = caches_after(committed, step["drafted"], step["accepted"], draft_cache, closed)
         full = step["drafted"] > 0 and step["accepted"] == step["drafted"]
         row = {"step": step["step"], "committed before": committed, "guessed": step["drafted"],
-               "accepted": step["accepted"], "draft cache before": draft_cache, "draft cache after drafting": read,
-               "draft cache after crop": min(read, after - 1), "target cache before": target_cache,
-               "target read": fed[step["step"]], "target cache after crop": committed + step["accepted"],
-               "committed after": after, "closed": len(step["emitted_ids"]) == step["accepted"] + 1,
+               "accepted": step["accepted"], "draft cache before": draft_cache,
+               "draft cache after drafting": _draft_read(committed, step["drafted"], draft_cache),
+               "draft cache after crop": draft_after, "target cache before": target_cache,
+               "target read": fed[step["step"]], "target cache after crop": target_after,
+               "committed after": after, "closed": closed,
                "outcome": ("no guess" if not step["drafted"] else "all accepted" if full
                            else "rejection: rolled back")}
         rows.append(row)
