@@ -143,6 +143,22 @@ def write_json(path: Path, data, indent: Optional[int] = 1) -> Path:
     return write_text(path, json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
 
 
+def read_partial(path: Path, settings: dict, say: Callable[[str], None]) -> Optional[dict]:
+    """A long command's saved progress (`path`, JSON with its "settings"), or None, saying why,
+    when there is none to resume: unreadable (a write cut short) or made with other settings."""
+    if not Path(path).exists():
+        return None
+    try:
+        saved = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        say(f"{path} cannot be read (a write cut short?): starting over (it will be replaced)")
+        return None
+    if not isinstance(saved, dict) or saved.get("settings") != settings:
+        say(f"{path} was measured with other settings: starting over (it will be replaced)")
+        return None
+    return saved
+
+
 def _fsync(path: Path) -> None:
     """Flush a file's data to the disk before it is renamed into place: after a power cut the
     new name then never points at a file whose blocks were not yet written."""

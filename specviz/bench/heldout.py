@@ -25,7 +25,6 @@ Usage: python -m specviz.bench.heldout [--pair qwen-coder] [--kinds code chat] [
 from __future__ import annotations
 
 import functools
-import json
 import random
 import statistics
 import sys
@@ -130,19 +129,11 @@ def run(pair, table: dict, settings: dict, partial: Path, say) -> dict:
     from specviz.bench.machine import environment
     from specviz.bench.suite import run_method
 
-    report = {"settings": settings, "prompts": [], "sittings": 0, "environments": []}
-    if partial.exists():
-        try:
-            saved = json.loads(partial.read_text())
-        except (OSError, ValueError):
-            saved = None
-        if saved is None:
-            say(f"{partial} cannot be read (a write cut short?): starting over (it will be replaced)")
-        elif saved.get("settings") == settings:
-            report = saved
-            say(f"resuming: {len(report['prompts'])} prompt(s) already measured in {partial}")
-        else:
-            say(f"{partial} was measured with other settings: starting over (it will be replaced)")
+    report = files.read_partial(partial, settings, say)
+    if report is None:
+        report = {"settings": settings, "prompts": [], "sittings": 0, "environments": []}
+    else:
+        say(f"resuming: {len(report['prompts'])} prompt(s) already measured in {partial}")
     report["sittings"] += 1
     here = environment(pair, False)
     report.setdefault("environments", []).append(here)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import re
 import sys
@@ -166,15 +165,9 @@ def measure(pair: str, cpu: str, out: Path, say: Callable[[str], None]) -> dict:
 
 
 def _resume(partial: Path, settings: dict, say) -> dict:
-    if not partial.exists():
-        return {}
-    try:
-        kept = json.loads(partial.read_text(encoding="utf-8"))
-    except ValueError:
-        say(f"{partial} is unreadable: starting over")
-        return {}
-    if kept.get("settings") != settings:
-        say(f"{partial} was made with other settings: starting over")
+    """The notebooks a partial file with these settings already timed ({} when none)."""
+    kept = files.read_partial(partial, settings, say)
+    if kept is None:
         return {}
     say(f"resuming: {', '.join(kept['notebooks'])} already timed")
     return kept["notebooks"]
