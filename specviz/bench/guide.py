@@ -170,6 +170,7 @@ def preset_rows(folder: Path = recorded.DATA) -> list:
         tokens = (len(rec.run[-1]["token_ids"]), len(rec.ar[-1]["token_ids"]))
         rows.append({"label": preset.label, "method": preset.method, "k": preset.k, "T": preset.temperature,
                      "tokens": tokens, "run_s": rec.run_busy, "ar_s": rec.ar_busy,
+                     "steps": sum(e["kind"] == "step_finished" for e in rec.run),
                      "speedup": (tokens[0] / rec.run_busy) / (tokens[1] / rec.ar_busy),
                      "alpha": rec.run[-1]["metrics"].get("alpha_empirical"), "lossless": rec.run[0]["lossless"]})
     return rows
@@ -189,20 +190,14 @@ def presets_table(folder: Path = recorded.DATA) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _hook(folder: Path) -> tuple:
-    """The hook preset's speedup and each lane's target passes (AR: one per token; spec: one per step)."""
-    first = preset_rows(folder)[0]
-    rec = recorded.recording(recorded.LABELS[0], folder)
-    steps = sum(e["kind"] == "step_finished" for e in rec.run)
-    return first["speedup"], first["tokens"][1], steps
-
-
 def answers_table(reports: Path = REPORTS, presets: Path = recorded.DATA) -> str:
     """The worksheet's expected answers: the recorded ones exactly, the measured ones as the
     reference machines measured them (a student's machine gives numbers around these)."""
     native, avx2 = report(NATIVE, reports), report(AVX2, reports)
-    speedup, ar_passes, spec_passes = _hook(presets)
-    chat = next(r for r in preset_rows(presets) if r["label"].startswith("Chat, T = 0.7: "))
+    rows = preset_rows(presets)
+    hook = rows[0]  # its target passes: one per token autoregressive, one per step speculative
+    speedup, ar_passes, spec_passes = hook["speedup"], hook["tokens"][1], hook["steps"]
+    chat = next(r for r in rows if r["label"].startswith("Chat, T = 0.7: "))
 
     def both(fn) -> str:
         return f"native bf16: {fn(native)}; AVX2, float32: {fn(avx2)}"
