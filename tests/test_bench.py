@@ -43,12 +43,62 @@ def test_report_files_and_sections(written, report):
     for fig in ("speedup", "memory-wall", "alpha", "batch"):
         assert written.with_name(f"{written.name}-{fig}.html").stat().st_size > 1000
     assert report["environment"]["pair"] == "tiny" and report["environment"]["threads"] >= 1
+    assert report["environment"]["command"] == (  # the report says how it was made, to run it again
+        f"python -m specviz bench --pair tiny --quick --no-png --quiet --out {written}")
+    assert f"Command: `{report['environment']['command']}`" in md
     plan = report["plan"]
     assert list(report["results"]) == [f"{p}@greedy" for p in plan["prompts"]] + [
         f"{p}@t{t:g}" for t in plan["temperatures"] for p in plan["sampled_prompts"]]
     for group, rows in report["results"].items():
         wanted = plan["methods"] if group.endswith("@greedy") else plan["sampled_methods"]
         assert list(rows) == list(wanted)
+
+
+def _png_of(size):
+    import io
+
+    from PIL import Image
+
+    out = io.BytesIO()
+    Image.new("RGB", size, "red").save(out, format="PNG")
+    return out.getvalue()
+
+
+def test_the_figures_go_on_one_sheet_and_a_missing_browser_keeps_the_html(report, tmp_path, monkeypatch):
+    from PIL import Image
+
+    from specviz.bench import report as rep
+
+    sizes = iter([(700, 500), (600, 400), (700, 500), (650, 500)])  # drawn in figures() order
+    monkeypatch.setattr(rep, "_png", lambda fig: _png_of(next(sizes)))
+    written = rep.write(report, tmp_path / "r")
+    md = written["md"].read_text()
+    assert md.endswith("## Figures\n\n![figures](r-figures.png)\n")
+    with Image.open(written["figures"]) as sheet:  # 2 across, 2 down, each cell the largest figure
+        assert sheet.size == (1400, 1000)
+        assert sheet.getpixel((1399, 999)) == (255, 255, 255)  # the 650-wide figure leaves white
+        assert sheet.getpixel((0, 0)) == sheet.getpixel((1299, 999)) == (255, 0, 0)
+    monkeypatch.setattr(rep, "_png", lambda fig: None)  # no browser: no sheet, the HTML linked
+    written = rep.write(report, tmp_path / "s")
+    md = written["md"].read_text()
+    assert "figures" not in written and not (tmp_path / "s-figures.png").exists()
+    assert all(f"- [{name}](s-{name}.html)" in md for name in ("speedup", "memory-wall", "alpha", "batch"))
+
+
+def test_a_report_is_redrawn_from_its_json_alone(written, tmp_path, capsys):
+    from specviz.bench.report import main
+
+    for suffix in (".json", ".md"):
+        (tmp_path / f"copy{suffix}").write_text(written.with_name(written.name + suffix).read_text())
+    (tmp_path / "copy.md").write_text("stale")
+    assert main([str(tmp_path / "copy.json"), "--no-png"]) == 0
+    assert (tmp_path / "copy.md").read_text() == written.with_name(written.name + ".md").read_text().replace(
+        f"{written.name}-", "copy-")
+    (tmp_path / "bad.json").write_text("{not json")
+    capsys.readouterr()
+    assert main([str(tmp_path / "bad.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: ") and "bad.json" in err and "\n" not in err
 
 
 def test_speedups_are_ratios_of_the_same_runs(report):

@@ -69,3 +69,49 @@ def test_a_planted_broken_image_is_found():
     page = ROOT / "README.md"
     planted = page.read_text(encoding="utf-8") + "\n![a view](docs/screenshots/no-such-view.png)\n"
     assert broken_links(page, planted) == ["docs/screenshots/no-such-view.png"]
+
+
+BENCH = ROOT / "docs" / "benchmarks"
+
+
+def bench_rows() -> dict:
+    """docs/benchmarks/README.md's tables: {linked report file: its command (unquoted)}."""
+    rows = {}
+    for line in (BENCH / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and LINK.search(cells[0]) and cells[2].startswith("`"):
+            rows[LINK.search(cells[0]).group(1)] = cells[2].strip("`")
+    return rows
+
+
+def stale_bench_files(names: set, rows: dict) -> list:
+    """Files in docs/benchmarks that no row of its README keeps: a report is its linked .md (or a
+    lone .json), the .json beside it and the figure sheet its .md shows."""
+    kept = {"README.md", "suite.md"}
+    for linked in rows:
+        stem = linked.rsplit(".", 1)[0]
+        kept |= {linked, f"{stem}.json", f"{stem}.md"}
+        md = BENCH / f"{stem}.md"
+        if md.exists():
+            kept |= {t for t in LINK.findall(md.read_text(encoding="utf-8")) if t.endswith(".png")}
+    return sorted(names - kept)
+
+
+def test_every_benchmark_file_belongs_to_a_current_report_with_its_command():
+    """What docs/benchmarks holds is what its README lists (nothing superseded left behind), and
+    a suite report's own header names the command its README row gives."""
+    rows = bench_rows()
+    assert len(rows) >= 10
+    assert not stale_bench_files({p.name for p in BENCH.iterdir()}, rows)
+    for linked, command in rows.items():
+        assert command.startswith("python -m specviz"), linked
+        if linked.startswith("suite-"):
+            report = json.loads((BENCH / linked.replace(".md", ".json")).read_text(encoding="utf-8"))
+            assert report["environment"]["command"] == command, linked
+
+
+def test_a_stale_benchmark_file_is_found():
+    rows = bench_rows()
+    names = {p.name for p in BENCH.iterdir()}
+    assert stale_bench_files(names | {"suite-qwen-coder-old.md", "suite-qwen-coder-full-speedup.png"}, rows) == [
+        "suite-qwen-coder-full-speedup.png", "suite-qwen-coder-old.md"]

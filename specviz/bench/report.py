@@ -1,6 +1,8 @@
-"""The suite's report as Markdown tables, plus its Plotly figures written as .html (and .png when
-kaleido can render them). Reads the JSON report only. The figures themselves are drawn by
-specviz.render.bench_figures: plotting stays on the render side of the seam.
+"""The suite's report as Markdown tables, plus its Plotly figures written as .html and, when
+kaleido can render them, one PNG sheet of them all that the Markdown shows. Reads the JSON report
+only, so `python -m specviz.bench.report REPORT.json` redraws a report's Markdown and figures
+without running a model. The figures themselves are drawn by specviz.render.bench_figures:
+plotting stays on the render side of the seam.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ def header(report: dict) -> list:
         f"# specviz benchmark suite: `{env['pair']}`, {plan['mode']} mode"
         + ("" if env.get("cpu_linear") != "gemv" else ", gemv kernels (chosen for this CPU)"
            if env.get("cpu_choice") else ", `--cpu-linear gemv`"), "",
+        *([f"Command: `{env['command']}`", ""] if env.get("command") else []),
         f"Device **{env['device']}** ({env['device_name']}), dtype **{env['dtype']}**, "
         f"**{env['threads']} torch threads** ({env['cpu_count']} CPUs visible), torch {env['torch']}, "
         f"transformers {env['transformers']}; {env['date_utc']} UTC; 1-minute load average "
@@ -272,7 +275,8 @@ def markdown(report: dict, figures: Optional[dict] = None) -> str:
 # files
 
 def write(report: dict, prefix: Path, png: bool = True, with_figures: bool = True) -> dict:
-    """Write PREFIX.json, PREFIX.md and PREFIX-<figure>.html/.png; returns {kind: path}."""
+    """Write PREFIX.json, PREFIX.md, PREFIX-<figure>.html and (when a browser can draw them)
+    PREFIX-figures.png, every figure on one sheet; returns {kind: path}."""
     import json
 
     prefix.parent.mkdir(parents=True, exist_ok=True)
@@ -280,26 +284,81 @@ def write(report: dict, prefix: Path, png: bool = True, with_figures: bool = Tru
     if with_figures:
         from specviz.render.bench_figures import figures
 
-        for name, fig in figures(report).items():
+        drawn = figures(report)
+        for name, fig in drawn.items():
             html = prefix.with_name(f"{prefix.name}-{name}.html")
             with files.new_file(html) as tmp:
                 fig.write_html(tmp, include_plotlyjs="cdn")
             written[name] = html
             links[name] = html.name
-            if png and _write_png(fig, prefix.with_name(f"{prefix.name}-{name}.png")):
-                links[name] = f"{prefix.name}-{name}.png"
+        sheet = prefix.with_name(f"{prefix.name}-figures.png")
+        if png and _write_sheet(list(drawn.values()), sheet):
+            written["figures"], links = sheet, {"figures": sheet.name}
     files.write_text(written["json"], json.dumps(report, indent=1) + "\n")
     written["md"] = prefix.with_name(prefix.name + ".md")
     files.write_text(written["md"], markdown(report, links))
     return written
 
 
-def _write_png(fig, path: Path) -> bool:
-    """Through the notebook renderer, which never waits for a browser that cannot answer; with
-    none, the HTML figure stays."""
+def _write_sheet(figs: list, path: Path, columns: int = 2) -> bool:
+    """Every figure's PNG on one sheet, COLUMNS across, in the order given: one picture a reader
+    scrolls through instead of four files. False (and nothing written) when a figure cannot be
+    drawn, so the Markdown links the interactive HTML figures instead."""
+    import io
+
+    from PIL import Image
+
+    pngs = [_png(fig) for fig in figs]
+    if not pngs or any(png is None for png in pngs):
+        return False
+    images = [Image.open(io.BytesIO(png)).convert("RGB") for png in pngs]
+    width, height = max(i.width for i in images), max(i.height for i in images)
+    rows = -(-len(images) // columns)
+    sheet = Image.new("RGB", (width * min(columns, len(images)), height * rows), "white")
+    for n, image in enumerate(images):
+        sheet.paste(image, ((n % columns) * width, (n // columns) * height))
+    out = io.BytesIO()
+    sheet.save(out, format="PNG", optimize=True)
+    files.write_bytes(path, out.getvalue())
+    return True
+
+
+def _png(fig) -> Optional[bytes]:
+    """Through the notebook renderer, which never waits for a browser that cannot answer; None
+    without one."""
     from specviz.render.notebook import figure_png
 
-    png = figure_png(fig)
-    if png is not None:
-        files.write_bytes(path, png)
-    return png is not None
+    return figure_png(fig)
+
+
+def main(argv=None) -> int:
+    """Redraw reports' Markdown and figures from their JSON (after a change to the tables or the
+    figures), running no model."""
+    import json
+
+    from specviz.argparsing import Parser
+    from specviz.errors import InputError, run_command
+
+    parser = Parser(prog="python -m specviz.bench.report", description=main.__doc__)
+    parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="suite reports (python -m specviz bench)")
+    parser.add_argument("--no-png", action="store_true", help="figures as HTML only (no browser)")
+    args = parser.parse_args(argv)
+
+    def body() -> int:
+        for name in args.reports:
+            path = Path(name)
+            try:
+                report = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise InputError(f"{path}: not a readable JSON report ({exc})") from None
+            if not isinstance(report, dict) or "results" not in report or "environment" not in report:
+                raise InputError(f"{path}: not a suite report (python -m specviz bench writes them)")
+            written = write(report, path.with_suffix(""), png=not args.no_png)
+            print("wrote " + ", ".join(str(p) for p in written.values()))
+        return 0
+
+    return run_command(body, "interrupted; the reports already redrawn are written, the rest unchanged")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shlex
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -486,7 +487,9 @@ def _missing_heads(pair_name: str) -> set:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.command = "python -m specviz bench" + "".join(f" {shlex.quote(a)}" for a in argv)
     return run_command(lambda: _run(args), "interrupted; the suite keeps no partial results, so running it again starts "
                                            "over (--quick or --methods make it shorter)")
 
@@ -521,6 +524,7 @@ def _run(args) -> int:
     plan = replace(plan, methods=tuple(m for m in plan.methods if m not in drop),
                    sampled_methods=tuple(m for m in plan.sampled_methods if m not in drop))
     report = run_suite(pair, plan, say, static_cache=args.static_cache, load_s=time.perf_counter() - started)
+    report["environment"]["command"] = args.command  # the report says how to run it again
     code = 0
     if args.check_against:
         previous = json.loads(Path(args.check_against).read_text())
