@@ -13,10 +13,10 @@ GLOSSARY = ROOT / "docs" / "glossary.md"
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 
-def anchors() -> set:
-    """The glossary's explicit anchors and its headings' (as GitHub makes them: lower case, spaces
-    to hyphens, punctuation dropped)."""
-    text = GLOSSARY.read_text(encoding="utf-8")
+def anchors(page: Path = GLOSSARY) -> set:
+    """A Markdown page's explicit anchors and its headings' (as GitHub makes them: lower case,
+    spaces to hyphens, punctuation dropped; code fences' comment lines are no headings)."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
     headings = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
                 for h in re.findall(r"^#+ (.+)$", text, re.M)}
     return set(re.findall(r'<a id="([^"]+)"></a>', text)) | headings
@@ -50,12 +50,17 @@ PAGES = sorted([ROOT / "README.md", ROOT / "notebooks" / "README.md", *(ROOT / "
 
 
 def broken_links(page: Path, text: str) -> list:
-    """Relative links and images (`[..](x)`, `![..](x)`) whose file is not there."""
+    """Relative links and images (`[..](x)`, `![..](x)`) whose file is not there, and links to a
+    section (`x.md#part`, `#part`) of a Markdown page that has no such section."""
     out = []
     for target in LINK.findall(text):
-        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+        if re.match(r"[a-z]+:", target):
             continue
-        if not (page.parent / target.split("#", 1)[0]).exists():
+        name, _, part = target.partition("#")
+        path = page.parent / name if name else page
+        if not path.exists():
+            out.append(target)
+        elif part and path.suffix == ".md" and part not in anchors(path):
             out.append(target)
     return out
 
@@ -65,10 +70,12 @@ def test_relative_links_and_images_resolve(page):
     assert not broken_links(page, page.read_text(encoding="utf-8"))
 
 
-def test_a_planted_broken_image_is_found():
+def test_a_planted_broken_image_and_section_are_found():
     page = ROOT / "README.md"
     planted = page.read_text(encoding="utf-8") + "\n![a view](docs/screenshots/no-such-view.png)\n"
     assert broken_links(page, planted) == ["docs/screenshots/no-such-view.png"]
+    planted = page.read_text(encoding="utf-8") + "\n[a part](docs/models.md#no-such-part) [here](#no-such-part)\n"
+    assert broken_links(page, planted) == ["docs/models.md#no-such-part", "#no-such-part"]
 
 
 BENCH = ROOT / "docs" / "benchmarks"

@@ -11,10 +11,26 @@ import pytest
 from specviz.bench import guide
 
 
-def test_the_committed_guide_matches_its_reports_and_recordings():
-    text = guide.GUIDE.read_text(encoding="utf-8")
-    assert {m[2] for m in guide.BLOCK.finditer(text)} == set(guide.TABLES)  # every table is in the guide
-    assert guide.stale(text) == [], "run python -m specviz.bench.guide"
+def test_the_committed_guide_and_readme_match_their_reports_and_recordings():
+    shown = set()
+    for page in guide.PAGES:
+        text = page.read_text(encoding="utf-8")
+        shown |= {m[2] for m in guide.BLOCK.finditer(text)}
+        assert guide.stale(text) == [], f"{page.name}: run python -m specviz.bench.guide"
+    assert shown == set(guide.TABLES)  # every table is on a page
+    readme = guide.README.read_text(encoding="utf-8")
+    assert next(m for m in guide.BLOCK.finditer(readme))[2] == "headline"
+
+
+def test_readmes_sentence_is_the_recorded_presets():
+    rows = {r["label"]: r for r in guide.preset_rows()}
+    sentence = guide.headline()
+    code = rows["Code, greedy: speculation wins"]["speedup"]
+    chat = next(r for label, r in rows.items() if label.startswith("Chat, T = 0.7: "))["speedup"]
+    assert f"code completion **{code:.2f}×**" in sentence and f"temperature 0.7 **{chat:.2f}×**" in sentence
+    readme = guide.README.read_text(encoding="utf-8")
+    edited = readme.replace(f"**{code:.2f}×**", f"**{code + 0.5:.2f}×**", 1)
+    assert edited != readme and guide.stale(edited) == ["headline"]
 
 
 def test_a_figure_edited_by_hand_is_found():

@@ -1,6 +1,7 @@
-"""The teacher's guide's figures, generated from the committed reports and recordings.
+"""The teacher's guide's figures (and README's one sentence of them), generated from the committed
+reports and recordings.
 
-docs/teaching.md quotes measured numbers in two tables: what each kind of machine shows (from the
+docs/teaching.md quotes measured numbers in tables: what each kind of machine shows (from the
 suite and batched reports in docs/benchmarks/) and what each preset recorded (from the presets'
 manifest). Typed by hand, the same quantity drifted apart between files; here each table is
 written from its sources between markers in the guide,
@@ -9,7 +10,7 @@ written from its sources between markers in the guide,
 
 and tests/test_guide.py fails when the committed guide and its sources part:
 
-    python -m specviz.bench.guide            rewrite the tables in docs/teaching.md
+    python -m specviz.bench.guide            rewrite the tables in docs/teaching.md and README.md
     python -m specviz.bench.guide --check    exit 1, saying which table, if they differ
 
 No torch: it reads JSON.
@@ -29,6 +30,8 @@ from specviz.errors import SpecvizError, run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "teaching.md"
+README = ROOT / "README.md"
+PAGES = (GUIDE, README)  # the pages with generated blocks
 REPORTS = ROOT / "docs" / "benchmarks"
 # the reports each column of "what each kind of machine will show" is read from
 NATIVE, AVX2 = "suite-qwen-coder-full", "suite-qwen-coder-full-avx2"
@@ -190,6 +193,22 @@ def presets_table(folder: Path = recorded.DATA) -> str:
     return "\n".join(lines) + "\n"
 
 
+def headline(folder: Path = recorded.DATA) -> str:
+    """README's first screen: what the recorded presets gained, in one sentence a newcomer reads
+    before any table (the presets the app opens on, so the reader can replay each)."""
+    rows = {r["label"]: r for r in preset_rows(folder)}
+    note = recorded.recording(recorded.LABELS[0], folder).note
+
+    def gain(label_start: str) -> str:
+        row = next(r for label, r in rows.items() if label.startswith(label_start))
+        return f"**{row['speedup']:.2f}×**"
+
+    return (f"How much it saves depends on how often the guesses are right. The app's presets, {note}, ran greedy code completion {gain('Code, greedy')} as fast as the big model alone, "
+            f"a rewrite with prompt lookup {gain('Code rewrite, prompt lookup')}, and a chat answer sampled at "
+            f"temperature 0.7 {gain('Chat, T = 0.7: ')}, where too many guesses miss "
+            "([every machine](docs/teaching.md#what-each-kind-of-machine-will-show)).\n")
+
+
 def answers_table(reports: Path = REPORTS, presets: Path = recorded.DATA) -> str:
     """The worksheet's expected answers: the recorded ones exactly, the measured ones as the
     reference machines measured them (a student's machine gives numbers around these)."""
@@ -258,7 +277,8 @@ def _lab_loaded(rep: dict) -> str:
     return ", ".join(sorted(kinds))
 
 
-TABLES: dict = {"machines": machines_table, "presets": presets_table, "answers": answers_table, "lab": lab_table}
+TABLES: dict = {"machines": machines_table, "presets": presets_table, "answers": answers_table, "lab": lab_table,
+                "headline": headline}
 
 
 def _made(name: str, make: Callable[[], str]) -> str:
@@ -276,7 +296,7 @@ def render(text: str, tables: Optional[dict] = None) -> str:
 
     def fill(match) -> str:
         if match[2] not in tables:
-            raise SpecvizError(f"docs/teaching.md asks for a generated table {match[2]!r}; "
+            raise SpecvizError(f"a page asks for a generated table {match[2]!r}; "
                                f"the tables are {', '.join(TABLES)}.")
         return match[1] + tables[match[2]] + match[4]
 
@@ -291,22 +311,25 @@ def stale(text: str) -> list:
 
 def main(argv=None, say: Callable[[str], None] = print) -> int:
     parser = argparse.ArgumentParser(prog="python -m specviz.bench.guide", description=__doc__.split("\n")[0])
-    parser.add_argument("--check", action="store_true", help="exit 1 if docs/teaching.md and its sources differ")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page and its sources differ")
     args = parser.parse_args(argv)
 
     def run() -> int:
-        text = GUIDE.read_text(encoding="utf-8")
-        if args.check:
-            parted = stale(text)
-            if parted:
-                say(f"docs/teaching.md: the {', '.join(parted)} table(s) differ from their sources; "
-                    "run python -m specviz.bench.guide")
-            return 1 if parted else 0
-        files.write_text(GUIDE, render(text))
-        say(f"wrote the {', '.join(TABLES)} tables of {GUIDE.relative_to(ROOT)}")
-        return 0
+        parted = []
+        for page in PAGES:
+            text, name = page.read_text(encoding="utf-8"), page.relative_to(ROOT)
+            if args.check:
+                stale_here = stale(text)
+                if stale_here:
+                    parted.append(name)
+                    say(f"{name}: the {', '.join(stale_here)} table(s) differ from their sources; "
+                        "run python -m specviz.bench.guide")
+                continue
+            files.write_text(page, render(text))
+            say(f"wrote the {', '.join(m[2] for m in BLOCK.finditer(text))} table(s) of {name}")
+        return 1 if parted else 0
 
-    return run_command(run, "interrupted; docs/teaching.md is written whole or not at all")
+    return run_command(run, "interrupted; each page is written whole or not at all")
 
 
 if __name__ == "__main__":
