@@ -8,8 +8,8 @@ AMD Zen 2/3) PyTorch converts bf16 element by element for products over more tha
 a few-row product is bound by arithmetic and its cost grows with the rows: a k = 4 verify pass
 costs several one-token forwards, so in bf16 on such a CPU speculation cannot pay off, whatever
 the drafter, while in fp32 (twice the bytes, but native products) the wall is back and it does.
-The per-forward costs and end-to-end runs on an AVX2 AMD EPYC are in docs/models.md ("float32
-or bfloat16 on CPU") and docs/benchmarks/suite.md.
+What it costs and buys on an AVX2 AMD EPYC: docs/models.md ("float32 or bfloat16 on CPU") and
+docs/benchmarks/suite-qwen-coder-full-avx2.md.
 
 So when a real pair is loaded on a CPU with no dtype given, `choose` picks: bf16 with
 nn.Linear (half the bytes of fp32) where a 5-row bf16 product costs at most `WALL` one-row

@@ -5,8 +5,8 @@ by every weight matrix, so on a CPU they are bound by reading the weights. With 
 PyTorch's `F.linear` (x @ W.T through the addmm/mm path) reads them well below this machine's
 memory bandwidth; the same product written the other way round, `W @ x.T` (`torch.mm`, or
 `torch.mv` for one row), reaches much closer to it; it beat `F.linear` at every row count up
-to ROWS_GEMV on the CPU where it was measured (per-forward costs of the real pair:
-docs/models.md, "Faster CPU kernels").
+to ROWS_GEMV on the CPU where it was measured (`python -m specviz.bench.forward --kernels gemv
+aten` measures both on yours; docs/models.md, "Faster CPU kernels").
 
 Loaded weights also need to start on a 64-byte boundary for the vector loads to run at full
 speed: weights read from a safetensors file sit at arbitrary offsets inside it, so `use_gemv`
@@ -18,7 +18,7 @@ CPU (an AMX / AVX-512 bf16 server part); on other CPUs (laptops, ARM) PyTorch ro
 other kernels and the gain may differ or reverse. `python -m specviz.bench.forward --kernels gemv
 aten` measures it on yours. On a CPU without native bf16, where the real pair loads in float32,
 `specviz.cpu` measures both kernels when the pair loads and takes the cheaper (W @ x.T on the
-AVX2 AMD EPYC of docs/models.md).
+AVX2 AMD EPYC of docs/benchmarks/suite-qwen-coder-full-avx2.md).
 
 This changes no number the method depends on beyond rounding: both kernels take bf16 inputs and
 accumulate in fp32, only the order of the additions differs, so logits move by bf16 steps (about

@@ -10,8 +10,8 @@ gets about that much cheaper. Two uses:
 draft distribution q: verification compares q with the target's p and resamples from the
 residual, so the drafter is the place to spend approximations. The draft's float weights are
 kept (shared with the float draft, not copied) for products over more than `ROWS_INT8` rows,
-where the kernel is slower than a float matrix product; the target is untouched (the draft's
-per-forward cost either way: docs/models.md, "An int8 draft").
+where the kernel is slower than a float matrix product; the target is untouched (what it does
+to the draft's cost ratio c: docs/models.md, "An int8 draft").
 
 `memory="low"` (`int8_model`, used by specviz.models): both models, with no float weights at
 all, so the pair fits in an 8 GB laptop (docs/models.md: measured peak RSS). Then the *int8
@@ -35,7 +35,7 @@ while its bf16 path shifts bf16 into float32 and multiplies in float32, so it ne
 no native bf16 (an AVX2 and an AVX-512 version ship). Its cost: it multiplies at most
 `ROWS_INT8` rows per pass over the weights and hands blocks of rows to threads first, so a
 5-row product reads the weights twice: verifying k = 4 is not nearly free on this kernel,
-k = 3 nearly is (docs/models.md has the per-forward costs).
+k = 3 nearly is.
 """
 
 from __future__ import annotations
