@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
 from statistics import NormalDist
 from typing import Callable, Iterator, Optional
 
@@ -40,13 +41,16 @@ import torch
 
 from specviz import events as ev
 from specviz.events import batch_events, split_rows  # noqa: F401  (part of this module's API)
-from specviz import metrics, sampling
+from specviz import methods, metrics, sampling
 from specviz.adaptive import AdaptiveK
+from specviz.commit import commit, hand_out, room_left, run_finished
 from specviz.config import MAX_BATCH, RunConfig, check_context, model_vocab_size, prompt_to_ids
 from specviz.drafters.base import Proposal
+from specviz.drafters.model import stops
 from specviz.errors import InputError
+from specviz.heads import heads_for
 from specviz.lm import synchronize
-from specviz.record import EventWriter, StepRecord
+from specviz.record import EventWriter
 from specviz.run import Clock, config_of, is_batch, make_drafter, make_verifier, started_event, stop_tokens
 
 LOAD_K_MAX = 6  # the deepest k the load policy considers (deeper rarely pays, and each k costs a calibration)
@@ -349,8 +353,7 @@ class BatchModelDrafter(BatchDrafter):
                 token = sampling.sample(q, warp, generators[i])
                 tokens[i].append(token)
                 probs[i].append(q)
-                if (len(tokens[i]) == ks[i] or token in self.eos
-                        or (self.stop_below is not None and float(q[token]) < self.stop_below)):
+                if stops(len(tokens[i]), ks[i], token, q, self.eos, self.stop_below):
                     live[i] = False
                 else:
                     feeds[i] = [token]
@@ -414,21 +417,30 @@ class NoBatchDrafter(BatchDrafter):
 
 
 def make_batch_drafter(pair, cfg: RunConfig) -> BatchDrafter:
-    if cfg.method == "ar":
-        return NoBatchDrafter()
-    if cfg.method == "spec":
-        stop = cfg.confidence if cfg.k == "auto" and cfg.auto_rule == "confidence" else None
-        return BatchModelDrafter(pair.draft, stop_tokens(pair, cfg), stop)
-    # pld, medusa, eagle: the method's own drafter, one per row (LoadK asks for up to LOAD_K_MAX)
+    """The method's batched drafter (its record in specviz.methods names one), else its own
+    drafter, one per row (LoadK asks for up to LOAD_K_MAX)."""
+    method = methods.get(cfg.method)
+    batched = method.batch_drafter(pair, cfg, stop_tokens(pair, cfg))
+    if batched is not None:
+        return batched
     one = cfg.replace(k=min(LOAD_K_MAX, cfg_k_max(pair, cfg))) if cfg.k == "load" else cfg
     return RowDrafters(lambda: make_drafter(pair, one))
 
 
+def no_batch_drafter(pair, cfg: RunConfig, stop) -> BatchDrafter:
+    """`ar` in a batch (specviz.methods)."""
+    return NoBatchDrafter()
+
+
+def model_batch_drafter(pair, cfg: RunConfig, stop) -> BatchDrafter:
+    """`spec` in a batch (specviz.methods): the draft model's rows in one padded forward."""
+    below = AdaptiveK(cfg.auto_rule, confidence=cfg.confidence).stop_below if cfg.k == "auto" else None
+    return BatchModelDrafter(pair.draft, stop, below)
+
+
 def cfg_k_max(pair, cfg: RunConfig) -> int:
     """The deepest chain the method can draft: Medusa heads draft one token per head."""
-    if cfg.method == "medusa":
-        from specviz.heads import heads_for
-
+    if methods.get(cfg.method).heads == "medusa":
         return heads_for(pair, "medusa", cfg.heads or None).depth
     return LOAD_K_MAX
 
@@ -908,11 +920,7 @@ class _BatchRun:
         self.drafter.start([r.prompt_ids for r in self.rows])
         step = 0
         while self.live:
-            out = self._step(step)
-            for event in out:
-                paused = self.clock.pause()
-                yield event
-                self.clock.resume(paused)
+            yield from hand_out(self._step(step), self.clock)
             step += 1
         yield ev.BatchFinished(rows=len(self.rows), metrics=batch_metrics(self.rows_summary(), self.steps))
 
@@ -921,7 +929,7 @@ class _BatchRun:
 
     def _plan(self) -> tuple:
         cfg, rows = self.cfg, [self.rows[b] for b in self.live]
-        rooms = [cfg.max_new_tokens - (len(r.committed) - len(r.prompt_ids)) - 1 for r in rows]
+        rooms = [room_left(cfg.max_new_tokens, r.committed, len(r.prompt_ids)) for r in rows]
         info = None
         if cfg.method == "ar":
             ks, whys = [0] * len(rows), [{}] * len(rows)
@@ -965,34 +973,23 @@ class _BatchRun:
 
         events, finished, accepted, emitted_n, evaluated = [], [], [], [], 0
         for i, (b, row, p) in enumerate(zip(live, rows, proposals)):
-            base = len(row.committed)
-            verdict = self.verifier.verify(p.tree, p.dists, probs[i], row.generator, self.eos)
-            emitted = [p.tree.tokens[n] for n in verdict.path]
-            emitted += [] if verdict.next_token is None else [verdict.next_token]
-            row.committed.extend(emitted)
-            self.target.crop(i, base + len(verdict.path))
-            if states is not None:
-                pending = len(feeds[i]) - len(p)
-                self.drafter.see_features(i, states[i][list(range(pending)) + [pending + n for n in verdict.path]])
-            self.drafter.observe(i, row.committed, p, verdict.path, probs[i])
-            row.finish = ("eos" if any(t in self.eos for t in emitted)
-                          else "length" if len(row.committed) - len(row.prompt_ids) >= cfg.max_new_tokens else None)
-            elapsed = self.clock.elapsed()
-            record = StepRecord(step=step, base=base, k=ks[i], proposal=p, cached=cached[i], fed=len(feeds[i]),
-                                target_probs=probs[i], verify_time=verify_time, verdict=verdict, emitted=emitted,
-                                finish=row.finish, elapsed=elapsed, cpu_elapsed=self.clock.cpu(),
-                                why=whys[i] if ks[i] or whys[i].get("k_rule") else {},
-                                drafter_info=self.drafter.step_info(i))
-            if row.policy is not None:
-                row.policy.update(len(p), verdict.accepted, len(verdict.decisions), p.seconds, p.forwards,
-                                  None if record.prefill else verify_time)
+            record = commit(step=step, k=ks[i], why=whys[i] if ks[i] or whys[i].get("k_rule") else {}, proposal=p,
+                            target_probs=probs[i], verify_time=verify_time, fed=len(feeds[i]), cached=cached[i],
+                            states=None if states is None else states[i], verifier=self.verifier,
+                            generator=row.generator, eos=self.eos, committed=row.committed,
+                            prompt_len=len(row.prompt_ids), max_new_tokens=cfg.max_new_tokens,
+                            keep=lambda base, path, i=i: self.target.crop(i, base + len(path)),
+                            see_features=partial(self.drafter.see_features, i),
+                            observe=partial(self.drafter.observe, i), step_info=partial(self.drafter.step_info, i),
+                            clock=self.clock, policy=row.policy)
+            row.finish, verdict = record.finish, record.verdict
             step_events = [replace(e, row=b) for e in row.writer.step_events(record)]
             row.finished.append(step_events[-1])
-            row.emitted_at.append((elapsed, len(emitted)))
+            row.emitted_at.append((record.elapsed, len(record.emitted)))
             events += step_events
             accepted.append(verdict.accepted)
             evaluated += len(verdict.decisions)
-            emitted_n.append(len(emitted))
+            emitted_n.append(len(record.emitted))
             if row.finish is not None:
                 finished.append(i)
         if self.policy is not None:
@@ -1007,12 +1004,9 @@ class _BatchRun:
         self.steps.append(batch_step)
         events.append(batch_step)
         for i in finished:
-            b = live[i]
-            row = self.rows[b]
-            generated = row.committed[len(row.prompt_ids):]
-            events.append(ev.RunFinished(text=self.pair.decode(generated), token_ids=generated,
-                                         finish_reason=row.finish, row=b,
-                                         metrics=metrics.fold([row.started, *row.finished]).to_dict()))
+            row = self.rows[live[i]]
+            events.append(run_finished(self.pair, row.committed, len(row.prompt_ids), row.finish, row.started,
+                                       row.finished, row=live[i]))
         if finished:
             keep_i = [i for i in range(len(live)) if i not in finished]
             self.live = [live[i] for i in keep_i]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from specviz import methods
 from specviz.argparsing import Parser
 from specviz.errors import SpecvizError, run_command
 
@@ -30,8 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen = sub.add_parser("generate", help="run one generation and print text and metrics")
     gen.add_argument("--pair", default=None, help="preset name or 'target=...,draft=...' "
                      "(default: $SPECVIZ_PAIR or qwen-coder)")
-    gen.add_argument("--method", default="spec", help="ar | spec | tree | pld | lookahead | cascade | "
-                     "medusa | medusa-tree | eagle | eagle-tree | eagle3 | eagle3-tree | peagle")
+    gen.add_argument("--method", default="spec", help=" | ".join(methods.names()))
     gen.add_argument("--k", type=_k, default=4, help="draft length per step, 'auto' (chosen per step), or 'load' "
                      "(one k per step for the whole batch, from acceptance and the measured pass cost)")
     gen.add_argument("--auto-rule", default="cost", help="with --k auto: cost | heuristic | confidence")
@@ -152,7 +152,7 @@ def cmd_pairs(args) -> int:
 
 def cmd_generate(args) -> int:
     from specviz import engine, trace
-    from specviz.config import HEAD_METHODS, RunConfig, check_prompt_text
+    from specviz.config import RunConfig, check_prompt_text
     from specviz.heads import check_heads_file
     from specviz.metrics import RunStats
     from specviz.models import check_backend, default_pair_name, load_pair
@@ -170,8 +170,8 @@ def cmd_generate(args) -> int:
                        auto_rule=args.auto_rule, acceptance=args.acceptance, ngram=args.ngram, tree=args.tree,
                        heads=args.heads, tree_budget=args.tree_budget, batch=batch, spec_off_batch=args.spec_off_batch)
     check_backend_method(check_backend(args.backend), cfg, batch > 1)  # before the weights load, too
-    if cfg.method in HEAD_METHODS:  # a missing or corrupt heads file fails before the weights load
-        check_heads_file(HEAD_METHODS[cfg.method], args.pair or default_pair_name(), args.heads or None)
+    if methods.get(cfg.method).heads:  # a missing or corrupt heads file fails before the weights load
+        check_heads_file(methods.get(cfg.method).heads, args.pair or default_pair_name(), args.heads or None)
     pair = load_pair(args.pair, device=args.device, dtype=args.dtype, draft_quant=args.draft_quant,
                      cpu_linear=args.cpu_linear, memory=args.memory, backend=args.backend, gguf=args.gguf)
     if cfg.batch > 1 or cfg.k == "load":

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Union
 
+from specviz import methods
 from specviz.adaptive import RULES
 from specviz.errors import InputError
+
 
 @dataclass(frozen=True)
 class Warp:
@@ -33,29 +35,6 @@ def parse_shape(shape) -> list:
     return [int(b) for b in shape]
 
 
-METHODS = ("ar", "spec", "tree", "pld", "lookahead", "cascade", "medusa", "medusa-tree", "eagle", "eagle-tree",
-           "eagle3", "eagle3-tree", "peagle")
-METHOD_HELP = {
-    "ar": "autoregressive: one target forward per token (the baseline)",
-    "spec": "draft model proposes k tokens, the target verifies them in one pass",
-    "tree": "draft model proposes a tree of continuations, verified in one pass with tree attention",
-    "pld": "prompt lookup: copy the continuation of an earlier n-gram, no draft model",
-    "lookahead": "lookahead (greedy): Jacobi window + n-gram pool verified in one pass, no draft model",
-    "cascade": "n-gram -> draft model -> target: prompt lookup speeds up the draft model",
-    "medusa": "Medusa heads on the target's last hidden state draft k tokens at once (trained here)",
-    "medusa-tree": "Medusa heads' top candidates as a static tree, verified with tree attention",
-    "eagle": "EAGLE: a one-layer draft at the target's feature level drafts k tokens (trained here)",
-    "eagle-tree": "EAGLE-2: a dynamic tree from the EAGLE layer, by cumulative draft probability",
-    "eagle3": "EAGLE-3: the EAGLE layer reads the target's low, middle and high layers, drafts k tokens",
-    "eagle3-tree": "EAGLE-3 with EAGLE-2's dynamic tree",
-    "peagle": "P-EAGLE: parallel drafting, all k tokens from one forward of an EAGLE-3 layer (placeholders)",
-}
-HEAD_METHODS = {"medusa": "medusa", "medusa-tree": "medusa", "eagle": "eagle", "eagle-tree": "eagle",
-                "eagle3": "eagle3", "eagle3-tree": "eagle3", "peagle": "peagle"}
-AUTO_METHODS = ("spec", "cascade")
-# methods the batched engine (specviz.batch) runs: chains, whose rows verify in one padded pass
-BATCH_METHODS = ("ar", "spec", "pld", "medusa", "eagle", "eagle3", "peagle")
-LOAD_METHODS = ("spec", "pld", "medusa", "eagle", "eagle3", "peagle")  # k="load": one k per step for the whole batch
 MAX_BATCH = 64
 ACCEPTANCE = ("exact", "typical")
 MAX_K = 32
@@ -107,7 +86,7 @@ class RunConfig:
         fix("confidence", float(self.confidence))
         fix("chat", bool(self.chat))
         fix("ignore_eos", bool(self.ignore_eos))
-        if self.method in ("tree", "medusa-tree") and self.tree != "dynamic":
+        if "static" in methods.get(self.method).tree_forms and self.tree != "dynamic":
             fix("tree", ",".join(map(str, parse_shape(self.tree))))
         fix("warp", Warp(self.temperature, self.top_k, self.top_p))
 
@@ -130,22 +109,20 @@ class RunConfig:
     @property
     def draft_k(self):
         """The k a run records: 0 for autoregressive, None for tree methods (no single k)."""
-        return 0 if self.method == "ar" else (None if self.method in TREE_METHODS else self.k)
+        return 0 if self.method == "ar" else (None if methods.get(self.method).tree else self.k)
 
     def options(self) -> dict:
         """Method options as recorded in run_started."""
+        method = methods.get(self.method)
         out = {"acceptance": self.acceptance}
-        if self.k == "auto" and self.method in AUTO_METHODS:
+        if self.k == "auto" and method.auto_k:
             out.update(auto_rule=self.auto_rule, confidence=self.confidence)
-        if self.method in ("pld", "cascade", "lookahead"):
-            out["ngram"] = self.ngram
-        if self.method == "lookahead":
-            out.update(window=self.lookahead_window, pool=self.lookahead_pool)
-        if self.method in ("tree", "medusa-tree"):
+        out.update((name, getattr(self, field_name)) for name, field_name in method.options)
+        if "static" in method.tree_forms:
             out["tree"] = self.tree
-        if (self.method == "tree" and self.tree == "dynamic") or self.method in ("eagle-tree", "eagle3-tree"):
+        if "dynamic" in method.tree_forms and (self.tree == "dynamic" or "static" not in method.tree_forms):
             out.update(tree_budget=self.tree_budget, tree_depth=self.tree_depth, tree_width=self.tree_width)
-        if self.method in HEAD_METHODS and self.heads:
+        if method.heads and self.heads:
             out["heads"] = self.heads
         if self.ignore_eos:
             out["ignore_eos"] = True
@@ -157,9 +134,6 @@ class RunConfig:
 
 
 MAX_TREE_NODES = 64
-DRAFT_TREE_METHODS = ("tree", "medusa-tree", "eagle-tree", "eagle3-tree")  # trees drafted to a shape or a budget
-TREE_METHODS = ("lookahead", *DRAFT_TREE_METHODS)
-LLAMACPP_METHODS = ("ar", "spec", "pld", "cascade")  # chains of causal passes: what a llama.cpp context runs
 
 
 # ---------------------------------------------------------------------------------------------
@@ -167,18 +141,18 @@ LLAMACPP_METHODS = ("ar", "spec", "pld", "cascade")  # chains of causal passes: 
 
 def _check(cfg: RunConfig) -> None:
     method, k = cfg.method, cfg.k
-    if method not in METHODS:
-        raise InputError(f"Unknown method {method!r}: choose one of {', '.join(METHODS)}.")
-    if k == "auto" and method not in AUTO_METHODS:
-        raise InputError(f"k='auto' works with {', '.join(AUTO_METHODS)}; give {method} a number.")
-    if k == "load" and method not in LOAD_METHODS:
-        raise InputError(f"k='load' works with {', '.join(LOAD_METHODS)}; give {method} a number.")
+    if not methods.known(method):
+        raise InputError(f"Unknown method {method!r}: choose one of {', '.join(methods.names())}.")
+    if k == "auto" and not methods.get(method).auto_k:
+        raise InputError(f"k='auto' works with {', '.join(methods.names(auto_k=True))}; give {method} a number.")
+    if k == "load" and not methods.get(method).load_k:
+        raise InputError(f"k='load' works with {', '.join(methods.names(load_k=True))}; give {method} a number.")
     if k not in ("auto", "load") and (not _is_int(k) or not 1 <= k <= MAX_K):
         raise InputError(f"k (draft length) must be a whole number from 1 to {MAX_K}, 'auto' or 'load', got {k!r}.")
     if not _is_int(cfg.batch) or not 1 <= cfg.batch <= MAX_BATCH:
         raise InputError(f"batch must be a whole number from 1 to {MAX_BATCH}, got {cfg.batch!r}.")
-    if (cfg.batch > 1 or k == "load") and method not in BATCH_METHODS:
-        raise InputError(f"Batched runs take the chain methods {', '.join(BATCH_METHODS)}; "
+    if (cfg.batch > 1 or k == "load") and not methods.get(method).batch:
+        raise InputError(f"Batched runs take the chain methods {', '.join(methods.names(batch=True))}; "
                          f"{method} decodes one sequence at a time.")
     if not _is_int(cfg.spec_off_batch) or cfg.spec_off_batch < 0:
         raise InputError(f"spec_off_batch must be 0 (never) or a whole number of rows, got {cfg.spec_off_batch!r}.")
@@ -203,7 +177,7 @@ def _check(cfg: RunConfig) -> None:
         raise InputError(f"seed must be a non-negative whole number, got {cfg.seed!r}.")
     if not _is_int(cfg.record_topk) or not 0 <= cfg.record_topk <= MAX_TOPK:
         raise InputError(f"record_topk must be from 0 to {MAX_TOPK}, got {cfg.record_topk!r}.")
-    if method in DRAFT_TREE_METHODS:
+    if methods.get(method).tree_forms:
         _check_tree(cfg)
     if not isinstance(cfg.heads, str):
         raise InputError(f"heads must be a folder path (or '' for the shipped heads), got {cfg.heads!r}.")
@@ -229,11 +203,11 @@ def _check_lookahead(cfg: RunConfig) -> None:
 def _check_tree(cfg: RunConfig) -> None:
     if cfg.acceptance != "exact":
         raise InputError(f"The {cfg.method} method verifies exactly; typical acceptance is for chains.")
-    tree = cfg.tree
-    if cfg.method == "medusa-tree" and tree == "dynamic":
-        raise InputError("Medusa's trees are static (children per depth like '3,2,1'); "
-                         "eagle-tree is the dynamic one.")
-    if cfg.method != "eagle-tree" and tree != "dynamic":
+    tree, forms = cfg.tree, methods.get(cfg.method).tree_forms
+    if "dynamic" not in forms and tree == "dynamic":
+        raise InputError(f"{cfg.method}'s trees are static (children per depth like '3,2,1'); "
+                         f"{', '.join(methods.names(tree_forms=('dynamic',)))} grow dynamic ones.")
+    if "static" in forms and tree != "dynamic":
         try:
             shape = parse_shape(tree)
         except (TypeError, ValueError):
@@ -243,7 +217,7 @@ def _check_tree(cfg: RunConfig) -> None:
             level *= b
             nodes += level
         if not shape or min(shape) < 1 or nodes > MAX_TREE_NODES:
-            either = "" if cfg.method == "medusa-tree" else "'dynamic' or "
+            either = "'dynamic' or " if "dynamic" in forms else ""
             raise InputError(f"tree must be {either}children per depth like '3,2,1' with at most "
                              f"{MAX_TREE_NODES} nodes in all, got {tree!r}.")
     if cfg.tree_budget != "auto" and (not _is_int(cfg.tree_budget) or not 1 <= cfg.tree_budget <= MAX_TREE_NODES):

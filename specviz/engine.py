@@ -25,17 +25,15 @@ from typing import Iterator, Optional, Union
 import torch
 
 from specviz import events as ev
-from specviz import metrics, sampling
+from specviz import sampling
 from specviz.adaptive import AdaptiveK
 from specviz.batch import generate_batch
-from specviz.config import (  # noqa: F401  (METHODS, METHOD_HELP... are part of this module's API)
-    ACCEPTANCE, AUTO_METHODS, HEAD_METHODS, MAX_K, MAX_NEW_TOKENS, MAX_TOPK, MAX_TREE_NODES, METHOD_HELP, METHODS,
-    TREE_METHODS, RunConfig, check_context, check_prompt_text, prompt_to_ids, vocab_size)
-from specviz.errors import InputError  # noqa: F401  (part of this module's API)
+from specviz.commit import commit, hand_out, room_left, run_finished
+from specviz.config import RunConfig, check_context, check_prompt_text, prompt_to_ids
 from specviz.lm import runner_for, synchronize
 from specviz.record import EventWriter, StepRecord
-from specviz.run import (  # noqa: F401  (make_drafter, make_verifier, is_batch: this module's API too)
-    Clock, check_backend_method, config_of, is_batch, make_drafter, make_verifier, started_event, stop_tokens)
+from specviz.run import (Clock, check_backend_method, config_of, is_batch, make_drafter, make_verifier,
+                         started_event, stop_tokens)
 from specviz.tree import attention
 
 
@@ -96,46 +94,28 @@ class _Run:
         while self.finish is None:
             step_events = self.writer.step_events(self._step(len(finished)))
             finished.append(step_events[-1])
-            for event in step_events:
-                paused = self.clock.pause()
-                yield event
-                self.clock.resume(paused)
-        generated = self.committed[len(self.prompt_ids):]
-        yield ev.RunFinished(text=self.pair.decode(generated), token_ids=generated, finish_reason=self.finish,
-                             metrics=metrics.fold([started, *finished]).to_dict())
+            yield from hand_out(step_events, self.clock)
+        yield run_finished(self.pair, self.committed, len(self.prompt_ids), self.finish, started, finished)
 
     def _step(self, step: int) -> StepRecord:
-        """Draft, one target pass, verify, commit."""
-        base, cached = len(self.committed), self.target.length
+        """Draft, one target pass, then verify and commit (specviz.commit, as the batched engine)."""
+        cached = self.target.length
         k, why = self._plan()
         proposal = self.drafter.propose(self.committed, k, self.cfg.warp, self.generator).end_at(self.eos)
-        tree = proposal.tree
-        target_probs, verify_time, fed, states = self._score(tree)
-        self.drafter.pass_timed(fed, len(tree), verify_time)
-        verdict = self.verifier.verify(tree, proposal.dists, target_probs, self.generator, self.eos)
-        emitted = [tree.tokens[n] for n in verdict.path]
-        emitted += [] if verdict.next_token is None else [verdict.next_token]
-        self.committed.extend(emitted)
-        self._keep(base, verdict.path)
-        if states is not None:  # the features of the tokens the target's cache kept, in order
-            pending = fed - len(tree)
-            self.drafter.see_features(states[list(range(pending)) + [pending + n for n in verdict.path]])
-        self.drafter.observe(self.committed, proposal, verdict.path, target_probs)
-        self.finish = ("eos" if any(t in self.eos for t in emitted)
-                       else "length" if len(self.committed) - len(self.prompt_ids) >= self.cfg.max_new_tokens
-                       else None)
-        record = StepRecord(step=step, base=base, k=k, proposal=proposal, cached=cached, fed=fed,
-                            target_probs=target_probs, verify_time=verify_time, verdict=verdict, emitted=emitted,
-                            finish=self.finish, elapsed=self.clock.elapsed(), cpu_elapsed=self.clock.cpu(),
-                            why=why, drafter_info=self.drafter.step_info())
-        if self.policy is not None:
-            self.policy.update(len(proposal), verdict.accepted, len(verdict.decisions), proposal.seconds,
-                               proposal.forwards, None if record.prefill else verify_time)
+        target_probs, verify_time, fed, states = self._score(proposal.tree)
+        self.drafter.pass_timed(fed, len(proposal.tree), verify_time)
+        record = commit(step=step, k=k, why=why, proposal=proposal, target_probs=target_probs,
+                        verify_time=verify_time, fed=fed, cached=cached, states=states, verifier=self.verifier,
+                        generator=self.generator, eos=self.eos, committed=self.committed,
+                        prompt_len=len(self.prompt_ids), max_new_tokens=self.cfg.max_new_tokens, keep=self._keep,
+                        see_features=self.drafter.see_features, observe=self.drafter.observe,
+                        step_info=self.drafter.step_info, clock=self.clock, policy=self.policy)
+        self.finish = record.finish
         return record
 
     def _plan(self) -> tuple:
         """How deep this step may draft (never past max_new_tokens) and, for k="auto", why."""
-        room = self.cfg.max_new_tokens - (len(self.committed) - len(self.prompt_ids)) - 1
+        room = room_left(self.cfg.max_new_tokens, self.committed, len(self.prompt_ids))
         k = self.cfg.draft_k
         if k is None:  # tree methods: as deep as their own shape, within the room left
             return room, {}

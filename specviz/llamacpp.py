@@ -13,7 +13,7 @@ files (the pair's own packaged ones, no second download) is `specviz.models`'s b
 so `specviz.generate` runs its exact algorithm (draft, one verification pass over k + 1 tokens,
 the rejection rule, the residual, the bonus) over llama.cpp's forward passes, with the same
 events as every other run. Chains only: tree attention and the hidden states that Medusa and
-EAGLE read are PyTorch's (`METHODS`).
+EAGLE read are PyTorch's (the methods with `llamacpp=True` in specviz.methods).
 
 llama.cpp is optional. `python -m specviz llamacpp install` (or `make llamacpp`) builds it
 from the llama-cpp-python source package on PyPI (no downloaded binaries) into
@@ -36,7 +36,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from specviz.config import LLAMACPP_METHODS as METHODS  # chains of causal passes: what a llama.cpp context runs
+from specviz import methods
 from specviz.errors import InputError, PairError
 
 VERSION = "0.3.36"  # llama-cpp-python, and the llama.cpp it vendors
@@ -208,7 +208,7 @@ class LlamaCppRunner:
         (all if 0; one if last_only), as CachedLM.forward. Causal chains only."""
         if attend is not None or hidden:
             raise InputError("llama.cpp runs chains of tokens: tree attention and the target's hidden states "
-                             f"(Medusa, EAGLE) are PyTorch's; on llama.cpp use one of {', '.join(METHODS)}.")
+                             f"(Medusa, EAGLE) are PyTorch's; on llama.cpp use one of {', '.join(methods.names(llamacpp=True))}.")
         n = len(ids)
         if self.length + n > self.model.n_ctx:
             raise InputError(f"This llama.cpp context holds {self.model.n_ctx} tokens; the run needs more: "

@@ -152,7 +152,7 @@ def load_pair(name_or_spec: Any = None, device=None, dtype=None,
     backend="llama.cpp" runs qwen-coder's packaged GGUF files in llama.cpp (specviz.llamacpp;
     built by `python -m specviz llamacpp install`), as laptops run them: `gguf` picks the file's
     type ("q4_k_m", the shipped one; "q8_0" or "f16", made from it once). The methods that run
-    chains of tokens (specviz.llamacpp.METHODS) run there; dtype, memory and kernels are PyTorch's.
+    chains of tokens (specviz.methods, llamacpp=True) run there; dtype, memory and kernels are PyTorch's.
 
     draft_quant="int8" keeps the draft's linear weights in int8 (CPU; see specviz.quant): a
     cheaper drafter, the same lossless output.

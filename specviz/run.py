@@ -10,12 +10,10 @@ import time
 from typing import Optional
 
 from specviz import events as ev
-from specviz.config import HEAD_METHODS, LLAMACPP_METHODS, MAX_TREE_NODES, TREE_METHODS, RunConfig, vocab_size
-from specviz.drafters import (CascadeDrafter, LookaheadDrafter, ModelDrafter, NoDrafter, PromptLookupDrafter,
-                              TreeDrafter)
+from specviz import methods
+from specviz.config import RunConfig
 from specviz.errors import InputError
 from specviz.lm import cuda_graphs_on
-from specviz.tree import parse_shape
 from specviz.verifiers import TypicalVerifier, default_verifier
 
 
@@ -38,9 +36,9 @@ def check_backend_method(backend: str, cfg: RunConfig, batch: bool = False) -> N
     attention, the target's hidden states (Medusa, EAGLE) and batched rows are PyTorch's."""
     if backend != "llama.cpp":
         return
-    if cfg.method not in LLAMACPP_METHODS:
+    if not methods.get(cfg.method).llamacpp:
         raise InputError(f"method={cfg.method!r} needs PyTorch (tree attention or the target's hidden states); "
-                         f"on llama.cpp choose one of {', '.join(LLAMACPP_METHODS)}.")
+                         f"on llama.cpp choose one of {', '.join(methods.names(llamacpp=True))}.")
     if batch or cfg.batch > 1 or cfg.k == "load":
         raise InputError("Batched runs are PyTorch's; on llama.cpp decode one prompt at a time.")
 
@@ -52,64 +50,14 @@ def stop_tokens(pair, cfg: RunConfig) -> tuple:
 
 
 def make_drafter(pair, cfg: RunConfig, policy=None):
-    eos = stop_tokens(pair, cfg)
-    if cfg.method == "spec":
-        return ModelDrafter(pair.draft, eos, policy.stop_below if policy else None)
-    if cfg.method == "pld":
-        return PromptLookupDrafter(vocab_size(pair), pair.device, cfg.ngram)
-    if cfg.method == "cascade":
-        return CascadeDrafter(pair.draft, eos, cfg.ngram)
-    if cfg.method == "lookahead":
-        return LookaheadDrafter(cfg.lookahead_window, cfg.ngram, cfg.lookahead_pool)
-    if cfg.method == "tree":
-        dynamic = cfg.tree == "dynamic"
-        return TreeDrafter(pair.draft, eos, () if dynamic else parse_shape(cfg.tree), dynamic,
-                           cfg.tree_budget, cfg.tree_depth, cfg.tree_width, _sizer(pair, cfg) if dynamic else None)
-    if cfg.method in HEAD_METHODS:
-        return _heads_drafter(pair, cfg, eos)
-    return NoDrafter()
-
-
-def _heads_drafter(pair, cfg: RunConfig, eos):
-    from specviz.drafters.heads import EagleDrafter, MedusaDrafter, ParallelEagleDrafter
-    from specviz.heads import heads_for
-
-    kind = HEAD_METHODS[cfg.method]
-    heads = heads_for(pair, kind, cfg.heads or None)
-    bound = heads.bind(pair.target)
-    if kind in ("eagle", "eagle3"):
-        if cfg.method in ("eagle", "eagle3"):
-            return EagleDrafter(bound, eos, chain_k=cfg.k)
-        return EagleDrafter(bound, eos, dynamic=True, budget=cfg.tree_budget, depth=cfg.tree_depth,
-                            width=cfg.tree_width, sizer=_sizer(pair, cfg))
-    if kind == "peagle":
-        return ParallelEagleDrafter(bound, eos, chain_k=cfg.k)
-    shape = [1] * cfg.k if cfg.method == "medusa" else parse_shape(cfg.tree)
-    if len(shape) > heads.depth:
-        what = f"k={cfg.k}" if cfg.method == "medusa" else f"a tree {len(shape)} deep"
-        raise InputError(f"These Medusa heads draft at most {heads.depth} tokens deep (one per head), "
-                         f"so {what} is too deep: use at most {heads.depth}.")
-    if cfg.method == "medusa":
-        return MedusaDrafter(bound, eos, chain_k=cfg.k)
-    return MedusaDrafter(bound, eos, shape=shape)
-
-
-def _sizer(pair, cfg: RunConfig):
-    """tree_budget="auto": a dynamic tree sized each step to this machine's pass costs, measured
-    here on a model's first such run (seconds on a CPU), before the run's clock starts."""
-    if cfg.tree_budget != "auto":
-        return None
-    from specviz.treesize import TreeSizer
-
-    sizer = TreeSizer(pair.target, MAX_TREE_NODES)
-    sizer.curve()
-    return sizer
+    """The method's drafter, as its record in specviz.methods builds it."""
+    return methods.get(cfg.method).drafter(pair, cfg, stop_tokens(pair, cfg), policy)
 
 
 def make_verifier(cfg: RunConfig):
     if cfg.acceptance == "typical":
         return TypicalVerifier()
-    if cfg.method in TREE_METHODS:
+    if methods.get(cfg.method).tree:
         return default_verifier(cfg.warp, "greedy tree" if cfg.warp.greedy else "multi-draft rejection")
     return default_verifier(cfg.warp)
 

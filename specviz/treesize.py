@@ -47,7 +47,7 @@ from __future__ import annotations
 from typing import Optional
 
 from specviz.bench.forward import forward_cost
-from specviz.config import model_vocab_size
+from specviz.config import MAX_TREE_NODES, model_vocab_size
 from specviz.theory import interpolate_cost
 
 # Pass widths measured (one row): every width up to 17, then coarser; between them linear.
@@ -218,3 +218,14 @@ class TreeSizer:
             out["tree_size"]["verify_curve"] = {str(w): round(s, 6) for w, s in self.points.items()}
             self.reported = True
         return out
+
+
+def sizer_for(pair, cfg) -> Optional[TreeSizer]:
+    """tree_budget="auto": a dynamic tree sized each step to this machine's pass costs, measured
+    here on a model's first such run (seconds on a CPU), before the run's clock starts; None for
+    a fixed budget."""
+    if cfg.tree_budget != "auto":
+        return None
+    sizer = TreeSizer(pair.target, MAX_TREE_NODES)
+    sizer.curve()
+    return sizer

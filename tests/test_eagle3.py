@@ -170,7 +170,7 @@ def test_a_broken_rule_fails_with_them_too(toy, method):  # noqa: F811
 
 def test_the_apps_menu_says_which_methods_lack_trained_heads(tiny3, tmp_path, monkeypatch):
     pytest.importorskip("gradio")
-    from specviz import engine, files
+    from specviz import files, methods
     from webapp.settings import method_choices
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
@@ -178,7 +178,7 @@ def test_the_apps_menu_says_which_methods_lack_trained_heads(tiny3, tmp_path, mo
 
     def lacking(pair_name):
         choices = method_choices(pair_name)
-        assert [value for _, value in choices] == list(engine.METHODS)  # every method stays runnable
+        assert [value for _, value in choices] == list(methods.names())  # every method stays runnable
         return {value for label, value in choices if "no trained heads" in label}
 
     assert lacking("tiny") == heads

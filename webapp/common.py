@@ -17,7 +17,7 @@ except ImportError:
 import gradio as gr
 
 import specviz
-from specviz import engine, llamacpp, presets as recorded
+from specviz import engine, llamacpp, methods, presets as recorded
 from specviz.config import RunConfig
 from specviz.errors import SpecvizError
 from specviz.models import LLAMACPP_PAIR, default_pair_name, list_pairs
@@ -86,7 +86,7 @@ def warm_up(pair) -> None:
     """One short run of each method, off every clock: the first forward passes of a fresh model
     (and the first tree-attention pass) are slow, and whichever race lane ran first would
     otherwise pay for both."""
-    for method in engine.METHODS:
+    for method in methods.names():
         extra = {"tree": "2,1"} if method == "tree" else {}
         try:
             for _ in specviz.generate(pair, "warm up", method=method, k=2, max_new_tokens=3, record_topk=0, **extra):
@@ -136,12 +136,13 @@ def options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=Fa
     that says what is wrong. Controls hidden for the chosen method are not applied: "auto k"
     only where the engine offers it, the acceptance rule only for drafting chains (ar drafts
     nothing, trees verify exactly)."""
-    auto = bool(auto_k) and method in engine.AUTO_METHODS
+    record = methods.get(method) if methods.known(method) else None
+    auto = bool(auto_k) and record is not None and record.auto_k
     try:
         return RunConfig.of(method=method, k="auto" if auto else whole(k), temperature=temperature, top_p=top_p,
                             max_new_tokens=whole(max_new_tokens), seed=whole(seed), chat=bool(chat),
                             record_topk=RECORD_TOPK,
-                            acceptance="exact" if method == "ar" or method in engine.TREE_METHODS else acceptance,
+                            acceptance="exact" if record is None or method == "ar" or record.tree else acceptance,
                             auto_rule=auto_rule, confidence=confidence, ngram=whole(ngram),
                             tree="dynamic" if tree_dynamic and method == "tree" else tree_shape,
                             tree_budget="auto" if whole(tree_budget) == 0 else whole(tree_budget))

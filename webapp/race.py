@@ -7,8 +7,7 @@ from __future__ import annotations
 import gradio as gr
 
 import specviz
-from specviz import engine, presets as recorded
-from specviz.config import DRAFT_TREE_METHODS
+from specviz import engine, methods, presets as recorded
 from specviz.errors import SpecvizError
 from specviz.render import charts as chart_render, steps
 from specviz.render.race import Lane, engine_lanes_html, gap_scale, lane_html, race, race_status, verdict
@@ -125,14 +124,16 @@ def _method_line(events: list) -> str:
 def method_setting(started: dict) -> str:
     """The method of a run with its settings, from run_started, e.g. 'tree (static 3,2,1): ...'."""
     method = started.get("method", "spec")
+    record = methods.get(method) if methods.known(method) else None
     opts = started.get("options") or {}
     parts = []
-    if method in ("spec", "pld", "cascade", "medusa", "eagle", "eagle3", "peagle"):
+    chain = record is not None and method != "ar" and not record.tree
+    if chain:
         k = started.get("k")
         parts.append(f"k auto, {opts.get('auto_rule', '')} rule" if k == "auto" else f"k = {k}")
-    if method in ("pld", "cascade") and "ngram" in opts:
+    if chain and "ngram" in opts:
         parts.append(f"n-gram ≤ {opts['ngram']}")
-    if method in DRAFT_TREE_METHODS:
+    if record is not None and record.tree_forms:
         shape = opts.get("tree", "dynamic")
         budget = opts.get("tree_budget")
         parts.append(("dynamic, sized to this machine" if budget == "auto" else f"dynamic, budget {budget}")
@@ -141,7 +142,7 @@ def method_setting(started: dict) -> str:
         parts.append(f"{started.get('rule', 'typical')} acceptance")
     if started.get("draft_quant", "none") != "none":
         parts.append(f"{started['draft_quant']} draft")
-    help_text = engine.METHOD_HELP.get(method, "draft, then verify in one target pass")
+    help_text = methods.help_of(method) or "draft, then verify in one target pass"
     return f"{method}" + (f" ({', '.join(parts)})" if parts else "") + f": {help_text}"
 
 

@@ -16,7 +16,7 @@ import threading
 import gradio as gr
 
 import specviz
-from specviz import presets as recorded
+from specviz import methods, presets as recorded
 from specviz.bench.prompts import SERVING_BANK
 from specviz.errors import SpecvizError
 from specviz.render import serving as render
@@ -29,9 +29,22 @@ MAX_SERVE_BATCH = 32  # the slider's end: the recorded runs go this far
 MAX_LIVE_BATCH = max(1, min(MAX_SERVE_BATCH, int(os.environ.get("SPECVIZ_MAX_LIVE_BATCH", "8"))))
 MAX_SERVE_TOKENS = min(64, MAX_TOKENS)
 MAX_SERVE_K = 8
-METHOD_CHOICES = [("spec, k chosen each step from load (k = load)", "load"), ("spec: draft model, fixed k", "spec"),
-                  ("pld: prompt lookup", "pld"), ("medusa heads", "medusa"), ("eagle head", "eagle")]
-METHODS = [value for _, value in METHOD_CHOICES]
+
+
+def method_choices() -> list:
+    """The serving menu: spec under the load policy, and every method that runs in a batch
+    (specviz.methods) at a fixed k."""
+    return [("spec, k chosen each step from load (k = load)", "load")] + [
+        (f"{name}: {methods.get(name).drafts_with}, fixed k", name) for name in methods.names(batch=True)
+        if name != "ar"]
+
+
+def check_method(method) -> None:
+    names = [value for _, value in method_choices()]
+    if method not in names:
+        raise gr.Error(f"The serving methods are {', '.join(names)}; got {str(method)[:40]!r}.")
+
+
 RECORDED_LANES = ("spec", "load")  # the methods recorded at every batch size
 
 _VIEWS: dict = {}
@@ -72,8 +85,7 @@ def nearest(batch: int, batches: list) -> int:
 def recorded_view(batch, method) -> dict:
     """The recorded batch nearest to `batch` for `method` (spec or load; another method shows
     spec's recording and says so), rendered once per process."""
-    if method not in METHODS:
-        raise gr.Error(f"The serving methods are {', '.join(METHODS)}; got {str(method)[:40]!r}.")
+    check_method(method)
     if isinstance(batch, bool) or not isinstance(batch, (int, float)) or not 1 <= batch <= MAX_SERVE_BATCH:
         raise gr.Error(f"A batch holds 1 to {MAX_SERVE_BATCH} users, got {str(batch)[:40]!r}.")
     batches = recorded_batches()
@@ -131,8 +143,7 @@ def check_serving(pair_name, batch, method, k, tokens) -> tuple:
     if batch > MAX_LIVE_BATCH:
         raise gr.Error(f"Live batches are capped at {MAX_LIVE_BATCH} users on this server (a bigger one would hold "
                        f"the engine for minutes): Show recorded replays B up to {MAX_SERVE_BATCH} at once.")
-    if method not in METHODS:
-        raise gr.Error(f"The serving methods are {', '.join(METHODS)}; got {str(method)[:40]!r}.")
+    check_method(method)
     if method != "load" and (not isinstance(k, int) or not 1 <= k <= MAX_SERVE_K):
         raise gr.Error(f"k must be a whole number from 1 to {MAX_SERVE_K}, got {k}.")
     if not isinstance(tokens, int) or not 1 <= tokens <= MAX_SERVE_TOKENS:
@@ -191,7 +202,7 @@ def build() -> None:
     with gr.Row():
         ui.serve_batch = gr.Slider(1, MAX_SERVE_BATCH, value=8, step=1, scale=3,
                                    label=f"users in the batch (B); live runs up to {MAX_LIVE_BATCH}")
-        ui.serve_method = gr.Dropdown(METHOD_CHOICES, value="load", label="method", scale=2)
+        ui.serve_method = gr.Dropdown(method_choices(), value="load", label="method", scale=2)
         ui.serve_k = gr.Slider(1, MAX_SERVE_K, value=4, step=1, label="k (fixed-k methods)", scale=2)
         ui.serve_tokens = gr.Slider(1, MAX_SERVE_TOKENS, value=min(32, MAX_SERVE_TOKENS), step=1, scale=2,
                                     label="new tokens per user (live)")

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from specviz import engine, presets as recorded
+from specviz import methods, presets as recorded
 from specviz.adaptive import RULES as AUTO_RULES
-from specviz.config import DRAFT_TREE_METHODS
 from webapp.common import ALLOW_CUSTOM, DEFAULT_PAIR, DRAFT_WEIGHTS, MAX_TOKENS, PRESET_PAIRS, ui
 
 # Presets: what gr.Examples fills in the sidebar; each was also recorded once on the real pair
@@ -69,18 +68,17 @@ def method_choices(pair_name: str) -> list:
     not have (shipped, or trained with `python -m specviz train`) labelled so before a visitor picks
     one (run anyway, such a method answers with the command that trains its heads), and on the
     llama.cpp pair those that need PyTorch (run anyway, they answer with the methods it runs)."""
-    from specviz.config import HEAD_METHODS, LLAMACPP_METHODS
     from specviz.heads import HeadsError, check_heads_file
     from specviz.models import LLAMACPP_PAIR
 
     out = []
-    for method in engine.METHODS:
-        label = method
-        if pair_name == LLAMACPP_PAIR and method not in LLAMACPP_METHODS:
+    for method in methods.names():
+        label, record = method, methods.get(method)
+        if pair_name == LLAMACPP_PAIR and not record.llamacpp:
             label = f"{method} (PyTorch only)"
-        elif method in HEAD_METHODS:
+        elif record.heads:
             try:
-                check_heads_file(HEAD_METHODS[method], pair_name)
+                check_heads_file(record.heads, pair_name)
             except HeadsError:
                 label = f"{method} (no trained heads for {pair_name})"
         out.append((label, method))
@@ -88,28 +86,31 @@ def method_choices(pair_name: str) -> list:
 
 
 def method_help(method: str) -> str:
-    return engine.METHOD_HELP.get(method, "")
+    return methods.help_of(method)
 
 
 def on_method(method, auto_k, auto_rule, dynamic=False):
     """Show the controls the chosen method uses, and what the method does. Trees: the draft
     model's may be static or dynamic, Medusa's are static (a shape), EAGLE-2's dynamic (a budget)."""
-    auto_ok = method in engine.AUTO_METHODS
+    record = methods.get(method if methods.known(method) else "ar")
+    auto_ok = record.auto_k
     auto = bool(auto_k) and auto_ok
-    tree = method in DRAFT_TREE_METHODS
-    dynamic = method in ("eagle-tree", "eagle3-tree") or (method == "tree" and bool(dynamic))
+    forms = record.tree_forms
+    tree = bool(forms)
+    both = len(forms) == 2  # the draft model's: static or dynamic, as the checkbox says
+    dynamic = forms == ("dynamic",) or (both and bool(dynamic))
+    chain = method != "ar" and not record.tree
     return {ui.method_dd: gr.Dropdown(info=method_help(method)),
-            ui.k: gr.Slider(visible=method != "ar" and method not in engine.TREE_METHODS, interactive=not auto),
+            ui.k: gr.Slider(visible=chain, interactive=not auto),
             ui.auto_k_box: gr.Checkbox(visible=auto_ok),
             ui.auto_rule_dd: gr.Dropdown(visible=auto),
             ui.confidence_sl: gr.Slider(visible=auto and auto_rule == "confidence"),
-            ui.ngram_sl: gr.Slider(visible=method in ("pld", "cascade")),
+            ui.ngram_sl: gr.Slider(visible=chain and ("ngram", "ngram") in record.options),
             ui.tree_box: gr.Group(visible=tree),
-            ui.tree_dynamic_cb: gr.Checkbox(visible=method == "tree"),
-            ui.tree_shape_tb: gr.Textbox(visible=tree and method not in ("eagle-tree", "eagle3-tree"),
-                                         interactive=not dynamic),
+            ui.tree_dynamic_cb: gr.Checkbox(visible=both),
+            ui.tree_shape_tb: gr.Textbox(visible="static" in forms, interactive=not dynamic),
             ui.tree_budget_sl: gr.Slider(visible=tree and dynamic),
-            ui.acceptance_radio: gr.Radio(visible=method != "ar" and method not in engine.TREE_METHODS)}
+            ui.acceptance_radio: gr.Radio(visible=chain)}
 
 
 def on_tree_kind(dynamic):

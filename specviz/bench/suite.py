@@ -27,6 +27,7 @@ from typing import Optional
 import torch
 
 from specviz import kernels, metrics, theory
+from specviz import methods as registry
 from specviz.argparsing import Parser
 from specviz.bench import analysis, forward, hf, roofline
 from specviz.bench import report as rep
@@ -35,7 +36,7 @@ from specviz.bench.held import HeldVerifier
 from specviz.bench.machine import dtype_name, environment, loadavg
 from specviz.bench.prompts import PROMPTS
 from specviz.bench.synthetic import SIZES
-from specviz.config import HEAD_METHODS, RunConfig, vocab_size
+from specviz.config import RunConfig, vocab_size
 from specviz.engine import generate
 from specviz.errors import InputError, run_command
 from specviz.quant import quantize_draft
@@ -113,8 +114,8 @@ def method_table(k: int, pld_k: int) -> dict:
 
 
 GREEDY_ONLY = frozenset({"lookahead"})
-HEAD_LANES = {name: HEAD_METHODS[lane.config.method] for name, lane in method_table(4, 8).items()
-              if lane.config is not None and lane.config.method in HEAD_METHODS}
+HEAD_LANES = {name: registry.get(lane.config.method).heads for name, lane in method_table(4, 8).items()
+              if lane.config is not None and registry.get(lane.config.method).heads}
 # methods whose draft model runs with int8 weight-only linears (specviz.quant; CPU only): the
 # target is the same bf16 model as everywhere else, so their ratios to AR stay like for like
 INT8_METHODS = frozenset(name for name, lane in method_table(4, 8).items() if lane.draft == "int8")

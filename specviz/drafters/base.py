@@ -104,3 +104,8 @@ class NoDrafter(Drafter):
 
     def propose(self, committed, k, warp, generator) -> Proposal:
         return Proposal()
+
+
+def no_drafter(pair, cfg, stop, policy=None) -> NoDrafter:
+    """`ar`'s drafter (specviz.methods): it drafts nothing."""
+    return NoDrafter()

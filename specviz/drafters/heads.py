@@ -22,9 +22,14 @@ from __future__ import annotations
 import torch
 
 from specviz import sampling
+from specviz.config import parse_shape
 from specviz.drafters.base import Proposal
 from specviz.drafters.tree import TreeDrafter
+from specviz.errors import InputError
+from specviz.heads import heads_for
+from specviz.methods import get
 from specviz.tree import ROOT, DraftTree, attention
+from specviz.treesize import sizer_for
 
 
 class _FeatureDrafter(TreeDrafter):
@@ -218,3 +223,24 @@ class ParallelEagleDrafter(EagleDrafter):
     @property
     def kind(self) -> str:
         return "peagle chain" if self.chain else "peagle static " + ",".join(map(str, self.shape))
+
+
+def build(pair, cfg, stop, policy=None) -> _FeatureDrafter:
+    """The drafter of every method on trained heads (specviz.methods: medusa, medusa-tree, eagle,
+    eagle-tree, eagle3, eagle3-tree, peagle), bound to the pair's target."""
+    method = get(cfg.method)
+    heads = heads_for(pair, method.heads, cfg.heads or None)
+    bound = heads.bind(pair.target)
+    if method.heads in ("eagle", "eagle3"):
+        if not method.tree:
+            return EagleDrafter(bound, stop, chain_k=cfg.k)
+        return EagleDrafter(bound, stop, dynamic=True, budget=cfg.tree_budget, depth=cfg.tree_depth,
+                            width=cfg.tree_width, sizer=sizer_for(pair, cfg))
+    if method.heads == "peagle":
+        return ParallelEagleDrafter(bound, stop, chain_k=cfg.k)
+    shape = parse_shape(cfg.tree) if method.tree else [1] * cfg.k
+    if len(shape) > heads.depth:
+        what = f"a tree {len(shape)} deep" if method.tree else f"k={cfg.k}"
+        raise InputError(f"These Medusa heads draft at most {heads.depth} tokens deep (one per head), "
+                         f"so {what} is too deep: use at most {heads.depth}.")
+    return MedusaDrafter(bound, stop, shape=shape) if method.tree else MedusaDrafter(bound, stop, chain_k=cfg.k)

@@ -108,3 +108,8 @@ class LookaheadDrafter(Drafter):
 
     def step_info(self) -> dict:
         return {"lookahead": self.info}
+
+
+def build(pair, cfg, stop, policy=None) -> LookaheadDrafter:
+    """`lookahead`'s drafter (specviz.methods)."""
+    return LookaheadDrafter(cfg.lookahead_window, cfg.ngram, cfg.lookahead_pool)

@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 
 from specviz import sampling
+from specviz.config import vocab_size
 from specviz.drafters.base import Drafter, Proposal
 from specviz.lm import runner_for, synchronize
 from specviz.verifiers import default_verifier
@@ -133,3 +134,13 @@ class CascadeDrafter(Drafter):
 
     def step_info(self) -> dict:
         return {"counters": dict(self.counters)}
+
+
+def build_pld(pair, cfg, stop, policy=None) -> PromptLookupDrafter:
+    """`pld`'s drafter (specviz.methods)."""
+    return PromptLookupDrafter(vocab_size(pair), pair.device, cfg.ngram)
+
+
+def build_cascade(pair, cfg, stop, policy=None) -> CascadeDrafter:
+    """`cascade`'s drafter (specviz.methods)."""
+    return CascadeDrafter(pair.draft, stop, cfg.ngram)

@@ -17,6 +17,13 @@ from specviz.drafters.base import Drafter, Proposal
 from specviz.lm import runner_for, synchronize
 
 
+def stops(drafted: int, k: int, token: int, q, eos, stop_below) -> bool:
+    """The draft model's stop rule, in one sequence and in a batch's rows alike: at k drafts, at
+    a drafted end of text, or (k="auto"'s confidence rule) when q(x) of the drafted token falls
+    below `stop_below`."""
+    return drafted == k or token in eos or (stop_below is not None and float(q[token]) < stop_below)
+
+
 class ModelDrafter(Drafter):
     name = "draft model"
 
@@ -39,15 +46,17 @@ class ModelDrafter(Drafter):
             token = sampling.sample(q, warp, generator)
             tokens.append(token)
             probs.append(q)
-            if len(tokens) == k or token in self.eos or self._unsure(q, token):
+            if stops(len(tokens), k, token, q, self.eos, self.stop_below):
                 break
             logits = self.runner.forward([token], last_only=True)[-1]
             forwards += 1
         synchronize(self.runner.device)
         return Proposal.chain(tokens, probs, forwards, time.perf_counter() - start)
 
-    def _unsure(self, q, token: int) -> bool:
-        return self.stop_below is not None and float(q[token]) < self.stop_below
-
     def observe(self, committed: list, proposal, path, target_probs) -> None:
         self.runner.crop(min(self.runner.length, len(committed) - 1))
+
+
+def build(pair, cfg, stop, policy=None) -> ModelDrafter:
+    """`spec`'s drafter (specviz.methods); k="auto"'s confidence rule stops it below a q."""
+    return ModelDrafter(pair.draft, stop, policy.stop_below if policy else None)

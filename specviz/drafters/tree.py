@@ -23,9 +23,11 @@ import time
 import torch
 
 from specviz import sampling
+from specviz.config import parse_shape
 from specviz.drafters.base import Drafter, Proposal
 from specviz.lm import runner_for, synchronize
 from specviz.tree import ROOT, DraftTree, attention
+from specviz.treesize import sizer_for
 
 
 class TreeDrafter(Drafter):
@@ -212,3 +214,10 @@ class TreeDrafter(Drafter):
         self._sized(proposal, path)
         slots = proposal.notes["slots"]
         self.runner.keep(proposal.notes["linear"], [slots[n] for n in path if n in slots])
+
+
+def build(pair, cfg, stop, policy=None) -> TreeDrafter:
+    """`tree`'s drafter (specviz.methods): a static shape ("3,2,1") or a dynamic tree."""
+    dynamic = cfg.tree == "dynamic"
+    return TreeDrafter(pair.draft, stop, () if dynamic else parse_shape(cfg.tree), dynamic,
+                       cfg.tree_budget, cfg.tree_depth, cfg.tree_width, sizer_for(pair, cfg) if dynamic else None)
