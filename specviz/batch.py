@@ -30,7 +30,10 @@ which this module's per-row causal mask does not express.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -41,8 +44,9 @@ import torch
 
 from specviz import events as ev
 from specviz.events import batch_events, split_rows  # noqa: F401  (part of this module's API)
-from specviz import methods, metrics, sampling
+from specviz import files, methods, metrics, sampling
 from specviz.adaptive import AdaptiveK
+from specviz.bench.machine import cpu_name
 from specviz.commit import commit, hand_out, room_left, run_finished
 from specviz.config import MAX_BATCH, RunConfig, check_context, model_vocab_size, prompt_to_ids
 from specviz.drafters.base import Proposal
@@ -462,31 +466,90 @@ class CostTable:
     cost is not smooth in its row count (kernels block rows by the vector width, so a pass of 16
     tokens can cost less than one of 12), and interpolating between such points mispredicts the
     very passes speculation runs. Row counts between measured ones interpolate linearly for the
-    same width. The load policy scales the table by what its own passes really took."""
+    same width. The load policy scales the table by what its own passes really took.
+
+    `CostTable.of(model)` also keeps the table in the cache (SAVED under $SPECVIZ_CACHE), keyed by
+    the machine, the threads, torch, the model's config, dtype and linear kernels: a new process
+    on the same machine and pair reads the shapes measured before and measures only new ones, so
+    a user's first k="load" run does not wait for them, and says so when it must measure."""
 
     CONTEXT = 64
+    SAVED = "pass-costs"  # the cache's folder of measured tables
+    VERSION = 1
 
-    def __init__(self, model, context: int = CONTEXT, repeats: int = 3):
+    def __init__(self, model, context: int = CONTEXT, repeats: int = 3, say: Callable[[str], None] = None):
         self.model, self.context, self.repeats = model, context, repeats
         self.points: dict = {}  # (rows, width) -> seconds
+        self.path: Optional = None  # where the table is kept (CostTable.of), or None
+        self.key: dict = {}
+        self.say = say or _say
 
     @classmethod
     def of(cls, model) -> "CostTable":
         table = model.__dict__.get("_specviz_cost_table")
         if table is None:
             table = cls(model)
+            table.key = table_key(model, table.context, table.repeats)
+            digest = hashlib.sha256(json.dumps(table.key, sort_keys=True).encode()).hexdigest()[:20]
+            table.path = files.cache_dir() / cls.SAVED / f"{digest}.json"
+            table._read_saved()
             model.__dict__["_specviz_cost_table"] = table
         return table
 
     def need(self, rows: int, widths) -> list:
         """Measure (r, w) for every w in `widths` and every grid row count r up to `rows` (and
-        `rows` itself); returns the shapes measured now."""
+        `rows` itself), saying so with an ETA (and keeping the table where `of` keeps it);
+        returns the shapes measured now."""
         todo = [(r, w) for r in sorted({g for g in ROW_GRID if g <= rows} | {rows}) for w in widths
                 if (r, w) not in self.points]
-        for r in sorted({r for r, _ in todo}):
+        if not todo:
+            return todo
+        row_counts = sorted({r for r, _ in todo})
+        weight = {r: r * sum(w for rr, w in todo if rr == r) for r in row_counts}  # tokens a round feeds
+        size = sum(p.numel() for p in self.model.parameters()) if hasattr(self.model, "parameters") else 0
+        what = f"the {size / 1e9:.1f}B model" if size >= 1e8 else f"a {size / 1e6:.1f}M model" if size else "a model"
+        self.say(f"measuring the cost of a batched pass of {what} for k='load': {len(todo)} shapes, "
+                 "once per machine and model" + (" (kept in the cache)" if self.path else ""))
+        start, done = time.perf_counter(), 0
+        for r in row_counts:
             self.points.update(measure_pass(self.model, r, [w for rr, w in todo if rr == r],
                                             self.context, self.repeats))
+            done += weight[r]
+            left = sum(weight.values()) - done
+            if left:
+                eta = (time.perf_counter() - start) / done * left
+                self.say(f"  {r} rows measured; ETA {eta:.0f} s")
+        self._write_saved()
         return todo
+
+    def _read_saved(self) -> None:
+        if self.path is None or not self.path.exists():
+            return
+        try:
+            saved = json.loads(self.path.read_text(encoding="utf-8"))
+            if saved.get("version") != self.VERSION or saved.get("key") != self.key:
+                raise ValueError("it was measured for another machine, model or version")
+            self.load(saved["points"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            self.points.clear()
+            self.say(f"the saved pass-cost table {self.path} cannot be used ({exc}); measuring it again")
+
+    def _write_saved(self) -> None:
+        if self.path is None:
+            return
+        points = CostTable(None)  # another table of the same key (a twin model) may have added shapes
+        try:
+            saved = json.loads(self.path.read_text(encoding="utf-8"))
+            if saved.get("version") == self.VERSION and saved.get("key") == self.key:
+                points.load(saved["points"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass  # none, or unusable: this table replaces it
+        points.points.update(self.points)
+        try:
+            files.write_text(self.path, json.dumps({"version": self.VERSION, "key": self.key,
+                                                    "points": points.to_dict()}, indent=1) + "\n")
+        except OSError as exc:  # a full or read-only cache: the table still serves this process
+            self.say(f"the pass-cost table could not be kept in the cache ({exc}); it is measured again next time")
 
     def __call__(self, rows: int, width: int) -> float:
         if (rows, width) in self.points:
@@ -512,6 +575,32 @@ class CostTable:
     def load(self, data: dict) -> "CostTable":
         self.points.update({(int(r), int(w)): s for r, widths in data.items() for w, s in widths.items()})
         return self
+
+
+def _say(message: str) -> None:
+    """The cost table's progress lines, on stderr like the pair loader's (the runtime measuring
+    this machine, not the engine reporting a run)."""
+    print(f"[specviz] {message}", file=sys.stderr, flush=True)
+
+
+def table_key(model, context: int, repeats: int) -> dict:
+    """What a measured pass cost depends on: the machine (CPU or GPU name), torch and its
+    threads, the model's architecture (its config), dtype and linear layers' kernels (nn.Linear,
+    specviz's gemv or int8), and the measurement's own settings."""
+    param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    device = param.device if param is not None else torch.device("cpu")
+    config = getattr(model, "config", None)
+    arch = type(model).__name__
+    if hasattr(config, "to_dict"):  # where the weights were read from is no part of the cost
+        arch = json.dumps({k: v for k, v in config.to_dict().items() if k != "_name_or_path"}, sort_keys=True,
+                          default=str)
+    layers = sorted({type(m).__name__ for m in model.modules() if "Linear" in type(m).__name__}) \
+        if hasattr(model, "modules") else []
+    return {"machine": torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name(),
+            "device": device.type, "threads": torch.get_num_threads(), "torch": torch.__version__,
+            "model": hashlib.sha256(arch.encode()).hexdigest()[:16],
+            "dtype": str(param.dtype) if param is not None else "", "layers": layers,
+            "context": context, "repeats": repeats}
 
 
 @torch.inference_mode()

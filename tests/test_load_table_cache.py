@@ -1,0 +1,85 @@
+"""k="load" measures its pass-cost table once per machine and model and keeps it in the cache: a
+fresh process (a freshly loaded pair) reads it and measures nothing, a table saved for anything
+else is measured again with one line saying why, and the run's own clock never holds the
+measurement."""
+
+import json
+
+import pytest
+
+from specviz import generate, load_pair
+from specviz import batch
+from specviz.batch import CostTable
+
+PROMPTS = ["def add(a, b):", "class Stack:"]
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
+    return tmp_path
+
+
+def count_measures(monkeypatch) -> list:
+    calls = []
+    real = batch.measure_pass
+
+    def counting(model, rows, widths, *args):
+        calls.append((rows, tuple(widths)))
+        return real(model, rows, widths, *args)
+
+    monkeypatch.setattr(batch, "measure_pass", counting)
+    return calls
+
+
+def tokens(events):
+    return [e.token_ids for e in events if e.kind == "run_finished"]
+
+
+def test_a_fresh_process_reads_the_table_and_measures_nothing(cache, monkeypatch, capsys):
+    calls = count_measures(monkeypatch)
+    first = list(generate(load_pair("tiny"), PROMPTS, method="spec", k="load", max_new_tokens=10))
+    assert calls, "the first run measures the table"
+    err = capsys.readouterr().err
+    assert "measuring the cost of a batched pass" in err and "once per machine and model" in err
+    saved = list((cache / CostTable.SAVED).glob("*.json"))
+    assert len(saved) == 1  # the tiny pair's two models have one architecture, so one table serves both
+    calls.clear()
+    again = list(generate(load_pair("tiny"), PROMPTS, method="spec", k="load", max_new_tokens=10))  # a new pair
+    assert calls == [] and "measuring" not in capsys.readouterr().err
+    assert tokens(again) == tokens(first)  # greedy: the same tokens, the table or no table
+
+
+def test_a_table_for_something_else_or_broken_is_measured_again(cache, monkeypatch, capsys):
+    list(generate(load_pair("tiny"), PROMPTS, method="spec", k="load", max_new_tokens=6))
+    capsys.readouterr()
+    target = CostTable.of(load_pair("tiny").target)
+    saved = json.loads(target.path.read_text())
+    for broken, why in ((dict(saved, key=dict(saved["key"], machine="another CPU")), "another machine"),
+                        (dict(saved, version=0), "another machine, model or version"),
+                        (None, "Expecting")):
+        target.path.write_text("{half a file" if broken is None else json.dumps(broken))
+        calls = count_measures(monkeypatch)
+        table = CostTable.of(load_pair("tiny").target)
+        assert table.points == {} and why in capsys.readouterr().err
+        table.need(2, (1, 2))
+        assert calls and json.loads(table.path.read_text())["key"] == saved["key"]  # measured and kept again
+
+
+def test_the_measurement_is_before_the_runs_clock(cache, monkeypatch):
+    """The table is measured before run_started's clock starts: a run's timings hold only its
+    own passes, whatever the measurement cost."""
+    seen = {}
+    real = batch.measure_pass
+
+    def slow(model, rows, widths, *args):
+        seen.setdefault("first", rows)
+        out = real(model, rows, widths, *args)
+        return out
+
+    monkeypatch.setattr(batch, "measure_pass", slow)
+    clock_started = []
+    real_start = batch.Clock.start
+    monkeypatch.setattr(batch.Clock, "start", lambda self: (clock_started.append(bool(seen)), real_start(self)))
+    list(generate(load_pair("tiny"), PROMPTS, method="spec", k="load", max_new_tokens=6))
+    assert clock_started == [True]  # the clock started after the table was measured
