@@ -43,6 +43,18 @@ class Event:
 
 
 @dataclass(frozen=True)
+class _AtToken(Event):
+    """The fields every event about one token of a step starts with: the step, the token's index
+    in it (its depth - 1 in a tree), its absolute position, its id and its text."""
+
+    step: int
+    index: int
+    position: int
+    token_id: int
+    token_text: str
+
+
+@dataclass(frozen=True)
 class RunStarted(Event):
     """Configuration of a run and the prompt as the models saw it."""
 
@@ -75,15 +87,10 @@ class RunStarted(Event):
 
 
 @dataclass(frozen=True)
-class DraftProposed(Event):
+class DraftProposed(_AtToken):
     """One drafted token x with its draft probability q(x) and the top of q."""
 
     kind: ClassVar[str] = "draft_proposed"
-    step: int
-    index: int
-    position: int
-    token_id: int
-    token_text: str
     q: float
     topk: Optional[TopK]
     source: Optional[dict] = None  # drafter-specific provenance (e.g. copied span)
@@ -102,12 +109,7 @@ class TargetScored(Event):
 
 
 @dataclass(frozen=True)
-class _Decision(Event):
-    step: int
-    index: int
-    position: int
-    token_id: int
-    token_text: str
+class _Decision(_AtToken):
     p: float
     q: float
     ratio: Optional[float]  # p / q (None when q == 0)
@@ -129,15 +131,10 @@ class TokenRejected(_Decision):
 
 
 @dataclass(frozen=True)
-class ResidualSampled(Event):
+class ResidualSampled(_AtToken):
     """After a rejection: the token drawn from norm(max(p - q, 0)) at the rejected position."""
 
     kind: ClassVar[str] = "residual_sampled"
-    step: int
-    index: int
-    position: int
-    token_id: int
-    token_text: str
     p: float
     q: float
     residual_prob: float  # probability of the token under the residual distribution
@@ -148,18 +145,13 @@ class ResidualSampled(Event):
 
 
 @dataclass(frozen=True)
-class BonusSampled(Event):
+class BonusSampled(_AtToken):
     """Every draft accepted: one more token from p at the next position, for free.
 
     Autoregressive decoding is the k = 0 case: each step's only token is its bonus token.
     """
 
     kind: ClassVar[str] = "bonus_sampled"
-    step: int
-    index: int
-    position: int
-    token_id: int
-    token_text: str
     p: float
     node: Optional[int] = None  # tree methods: the accepted leaf it follows (-1: root)
 

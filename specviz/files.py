@@ -91,11 +91,17 @@ def new_file(path: Path, what: str = "") -> Iterator[Path]:
         _fsync(tmp)
         os.replace(tmp, path)
     except BaseException as exc:
-        full = isinstance(exc, Exception) and is_disk_full(exc, path.parent)
-        remove(tmp)
-        if full:
-            raise disk_full(path.parent, what or path.name) from exc
+        _failed(exc, tmp, path, what)
         raise
+
+
+def _failed(exc: BaseException, tmp: Path, path: Path, what: str) -> None:
+    """A write into `tmp` failed: the half-written file or folder goes, and a full disk is said
+    as one sentence (disk_full) instead of the raw OSError."""
+    full = isinstance(exc, Exception) and is_disk_full(exc, path.parent)
+    remove(tmp)
+    if full:
+        raise disk_full(path.parent, what or path.name) from exc
 
 
 @contextmanager
@@ -120,10 +126,7 @@ def new_folder(path: Path, what: str = "") -> Iterator[Path]:
         if old is not None:
             remove(old)
     except BaseException as exc:
-        full = isinstance(exc, Exception) and is_disk_full(exc, path.parent)
-        remove(tmp)
-        if full:
-            raise disk_full(path.parent, what or path.name) from exc
+        _failed(exc, tmp, path, what)
         raise
 
 

@@ -100,7 +100,18 @@ export default { render };
 """
 
 
-class TokenStream(anywidget.AnyWidget):
+class _StaticCopy:
+    """A widget that a page without a kernel (an executed copy, GitHub, nbconvert) shows as its
+    `static_html()`: the live widget's view stays in its own output, the HTML beside it."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        data["text/html"] = self.static_html()
+        return data, meta
+
+
+class TokenStream(_StaticCopy, anywidget.AnyWidget):
     """A run as token chips with Back / Play / Step controls and a step slider.
 
     `cursor` is the last step shown (-1: the prompt alone). Chips carry their p, q, p/q, u and
@@ -250,12 +261,6 @@ class TokenStream(anywidget.AnyWidget):
                 + panel.stats(run, st.run_metrics(self.events)).html)
         return Rendered(body)._repr_html_()
 
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        data["text/html"] = self.static_html()
-        return data, meta
-
 
 # ---------------------------------------------------------------------------------------------
 # step inspector
@@ -287,7 +292,7 @@ def _show(output: ipw.Output, fig) -> None:
         display(fig)
 
 
-class StepInspector(ipw.VBox):
+class StepInspector(_StaticCopy, ipw.VBox):
     """Step panel plus the inspector figure (p vs q bars, min(p, q), residual) for one step and
     draft position, with a step slider and a position menu. `step` and `index` are traits, so
     `ipywidgets.link((stream, "cursor"), (inspector, "step"))` keeps it on a stream's step."""
@@ -366,17 +371,11 @@ class StepInspector(ipw.VBox):
                  f'src="data:image/png;base64,{base64.b64encode(png).decode()}">') if png else ""
         return Rendered(panel.step_panel(self.run, self.step).html)._repr_html_() + image
 
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        data["text/html"] = self.static_html()
-        return data, meta
-
 
 # ---------------------------------------------------------------------------------------------
 # tree view
 
-class TreeView(ipw.VBox):
+class TreeView(_StaticCopy, ipw.VBox):
     """The draft tree of each step (tree methods: `tree_built` events) as the app draws it: the
     tree with the walk's decisions and the accepted path, the step panel, and the tree attention
     mask of the target pass. Opens at the first step with a rejected node."""
@@ -431,17 +430,11 @@ class TreeView(ipw.VBox):
             if self.nodes():
                 _show(self._mask, self.mask_figure())
 
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        data["text/html"] = self.static_html()
-        return data, meta
-
 
 # ---------------------------------------------------------------------------------------------
 # race
 
-class RaceWidget(ipw.VBox):
+class RaceWidget(_StaticCopy, ipw.VBox):
     """Autoregressive vs speculative on one prompt, each lane timed on its own clock.
 
     `run(ar_events, spec_events)` drives both engines with `specviz.render.race.race` (only one
@@ -571,17 +564,11 @@ class RaceWidget(ipw.VBox):
                  f'<div style="flex:1">{self._lane_html("spec", None)}</div></div>')
         return lanes + self.verdict_html()
 
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        data["text/html"] = self.static_html()
-        return data, meta
-
 
 # ---------------------------------------------------------------------------------------------
 # a batch of users
 
-class BatchWidget(ipw.VBox):
+class BatchWidget(_StaticCopy, ipw.VBox):
     """A batched run beside plain decoding of the same batch (specviz.batch).
 
     `run(ar_events, run_events)` computes plain decoding first, then the method (one after the
@@ -632,9 +619,3 @@ class BatchWidget(ipw.VBox):
 
     def static_html(self) -> str:
         return self._summary.value + self._rows.value
-
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
-        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
-        data["text/html"] = self.static_html()
-        return data, meta
