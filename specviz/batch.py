@@ -548,7 +548,7 @@ class CostTable:
         try:
             files.write_text(self.path, json.dumps({"version": self.VERSION, "key": self.key,
                                                     "points": points.to_dict()}, indent=1) + "\n")
-        except OSError as exc:  # a full or read-only cache: the table still serves this process
+        except (OSError, files.DiskFullError) as exc:  # a full or read-only cache: the table still serves this run
             self.say(f"the pass-cost table could not be kept in the cache ({exc}); it is measured again next time")
 
     def __call__(self, rows: int, width: int) -> float:

@@ -83,3 +83,15 @@ def test_the_measurement_is_before_the_runs_clock(cache, monkeypatch):
     monkeypatch.setattr(batch.Clock, "start", lambda self: (clock_started.append(bool(seen)), real_start(self)))
     list(generate(load_pair("tiny"), PROMPTS, method="spec", k="load", max_new_tokens=6))
     assert clock_started == [True]  # the clock started after the table was measured
+
+
+def test_a_cache_that_cannot_keep_the_table_says_so_and_the_run_goes_on(cache, monkeypatch, capsys):
+    from specviz import files
+
+    def full(path, text, encoding="utf-8"):
+        raise files.disk_full(path.parent, "keeping the pass-cost table")
+
+    monkeypatch.setattr(files, "write_text", full)
+    events = list(generate(load_pair("tiny"), PROMPTS, method="spec", k="load", max_new_tokens=6))
+    assert len(tokens(events)) == len(PROMPTS)
+    assert "could not be kept in the cache" in capsys.readouterr().err
