@@ -475,7 +475,7 @@ class CostTable:
 
     CONTEXT = 64
     SAVED = "pass-costs"  # the cache's folder of measured tables
-    VERSION = 1
+    VERSION = 2  # 2: {"settings": {"version", "key"}, "points"}, read by files.read_partial
 
     def __init__(self, model, context: int = CONTEXT, repeats: int = 3, say: Callable[[str], None] = None):
         self.model, self.context, self.repeats = model, context, repeats
@@ -522,32 +522,34 @@ class CostTable:
         self._write_saved()
         return todo
 
-    def _read_saved(self) -> None:
-        if self.path is None or not self.path.exists():
-            return
+    def _settings(self) -> dict:
+        return {"version": self.VERSION, "key": self.key}
+
+    def _saved(self, say: Callable[[str], None]) -> dict:
+        """The points kept at `path` for this machine and model ({} where there are none), read as
+        the cache's other saved work is (files.read_partial): a file that cannot be read, of
+        another version or key, or that holds no table is said by `say`."""
+        saved = files.read_partial(self.path, self._settings(), say)
+        if saved is None:
+            return {}
         try:
-            saved = json.loads(self.path.read_text(encoding="utf-8"))
-            if saved.get("version") != self.VERSION or saved.get("key") != self.key:
-                raise ValueError("it was measured for another machine, model or version")
-            self.load(saved["points"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            self.points.clear()
-            self.say(f"the saved pass-cost table {self.path} cannot be used ({exc}); measuring it again")
+            return CostTable(None).load(saved["points"]).points
+        except (KeyError, TypeError, ValueError, AttributeError):
+            say(f"{self.path} holds no pass-cost table: starting over (it will be replaced)")
+            return {}
+
+    def _read_saved(self) -> None:
+        if self.path is not None:
+            self.points.update(self._saved(self.say))
 
     def _write_saved(self) -> None:
+        """Keep the table, with what a twin model of the same key added to the file meanwhile."""
         if self.path is None:
             return
-        points = CostTable(None)  # another table of the same key (a twin model) may have added shapes
+        table = CostTable(None)
+        table.points = {**self._saved(lambda why: None), **self.points}  # an unusable file is replaced
         try:
-            saved = json.loads(self.path.read_text(encoding="utf-8"))
-            if saved.get("version") == self.VERSION and saved.get("key") == self.key:
-                points.load(saved["points"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            pass  # none, or unusable: this table replaces it
-        points.points.update(self.points)
-        try:
-            files.write_text(self.path, json.dumps({"version": self.VERSION, "key": self.key,
-                                                    "points": points.to_dict()}, indent=1) + "\n")
+            files.write_json(self.path, {"settings": self._settings(), "points": table.to_dict()})
         except (OSError, files.DiskFullError) as exc:  # a full or read-only cache: the table still serves this run
             self.say(f"the pass-cost table could not be kept in the cache ({exc}); it is measured again next time")
 

@@ -55,15 +55,18 @@ def test_a_table_for_something_else_or_broken_is_measured_again(cache, monkeypat
     capsys.readouterr()
     target = CostTable.of(load_pair("tiny").target)
     saved = json.loads(target.path.read_text())
-    for broken, why in ((dict(saved, key=dict(saved["key"], machine="another CPU")), "another machine"),
-                        (dict(saved, version=0), "another machine, model or version"),
-                        (None, "Expecting")):
+    settings = saved["settings"]
+    other = "was measured with other settings"
+    for broken, why in ((dict(saved, settings=dict(settings, key=dict(settings["key"], machine="another CPU"))), other),
+                        (dict(saved, settings=dict(settings, version=0)), other),
+                        (dict(saved, points=["not", "a", "table"]), "holds no pass-cost table"),
+                        (None, "cannot be read (a write cut short?)")):
         target.path.write_text("{half a file" if broken is None else json.dumps(broken))
         calls = count_measures(monkeypatch)
         table = CostTable.of(load_pair("tiny").target)
         assert table.points == {} and why in capsys.readouterr().err
         table.need(2, (1, 2))
-        assert calls and json.loads(table.path.read_text())["key"] == saved["key"]  # measured and kept again
+        assert calls and json.loads(table.path.read_text())["settings"] == settings  # measured and kept again
 
 
 def test_the_measurement_is_before_the_runs_clock(cache, monkeypatch):
@@ -88,10 +91,10 @@ def test_the_measurement_is_before_the_runs_clock(cache, monkeypatch):
 def test_a_cache_that_cannot_keep_the_table_says_so_and_the_run_goes_on(cache, monkeypatch, capsys):
     from specviz import files
 
-    def full(path, text, encoding="utf-8"):
+    def full(path, data, indent=1):
         raise files.disk_full(path.parent, "keeping the pass-cost table")
 
-    monkeypatch.setattr(files, "write_text", full)
+    monkeypatch.setattr(files, "write_json", full)
     events = list(generate(load_pair("tiny"), PROMPTS, method="spec", k="load", max_new_tokens=6))
     assert len(tokens(events)) == len(PROMPTS)
     assert "could not be kept in the cache" in capsys.readouterr().err
