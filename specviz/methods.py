@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import Optional
 
 SHAPES = ("chain", "draft tree", "candidate tree")
 
@@ -90,8 +91,14 @@ def get(name: str) -> Method:
     return _REGISTRY[name]
 
 
+def find(name) -> Optional[Method]:
+    """The method's record, or None for anything that names none (a view reading an old trace,
+    a menu value it did not offer)."""
+    return _REGISTRY.get(name) if isinstance(name, str) else None
+
+
 def known(name) -> bool:
-    return isinstance(name, str) and name in _REGISTRY
+    return find(name) is not None
 
 
 def names(**where) -> tuple:
@@ -101,7 +108,8 @@ def names(**where) -> tuple:
 
 
 def help_of(name: str) -> str:
-    return _REGISTRY[name].help if name in _REGISTRY else ""
+    method = find(name)
+    return method.help if method else ""
 
 
 _D = "specviz.drafters"

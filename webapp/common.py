@@ -136,7 +136,7 @@ def options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=Fa
     that says what is wrong. Controls hidden for the chosen method are not applied: "auto k"
     only where the engine offers it, the acceptance rule only for drafting chains (ar drafts
     nothing, trees verify exactly)."""
-    record = methods.get(method) if methods.known(method) else None
+    record = methods.find(method)
     auto = bool(auto_k) and record is not None and record.auto_k
     try:
         return RunConfig.of(method=method, k="auto" if auto else whole(k), temperature=temperature, top_p=top_p,

@@ -124,7 +124,7 @@ def _method_line(events: list) -> str:
 def method_setting(started: dict) -> str:
     """The method of a run with its settings, from run_started, e.g. 'tree (static 3,2,1): ...'."""
     method = started.get("method", "spec")
-    record = methods.get(method) if methods.known(method) else None
+    record = methods.find(method)
     opts = started.get("options") or {}
     parts = []
     chain = record is not None and method != "ar" and not record.tree

@@ -92,7 +92,7 @@ def method_help(method: str) -> str:
 def on_method(method, auto_k, auto_rule, dynamic=False):
     """Show the controls the chosen method uses, and what the method does. Trees: the draft
     model's may be static or dynamic, Medusa's are static (a shape), EAGLE-2's dynamic (a budget)."""
-    record = methods.get(method if methods.known(method) else "ar")
+    record = methods.find(method) or methods.get("ar")
     auto_ok = record.auto_k
     auto = bool(auto_k) and auto_ok
     forms = record.tree_forms
