@@ -175,13 +175,14 @@ def preset_rows(folder: Path = recorded.DATA) -> list:
                      "tokens": tokens, "run_s": rec.run_busy, "ar_s": rec.ar_busy,
                      "steps": sum(e["kind"] == "step_finished" for e in rec.run),
                      "speedup": (tokens[0] / rec.run_busy) / (tokens[1] / rec.ar_busy),
-                     "alpha": rec.run[-1]["metrics"].get("alpha_empirical"), "lossless": rec.run[0]["lossless"]})
+                     "alpha": rec.run[-1]["metrics"].get("alpha_empirical"), "lossless": rec.run[0]["lossless"],
+                     "note": rec.note})  # where and how it was recorded
     return rows
 
 
 def presets_table(folder: Path = recorded.DATA) -> str:
     rows = preset_rows(folder)
-    note = recorded.recording(recorded.LABELS[0], folder).note
+    note = rows[0]["note"]
     lines = [f"The presets as {note} (each lane's own compute clock; both lanes emit the same number of tokens):",
              "", "| preset | method | tokens per lane | autoregressive | speculative | speedup | α |",
              "|---|---|---|---|---|---|---|"]
@@ -196,8 +197,8 @@ def presets_table(folder: Path = recorded.DATA) -> str:
 def headline(folder: Path = recorded.DATA) -> str:
     """README's first screen: what the recorded presets gained, in one sentence a newcomer reads
     before any table (the presets the app opens on, so the reader can replay each)."""
-    rows = {r["label"]: r for r in preset_rows(folder)}
-    note = recorded.recording(recorded.LABELS[0], folder).note
+    listed = preset_rows(folder)
+    rows, note = {r["label"]: r for r in listed}, listed[0]["note"]
 
     def gain(label_start: str) -> str:
         row = next(r for label, r in rows.items() if label.startswith(label_start))
