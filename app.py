@@ -5,7 +5,7 @@ one module per view in webapp/ (step view, race, serving, charts, presets, how i
 webapp/__init__.py); this file starts it. Gradio wiring only: each model handler is a small
 generator over the engine's events and yields what `specviz.render` draws from them.
 
-Presets replay runs recorded on the real pair (specviz.presets) at once, outside the engine's
+Presets replay runs recorded on the real pair (specviz.bench.recordings) at once, outside the engine's
 queue; Run, Race and Serve compute live, one at a time, and a live run that would wait too long
 is told the engine is busy. See docs/app.md.
 
@@ -23,7 +23,7 @@ import threading
 # the app's API for tests and scripts: the page, its components (ui), the views' modules and functions
 from webapp import common, presets as preset_view, serving, traces  # noqa: F401
 from webapp.common import (  # noqa: F401
-    _PAIRS, ALLOW_CUSTOM, DEFAULT_PAIR, ENGINE_LINE, RECORD_TOPK, check_request, engine, get_pair, live_waiting, ui)
+    _PAIRS, ALLOW_CUSTOM, DEFAULT_PAIR, ENGINE_LINE, RECORD_TOPK, check_request, get_pair, live_waiting, ui)
 from webapp.common import options as _options  # noqa: F401
 from webapp.howto import HOW_IT_WORKS  # noqa: F401
 from webapp.page import LAUNCH_KWARGS, demo, launch, preload  # noqa: F401

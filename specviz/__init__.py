@@ -7,8 +7,8 @@ renderers (`specviz.render`) or the event schema does not import torch.
 __all__ = ["Pair", "SpecvizError", "generate", "list_pairs", "load_pair"]
 __version__ = "0.1.0"
 
-_LAZY = {"Pair": "specviz.models", "list_pairs": "specviz.models", "load_pair": "specviz.models",
-         "generate": "specviz.engine", "SpecvizError": "specviz.errors"}
+_LAZY = {"Pair": "specviz.runtime.pair", "list_pairs": "specviz.runtime.models", "load_pair": "specviz.runtime.models",
+         "generate": "specviz.engine.sequence", "SpecvizError": "specviz.errors"}
 
 
 def __getattr__(name):

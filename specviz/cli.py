@@ -2,6 +2,9 @@
 
 Errors a user can fix print one line on stderr and exit with status 2; nothing else is printed
 on stdout with --jsonl but one event per line.
+
+Each command imports what it runs inside its function: torch and the models load only for a
+command that runs one, so `--help` and bad input answer at once.
 """
 
 from __future__ import annotations
@@ -10,7 +13,11 @@ import argparse
 import sys
 
 from specviz import methods
+from specviz.analysis import trace
+from specviz.analysis.metrics import RunStats
 from specviz.argparsing import Parser
+from specviz.bench.watch import main as watch_main
+from specviz.config import RunConfig, check_prompt_text
 from specviz.errors import SpecvizError, run_command
 
 
@@ -63,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="none | int8: int8 weight-only draft on CPU (cheaper drafts, same lossless output)")
     gen.add_argument("--cpu-linear", default=None,
                      help="aten | gemv: gemv runs linear layers as W @ x.T on CPU, faster in bf16 on some CPUs "
-                          "(specviz.kernels); default: aten, or what specviz.cpu measures when --dtype is not given")
+                          "(specviz.runtime.kernels); default: aten, or what specviz.runtime.cpu measures when --dtype is not given")
     gen.add_argument("--memory", default=None,
                      help="auto | full | low: low holds both models as int8 weights (CPU; fits an 8 GB laptop; "
                           "the int8 target is then the model decoded); default: $SPECVIZ_MEMORY, else auto "
@@ -141,7 +148,7 @@ def cmd_app(args) -> int:
 
 
 def cmd_pairs(args) -> int:
-    from specviz.models import default_pair_name, list_pairs
+    from specviz.runtime.models import default_pair_name, list_pairs
 
     default = default_pair_name()
     for name, description in list_pairs():
@@ -151,12 +158,10 @@ def cmd_pairs(args) -> int:
 
 
 def cmd_generate(args) -> int:
-    from specviz import engine, trace
-    from specviz.config import RunConfig, check_prompt_text
-    from specviz.heads import check_heads_file
-    from specviz.metrics import RunStats
-    from specviz.models import check_backend, default_pair_name, load_pair
-    from specviz.run import check_backend_method
+    from specviz.engine.sequence import generate
+    from specviz.engine.setup import check_backend_method
+    from specviz.runtime.head_nets import check_heads_file
+    from specviz.runtime.models import check_backend, default_pair_name, load_pair
 
     for prompt in args.prompt:  # bad input fails here, before gigabytes of weights load
         check_prompt_text(prompt)
@@ -176,7 +181,7 @@ def cmd_generate(args) -> int:
                      cpu_linear=args.cpu_linear, memory=args.memory, backend=args.backend, gguf=args.gguf)
     if cfg.batch > 1 or cfg.k == "load":
         return _print_batch(pair, prompts if len(prompts) > 1 else prompts[0], cfg, args.jsonl)
-    stream = engine.generate(pair, prompts[0], cfg)
+    stream = generate(pair, prompts[0], cfg)
     ids, shown = [], ""
     for event in stream:
         if args.jsonl:
@@ -195,8 +200,7 @@ def cmd_generate(args) -> int:
 
 def _print_batch(pair, prompt, cfg, jsonl: bool) -> int:
     """A batched run: each row's text when it finishes, then the batch's serving numbers."""
-    from specviz import trace
-    from specviz.batch import generate_batch
+    from specviz.engine.batch import generate_batch
 
     for event in generate_batch(pair, prompt, cfg):
         if jsonl:
@@ -219,8 +223,8 @@ def _print_batch(pair, prompt, cfg, jsonl: bool) -> int:
 
 
 def cmd_train(args) -> int:
-    from specviz.models import default_pair_name
-    from specviz.train import train
+    from specviz.runtime.models import default_pair_name
+    from specviz.training.train import train
 
     heads, report = train(args.kind, args.pair or default_pair_name(), tokens=args.tokens, epochs=args.epochs,
                           out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check,
@@ -243,16 +247,14 @@ def main(argv=None) -> int:
         from specviz.bench.suite import main as bench_main
 
         return bench_main(argv[1:])
-    if argv[:1] == ["llamacpp"]:  # `llamacpp install`: build llama.cpp from source (specviz.llamacpp_build)
-        from specviz.llamacpp_build import main as install_main
+    if argv[:1] == ["llamacpp"]:  # `llamacpp install`: build llama.cpp from source (specviz.runtime.llamacpp.build)
+        from specviz.runtime.llamacpp.build import main as install_main
 
         return install_main(argv[1:])
-    if argv[:1] == ["watch"]:  # a serving engine's speculative counters, live (specviz.watch)
-        from specviz.watch import main as watch_main
-
+    if argv[:1] == ["watch"]:  # a serving engine's speculative counters, live (specviz.bench.watch)
         return watch_main(argv[1:])
     if argv[:1] == ["selfgen"]:
-        from specviz.selfgen import main as selfgen_main
+        from specviz.training.selfgen import main as selfgen_main
 
         return selfgen_main(argv[1:])
     args = build_parser().parse_args(argv)

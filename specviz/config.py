@@ -11,8 +11,9 @@ from functools import partial
 from typing import Union
 
 from specviz import methods
-from specviz.adaptive import RULES
 from specviz.errors import InputError
+
+AUTO_RULES = ("heuristic", "confidence", "cost")  # k="auto"'s rules (specviz.engine.adaptive)
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class RunConfig:
     """
 
     method: str = "spec"
-    k: Union[int, str] = 4  # draft length; "auto": chosen every step by AdaptiveK; "load": by LoadK (specviz.batch)
+    k: Union[int, str] = 4  # draft length; "auto": chosen every step by AdaptiveK; "load": by LoadK (specviz.engine.batch)
     temperature: float = 0.0  # 0: greedy
     top_k: int = 0  # 0: off
     top_p: float = 1.0
@@ -74,7 +75,7 @@ class RunConfig:
     lookahead_window: int = 5
     lookahead_pool: int = 5
     heads: str = ""  # medusa / eagle: a folder of trained heads (manifest.json); "": the ones shipped for the pair
-    batch: int = 1  # sequences decoded together (specviz.batch); a list of prompts sets it to its length
+    batch: int = 1  # sequences decoded together (specviz.engine.batch); a list of prompts sets it to its length
     spec_off_batch: int = 0  # batched runs: at or above this many live rows, steps are plain AR (vLLM's switch; 0: never)
     warp: Warp = field(init=False, repr=False, compare=False)  # temperature, top_k, top_p together
 
@@ -158,8 +159,8 @@ def _check(cfg: RunConfig) -> None:
         raise InputError(f"spec_off_batch must be 0 (never) or a whole number of rows, got {cfg.spec_off_batch!r}.")
     if cfg.acceptance not in ACCEPTANCE:
         raise InputError(f"acceptance must be one of {', '.join(ACCEPTANCE)}, got {cfg.acceptance!r}.")
-    if cfg.auto_rule not in RULES:
-        raise InputError(f"auto_rule must be one of {', '.join(RULES)}, got {cfg.auto_rule!r}.")
+    if cfg.auto_rule not in AUTO_RULES:
+        raise InputError(f"auto_rule must be one of {', '.join(AUTO_RULES)}, got {cfg.auto_rule!r}.")
     if not _is_number(cfg.confidence) or not 0.0 < cfg.confidence < 1.0:
         raise InputError(f"confidence must be between 0 and 1, got {cfg.confidence!r}.")
     if not _is_int(cfg.ngram) or not 1 <= cfg.ngram <= 8:

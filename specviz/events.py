@@ -31,7 +31,7 @@ TopK = dict  # {"ids": list[int], "texts": list[str], "probs": list[float]}
 @dataclass(frozen=True)
 class Event:
     kind: ClassVar[str] = "event"
-    # a batched run (specviz.batch): which row (sequence) of the batch the event belongs to.
+    # a batched run (specviz.engine.batch): which row (sequence) of the batch the event belongs to.
     # None in a single-sequence run, and then left out of to_dict(), so those traces are unchanged
     row: Optional[int] = field(default=None, kw_only=True)
 
@@ -80,8 +80,8 @@ class RunStarted(Event):
     options: dict
     draft_quant: str = "none"  # "int8": int8 weight-only draft (still lossless: only q changes)
     target_quant: str = "none"  # "int8" (memory="low"): the int8 target is the model being decoded
-    cpu_linear: str = "aten"  # "gemv": linear layers run as W @ x.T on the CPU (specviz.kernels)
-    cuda_graphs: bool = False  # the target's forwards replay CUDA graphs over a static cache (specviz.lm.GraphLM)
+    cpu_linear: str = "aten"  # "gemv": linear layers run as W @ x.T on the CPU (specviz.runtime.kernels)
+    cuda_graphs: bool = False  # the target's forwards replay CUDA graphs over a static cache (specviz.runtime.lm.GraphLM)
     backend: str = "torch"  # "llama.cpp": the GGUF files run by llama.cpp's kernels; `dtype` is then the GGUF's type
     schema_version: int = SCHEMA_VERSION
 
@@ -199,7 +199,7 @@ class StepFinished(Event):
     # together with its first drafts (one forward instead of two, as transformers does); 0 after
     prefill: int = 0
     # seconds the decoding thread was on a core over the same span as `elapsed` (time.thread_time);
-    # well below `elapsed` means other programs held the cores (specviz.metrics.judge_timing).
+    # well below `elapsed` means other programs held the cores (specviz.analysis.metrics.judge_timing).
     # None in traces recorded before it was kept
     cpu_elapsed: Optional[float] = None
 
@@ -216,14 +216,14 @@ class RunFinished(Event):
 @dataclass(frozen=True)
 class BatchStarted(Event):
     """A batched run begins: `rows` sequences decode together, one target pass per step for
-    all of them (specviz.batch). Each row then has its own run_started (with its prompt and
+    all of them (specviz.engine.batch). Each row then has its own run_started (with its prompt and
     seed), step events and run_finished, all carrying `row`."""
 
     kind: ClassVar[str] = "batch_started"
     rows: int
     pair: str
     method: str
-    k: Any  # int, "auto" (each row its own AdaptiveK) or "load" (one k for the batch, specviz.batch.LoadK)
+    k: Any  # int, "auto" (each row its own AdaptiveK) or "load" (one k for the batch, specviz.engine.load.LoadK)
     seeds: list  # each row's seed: generate(pair, prompt_of_row, seed=seed) reproduces the row alone
     device: str
     dtype: str
@@ -258,7 +258,7 @@ class BatchStep(Event):
 
 @dataclass(frozen=True)
 class BatchFinished(Event):
-    """Every row has finished. metrics: specviz.batch.batch_metrics of the run (total tokens/s,
+    """Every row has finished. metrics: specviz.engine.batch.batch_metrics of the run (total tokens/s,
     each user's tokens/s and inter-token latency, passes and rows per pass)."""
 
     kind: ClassVar[str] = "batch_finished"

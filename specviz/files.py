@@ -234,7 +234,7 @@ def cache_dir() -> Path:
 
 def train_dir(pair_name: str, root: Optional[Path] = None) -> Path:
     """Where a pair's training data, checkpoints and trained heads live: $SPECVIZ_CACHE/train/<pair>/
-    (or `root`). Here rather than in specviz.train, so that loading heads needs no training code."""
+    (or `root`). Here rather than in specviz.training.train, so that loading heads needs no training code."""
     return Path(root) if root is not None else cache_dir() / "train" / pair_name
 
 
@@ -291,3 +291,12 @@ def _holder_text(holder: Path) -> str:
         return f"pid {info['pid']}, {info['doing']} since {since}"
     except (OSError, ValueError, KeyError, TypeError):
         return "its description not yet written"
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of a file, read in 16 MiB blocks (the packaged weights, the trained heads)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -13,7 +13,7 @@ registry, so adding a method is one record here plus one drafter module:
 where `build(pair, cfg, stop, policy)` returns a `specviz.drafters.Drafter` (`stop`: the tokens
 that end the run; `policy`: the k policy, or None). A chain method that may run in a batch
 (`batch=True`) runs there as one such drafter per row unless it names a batched drafter of its
-own (`batch_build`, same signature without policy, returning a `specviz.batch.BatchDrafter`).
+own (`batch_build`, the same signature, returning a `specviz.drafters.base.BatchDrafter`).
 
 No torch here: the app and the CLI read the registry before any model loads; a drafter's module
 is imported when a run first builds it.
@@ -37,11 +37,11 @@ class Method:
     shape: str = "chain"  # "draft tree": drafted to a shape or a budget; "candidate tree": lookahead's
     tree_forms: tuple = ()  # a draft tree's forms: "static" (tree="3,2,1"), "dynamic" (tree_budget, depth, width)
     options: tuple = ()  # (name in run_started's options, RunConfig field) of the options only it reads
-    auto_k: bool = False  # k="auto" (specviz.adaptive) chooses its k each step
-    batch: bool = False  # runs in a batch of sequences (specviz.batch): chains only
-    load_k: bool = False  # k="load" (specviz.batch.LoadK): one k a step for the whole batch
+    auto_k: bool = False  # k="auto" (specviz.engine.adaptive) chooses its k each step
+    batch: bool = False  # runs in a batch of sequences (specviz.engine.batch): chains only
+    load_k: bool = False  # k="load" (specviz.engine.load.LoadK): one k a step for the whole batch
     llamacpp: bool = False  # runs on llama.cpp's passes (chains of causal passes, no hidden states)
-    heads: str = ""  # the kind of trained heads it drafts with (specviz.heads), or ""
+    heads: str = ""  # the kind of trained heads it drafts with (specviz.runtime.head_nets), or ""
     batch_build: str = ""  # "module:function" of a batched drafter; "": one `build` drafter per row
 
     def __post_init__(self):
@@ -62,8 +62,8 @@ class Method:
     def drafter(self, pair, cfg, stop, policy=None):
         return _function(self.build)(pair, cfg, stop, policy)
 
-    def batch_drafter(self, pair, cfg, stop):
-        return _function(self.batch_build)(pair, cfg, stop) if self.batch_build else None
+    def batch_drafter(self, pair, cfg, stop, policy=None):
+        return _function(self.batch_build)(pair, cfg, stop, policy) if self.batch_build else None
 
 
 def _function(path: str):
@@ -115,12 +115,12 @@ def help_of(name: str) -> str:
 _D = "specviz.drafters"
 for _method in (
     Method("ar", "autoregressive: one target forward per token (the baseline)", "nothing",
-           f"{_D}.base:no_drafter", batch=True, llamacpp=True, batch_build="specviz.batch:no_batch_drafter"),
+           f"{_D}.base:no_drafter", batch=True, llamacpp=True, batch_build=f"{_D}.base:no_batch_drafter"),
     Method("spec", "draft model proposes k tokens, the target verifies them in one pass", "the draft model",
            f"{_D}.model:build", auto_k=True, batch=True, load_k=True, llamacpp=True,
-           batch_build="specviz.batch:model_batch_drafter"),
+           batch_build=f"{_D}.model:batch_build"),
     Method("tree", "draft model proposes a tree of continuations, verified in one pass with tree attention",
-           "the draft model", f"{_D}.tree:build", shape="draft tree", tree_forms=("static", "dynamic")),
+           "the draft model", f"{_D}.model_tree:build", shape="draft tree", tree_forms=("static", "dynamic")),
     Method("pld", "prompt lookup: copy the continuation of an earlier n-gram, no draft model",
            "n-grams of the text so far", f"{_D}.lookup:build_pld", batch=True, load_k=True, llamacpp=True,
            options=(("ngram", "ngram"),)),

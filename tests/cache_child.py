@@ -40,19 +40,21 @@ def main() -> int:
     parser.add_argument("--barrier")
     args = parser.parse_args()
 
+    import tiny_gguf
     import torch
     import transformers.modeling_utils as modeling_utils
 
-    import tiny_gguf
-    from specviz import models
+    from specviz import files
     from specviz.errors import SpecvizError
+    from specviz.runtime import gguf, models
+    from specviz.runtime.pair import PackagedModel
 
     info = json.loads((Path(args.parts_dir) / "spec.json").read_text())
-    spec = models.PackagedModel("specviz-test/tiny-gguf", "specviz-test-part{n}", len(info["parts"]),
+    spec = PackagedModel("specviz-test/tiny-gguf", "specviz-test-part{n}", len(info["parts"]),
                                 info["size"], info["sha256"], info["params"])
     parts = [(Path(path), digest) for path, digest in info["parts"]]
-    models.part_files = lambda s: parts  # the wheels' RECORD hashes, here the test's own
-    models._parts_installed = lambda s: True
+    gguf.part_files = lambda s: parts  # the wheels' RECORD hashes, here the test's own
+    gguf.parts_installed = models.parts_installed = lambda s: True  # looked up in both
 
     save = modeling_utils.safe_save_file
 
@@ -74,8 +76,8 @@ def main() -> int:
             print("HELD", flush=True)
             sys.stdin.readline()
         if args.fill_at and args.fill_at in message:
-            free = os.statvfs(models.cache_dir()).f_bavail * os.statvfs(models.cache_dir()).f_frsize
-            with open(models.cache_dir() / "filler", "wb") as fh:
+            free = os.statvfs(files.cache_dir()).f_bavail * os.statvfs(files.cache_dir()).f_frsize
+            with open(files.cache_dir() / "filler", "wb") as fh:
                 fh.write(b"\0" * max(0, free - 8192))
 
     if args.barrier:

@@ -89,7 +89,7 @@ def tiny():
 def with_cpu_share():
     """A trace as if its decoding thread had run `share` of the time it was timed (the engine's
     cpu_elapsed beside elapsed), and for long enough to be judged: busy-machine tests."""
-    from specviz import metrics
+    from specviz.analysis import metrics
 
     def make(events: list, share: float) -> list:
         out = []

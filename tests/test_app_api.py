@@ -250,7 +250,7 @@ def test_the_shipped_recordings_are_the_presets_on_the_real_pair(server):
     preset needs a new recording), recorded as the app records, and small."""
     from dataclasses import asdict
 
-    from specviz import presets as recorded
+    from specviz.bench import recordings as recorded
 
     app = server[0]
     info = recorded.manifest()
@@ -266,7 +266,7 @@ def test_the_shipped_recordings_are_the_presets_on_the_real_pair(server):
 
 
 def test_presets_replay_their_recordings_through_the_api(server, client):
-    from specviz import presets as recorded
+    from specviz.bench import recordings as recorded
 
     assert client.predict(api_name="/presets") == server[0].PRESET_LABELS
     for label in server[0].PRESET_LABELS:
@@ -301,7 +301,7 @@ def test_an_unknown_preset_is_one_sentence(client):
 def test_a_preset_click_shows_its_recording_without_the_queue(server):
     """The browser's path: gr.Examples fills the settings, then (chained, queue=False) the
     recording fills the step view, the charts and the race."""
-    from specviz import presets as recorded
+    from specviz.bench import recordings as recorded
 
     app = server[0]
     replay = [fn for fn in app.demo.fns.values() if fn.fn is app.show_preset]
@@ -340,7 +340,7 @@ def crowd(clients: list) -> list:
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from specviz.presets import LABELS
+    from specviz.bench.recordings import LABELS
 
     start = threading.Barrier(len(clients))
 
@@ -426,8 +426,9 @@ def test_a_live_run_beyond_the_line_is_told_busy_at_once(server, client, monkeyp
     import threading
     import time
 
-    import specviz
     from gradio_client.exceptions import AppError
+
+    import specviz
 
     app = server[0]
     monkeypatch.setattr(app.common, "MAX_LIVE_WAITING", 1)  # read by webapp.common.in_line
@@ -576,7 +577,7 @@ def test_a_stale_recording_is_refused_in_one_sentence(server, monkeypatch):
     """A preset changed without re-recording must not show the old run under its label."""
     import dataclasses
 
-    from specviz import presets as recorded
+    from specviz.bench import recordings as recorded
 
     app = server[0]
     changed = dataclasses.replace(recorded.PRESETS[0], temperature=0.5)

@@ -1,24 +1,25 @@
-"""Batched speculation (specviz.batch): B sequences share one target pass per step and each row
+"""Batched speculation (specviz.engine.batch): B sequences share one target pass per step and each row
 is exactly what it would be alone. Greedy: token for token the row's own single-sequence AR
 output. Sampling: the joint law of each row's first tokens is the target's (chi-square on exact
 toy models), and a broken rule fails the same test. A row does not depend on its companions."""
 
 import math
 from statistics import NormalDist
+
 import pytest
 import torch
-
-from specviz import events as ev
-from specviz import generate, metrics, trace
-from specviz.batch import (BatchLM, CostTable, LoadK, RowCache, batch_events, batch_metrics, generate_batch,
-                           split_rows)
-from specviz.cli import main as cli_main
-from specviz.errors import InputError
-from specviz.models import build_tiny_pair
-from specviz.sampling import Warp
-
 from test_distribution import N_TOKENS, ResampleFromTarget, _p_value, _target_joint, toy  # noqa: F401
 from test_heads import tiny_trained  # noqa: F401
+
+from specviz import events as ev, generate
+from specviz.analysis import metrics, trace
+from specviz.cli import main as cli_main
+from specviz.config import Warp
+from specviz.engine.batch import batch_metrics, generate_batch
+from specviz.engine.load import CostTable, LoadK
+from specviz.errors import InputError
+from specviz.events import batch_events, split_rows
+from specviz.runtime.batch_lm import BatchLM
 
 # eight prompts of different lengths (3 to ~40 tokens): rows are padded to the longest every pass
 PROMPTS = ["def f(x):", "Hello, world! ", "import os\nimport sys\n\ndef main():\n    args = sys.argv",
@@ -58,7 +59,7 @@ def test_load_rows_equal_their_own_ar_when_the_policy_speculates(tiny, tiny_ar, 
     """The load policy with cost tables where passes are free of their width (a deep memory wall):
     it speculates (but for one plain step that times the plain pass), and every row still equals
     its own AR output."""
-    from specviz.batch import ROW_GRID
+    from specviz.engine.load import ROW_GRID
 
     flat = {}
     for model, seconds in ((tiny.target, 0.01), (tiny.draft, 0.001)):

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from specviz import generate, theory
-from specviz import metrics as latency
+from specviz import generate
+from specviz.analysis import metrics as latency, theory
 from specviz.bench import analysis, hf
 from specviz.bench.controlled import ControlledDrafter
 
@@ -353,7 +353,7 @@ def test_cuda_graphs_need_cuda(tiny, capsys):
     from specviz import generate
     from specviz.bench.suite import main
     from specviz.errors import InputError
-    from specviz.lm import CachedLM, runner_for, use_cuda_graphs
+    from specviz.runtime.lm import CachedLM, runner_for, use_cuda_graphs
 
     assert main(["--pair", "tiny", "--quick", "--cuda-graphs", "--no-figures", "--quiet"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

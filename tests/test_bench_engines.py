@@ -5,7 +5,7 @@ is a benchmark (python -m specviz.bench.engines), not a test."""
 
 import pytest
 
-from specviz import theory
+from specviz.analysis import theory
 from specviz.bench import engines
 
 

@@ -60,7 +60,7 @@ def test_a_lead_on_every_prompt_is_a_lead_and_a_loss_on_every_prompt_a_loss():
 
 
 def test_the_prompts_are_held_out_and_enough_of_them():
-    from specviz.selfgen import held_out
+    from specviz.training.prompt_bank import held_out
 
     chosen = heldout.bank_prompts("code", 5)
     assert len(chosen) == 5 and all(held_out(p) and p.kind == "code" for p in chosen)

@@ -11,8 +11,8 @@ import subprocess
 import sys
 
 import pytest
-
 from forkserver import ForkServer
+
 from specviz import events as ev
 
 ENV = {"SPECVIZ_PAIR": "tiny", "HF_HUB_OFFLINE": "1"}
@@ -104,8 +104,10 @@ def test_bench_is_a_subcommand():
     (["--prompt", "x", "--method", "lookahead", "--temperature", "0.5"], dict(method="lookahead", temperature=0.5)),
 ])
 def test_bad_options_fail_before_any_weights_load(monkeypatch, capsys, args, options):
-    from specviz import cli as cli_module, engine, models
+    from specviz import cli as cli_module
+    from specviz.engine.sequence import check_options
     from specviz.errors import InputError
+    from specviz.runtime import models
 
     def refuse(*a, **kw):
         raise AssertionError("weights loaded before the options were checked")
@@ -113,7 +115,7 @@ def test_bad_options_fail_before_any_weights_load(monkeypatch, capsys, args, opt
     monkeypatch.setattr(models, "load_pair", refuse)
     assert cli_module.main(["generate", "--pair", "qwen-coder", *args]) == 2
     with pytest.raises(InputError) as exc:  # the very message generate() gives for these options
-        engine.check_options(args[1], **options)
+        check_options(args[1], **options)
     assert capsys.readouterr().err == f"error: {exc.value}\n"
 
 
@@ -163,9 +165,9 @@ ENTRY_POINTS = [
     ("specviz.bench.engines", "_main", [], "before the report was written"),
     ("specviz.bench.forward", "_main", [], "interrupted"),
     ("specviz.bench.assisted", "_main", [], "before the report was written"),
-    ("specviz.presets", "_record", ["record", "--pair", "tiny"], "restore the folder with git checkout"),
+    ("specviz.bench.recordings", "_record", ["record", "--pair", "tiny"], "restore the folder with git checkout"),
     ("specviz.bench.classroom", "_run", ["--pair", "tiny"], "the app was stopped and the logs are in"),
-    ("specviz.llamacpp_build", "install", ["install"], "a build is used only once whole"),
+    ("specviz.runtime.llamacpp.build", "install", ["install"], "a build is used only once whole"),
 ]
 
 

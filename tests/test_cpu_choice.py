@@ -1,4 +1,4 @@
-"""specviz.cpu: the real pair's CPU default dtype follows what this CPU's few-row products cost.
+"""specviz.runtime.cpu: the real pair's CPU default dtype follows what this CPU's few-row products cost.
 
 On a CPU without native bf16 (AVX2), a 5-row bf16 product costs ~4-7x a 1-row one, so the
 verify pass has no memory wall and speculation cannot pay off in bf16: the default there is
@@ -8,8 +8,9 @@ float32 with the cheaper kernel. Where bf16 is native, bf16 + nn.Linear stays th
 import pytest
 import torch
 
-from specviz import cpu, load_pair, models
-from specviz.quant import Int8Linear, quantize_draft
+from specviz import load_pair
+from specviz.runtime import cpu, memory, models, tiny_pair
+from specviz.runtime.quant import Int8Linear, quantize_draft
 
 # measured shapes of the two kinds of CPU (ms per product, one 8960x1536 layer)
 AVX2 = {"bf16/aten/1": 1.5, "bf16/aten/5": 7.1, "fp32/aten/1": 3.0, "fp32/gemv/1": 3.0,
@@ -63,8 +64,8 @@ def fake_qwen(monkeypatch):
 
     def load(device, dtype, say, low=False):
         loaded.append((dtype, low))
-        pair = models.build_tiny_pair(device, dtype)
-        pair = models.int8_pair(pair, None) if low else pair
+        pair = tiny_pair.build_tiny_pair(device, dtype)
+        pair = tiny_pair.int8_pair(pair, None) if low else pair
         pair.name = "qwen-coder"
         return pair
 
@@ -74,14 +75,14 @@ def fake_qwen(monkeypatch):
 
 def test_load_pair_on_an_avx2_cpu_defaults_to_float32_gemv(fake_qwen, monkeypatch):
     monkeypatch.setattr(cpu, "measured", lambda: AVX2)
-    monkeypatch.setattr(models, "available_memory", lambda device: 64 * 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda device: 64 * 2**30)
     pair = load_pair("qwen-coder", device="cpu")
     assert fake_qwen == [(torch.float32, False)] and pair.dtype == torch.float32 and pair.cpu_linear == "gemv"
     assert pair.cpu_choice["dtype"] == "float32" and "no native bf16" in pair.cpu_choice["note"]
     assert pair.memory_choice is None and pair.target_quant == "none"
     named = load_pair("qwen-coder", device="cpu", cpu_linear="aten")  # a named kernel wins
     assert named.dtype == torch.float32 and named.cpu_linear == "aten"
-    monkeypatch.setattr(models, "available_memory", lambda device: 6 * 2**30)  # 10 GiB of fp32 won't fit
+    monkeypatch.setattr(memory, "available_memory", lambda device: 6 * 2**30)  # 10 GiB of fp32 won't fit
     small = load_pair("qwen-coder", device="cpu", memory="full")  # float weights asked for: bf16
     assert small.dtype == torch.bfloat16 and small.cpu_linear == "aten" and small.target_quant == "none"
 
@@ -90,7 +91,7 @@ def test_load_pair_with_native_bf16_keeps_the_old_default(fake_qwen, monkeypatch
     monkeypatch.setattr(cpu, "measured", lambda: NATIVE)
     # memory="auto" reads the machine's free memory: pinned, or a busy runner (another worker's
     # models, a process holding a few GB) makes it choose the int8 pair and this test fail
-    monkeypatch.setattr(models, "available_memory", lambda device: 64 * 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda device: 64 * 2**30)
     pair = load_pair("qwen-coder", device="cpu")
     assert pair.dtype == torch.bfloat16 and pair.cpu_linear == "aten" and pair.cpu_choice["kernel"] == "aten"
 
@@ -129,7 +130,7 @@ def _messages():
 def test_auto_memory_takes_int8_weights_when_the_float_pair_would_not_fit(fake_qwen, monkeypatch,
                                                                           costs, have_gib, full):
     monkeypatch.setattr(cpu, "measured", lambda: costs)
-    monkeypatch.setattr(models, "available_memory", lambda device: have_gib * 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda device: have_gib * 2**30)
     said, progress = _messages()
     pair = load_pair("qwen-coder", device="cpu", progress=progress)
     assert fake_qwen == [(torch.float32, True)]  # int8 weights, float parts in float32
@@ -144,21 +145,21 @@ def test_auto_memory_takes_int8_weights_when_the_float_pair_would_not_fit(fake_q
 
 def test_auto_memory_keeps_float_weights_that_fit(fake_qwen, monkeypatch):
     monkeypatch.setattr(cpu, "measured", lambda: NATIVE)
-    monkeypatch.setattr(models, "available_memory", lambda device: 6 * 2**30)  # bf16 needs ~5.5 GiB
+    monkeypatch.setattr(memory, "available_memory", lambda device: 6 * 2**30)  # bf16 needs ~5.5 GiB
     pair = load_pair("qwen-coder", device="cpu")
     assert fake_qwen == [(torch.bfloat16, False)] and pair.memory_choice is None
 
 
 def test_memory_mode_forced_by_argument_or_environment(fake_qwen, monkeypatch):
     monkeypatch.setattr(cpu, "measured", lambda: NATIVE)
-    monkeypatch.setattr(models, "available_memory", lambda device: 64 * 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda device: 64 * 2**30)
     assert load_pair("qwen-coder", device="cpu", memory="low").memory_choice["reason"].startswith("asked for")
     monkeypatch.setenv("SPECVIZ_MEMORY", "low")
     env = load_pair("qwen-coder", device="cpu")
     assert env.target_quant == "int8" and "SPECVIZ_MEMORY=low" in env.memory_choice["reason"]
     assert load_pair("qwen-coder", device="cpu", memory="full").target_quant == "none"  # the argument wins
     monkeypatch.setenv("SPECVIZ_MEMORY", "full")
-    monkeypatch.setattr(models, "available_memory", lambda device: 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda device: 2**30)
     assert load_pair("qwen-coder", device="cpu").target_quant == "none"
     named = load_pair("qwen-coder", device="cpu", dtype="bfloat16", memory="low")  # dtype: the float parts
     assert named.dtype == torch.bfloat16 and named.target_quant == "int8"
@@ -166,7 +167,7 @@ def test_memory_mode_forced_by_argument_or_environment(fake_qwen, monkeypatch):
 
 
 def test_a_named_dtype_is_never_switched_to_int8(fake_qwen, monkeypatch):
-    monkeypatch.setattr(models, "available_memory", lambda device: 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda device: 2**30)
     monkeypatch.setattr(cpu, "measured", lambda: (_ for _ in ()).throw(AssertionError("measured")))
     pair = load_pair("qwen-coder", device="cpu", dtype="float32")  # the real loader would refuse: too small
     assert fake_qwen == [(torch.float32, False)] and pair.memory_choice is None

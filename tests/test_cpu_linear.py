@@ -1,13 +1,14 @@
-"""specviz.kernels: few-row linear layers as W @ x.T on the CPU. Same results up to rounding, the
+"""specviz.runtime.kernels: few-row linear layers as W @ x.T on the CPU. Same results up to rounding, the
 same module tree, the method still exact, and transformers' lanes in the bench on stock layers."""
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from specviz import generate, kernels, load_pair
+from specviz import generate, load_pair
 from specviz.errors import InputError
-from specviz.quant import Int8Linear, quantize_draft
+from specviz.runtime import kernels
+from specviz.runtime.quant import Int8Linear, quantize_draft
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -144,7 +145,7 @@ def test_bench_runs_transformers_on_stock_layers_unless_asked(tiny_gemv, monkeyp
 
 
 def test_switching_a_pair_switches_its_int8_variant_too():
-    from specviz.models import use_kernel
+    from specviz.runtime.models import use_kernel
 
     pair = load_pair("tiny", cpu_linear="gemv")
     q = quantize_draft(pair, "int8")

@@ -1,4 +1,4 @@
-"""specviz.lm.GraphLM on a GPU: every method, with CUDA graphs, reproduces greedy AR token for
+"""specviz.runtime.lm.GraphLM on a GPU: every method, with CUDA graphs, reproduces greedy AR token for
 token (float32, random weights of the 0.5B shape for both models), and two runs interleaved on
 the same models (the app's race) each get their own static cache. Skipped without CUDA; run on a
 lent GPU with `python -m pytest tests/test_cuda_graphs.py`."""
@@ -17,7 +17,7 @@ SETTINGS = [dict(method="spec", k=4), dict(method="spec", k="auto"), dict(method
 @pytest.fixture(scope="module")
 def pairs():
     from specviz.bench.synthetic import random_pair
-    from specviz.lm import use_cuda_graphs
+    from specviz.runtime.lm import use_cuda_graphs
 
     eager = random_pair("random:0.5b/0.5b", device="cuda", dtype="float32")
     graphs = random_pair("random:0.5b/0.5b", device="cuda", dtype="float32")
@@ -35,7 +35,7 @@ def tokens(pair, **kw):
 
 
 def test_graph_runner_replays_what_eager_decoding_computes(pairs):
-    from specviz.lm import GraphLM, runner_for
+    from specviz.runtime.lm import GraphLM, runner_for
 
     eager, graphs = pairs
     assert isinstance(runner_for(graphs.target), GraphLM)
@@ -80,7 +80,7 @@ def test_graphs_chosen_by_measurement_keep_the_output():
     """load_pair on CUDA times a one-token forward eagerly and as a graph, keeps graphs where
     they were faster, says so, and decoding still equals AR token for token."""
     from specviz.bench.synthetic import random_pair
-    from specviz.lm import AUTO_GRAPH_LEN, choose_cuda_graphs
+    from specviz.runtime.lm import AUTO_GRAPH_LEN, choose_cuda_graphs
 
     pair = random_pair("random:0.5b/0.5b", device="cuda", dtype="float32")
     notes = [choose_cuda_graphs(model) for model in (pair.target, pair.draft)]

@@ -6,10 +6,12 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from specviz import generate, metrics, sampling
-from specviz.sampling import Warp
-from specviz.toy import TableLM, exact_joint, random_table, toy_pair
-from specviz.verifiers import RejectionVerifier
+from specviz import generate
+from specviz.analysis import metrics
+from specviz.config import Warp
+from specviz.teaching.toy import TableLM, exact_joint, random_table, toy_pair
+from specviz.verifiers import sampling
+from specviz.verifiers.exact import RejectionVerifier
 
 V, N_TOKENS, RUNS = 4, 3, 12_000
 

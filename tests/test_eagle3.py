@@ -7,14 +7,19 @@ import copy
 import numpy as np
 import pytest
 import torch
-
-from specviz import generate, metrics, train
-from specviz.heads import Eagle3Net, HeadSet, attach_heads, load_heads, save_heads, head_fingerprint
-from specviz.models import build_tiny_pair
-from specviz.sampling import Warp
-from specviz.selfgen import SelfData, feature_layers, selfgen
-
 from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
+
+from specviz import generate
+from specviz.analysis import metrics
+from specviz.config import Warp
+from specviz.errors import InputError
+from specviz.runtime.head_nets import Eagle3Net, HeadSet, attach_heads, head_fingerprint, load_heads, save_heads
+from specviz.runtime.tiny_pair import build_tiny_pair
+from specviz.training import train
+from specviz.training.data import Features, selfgen_features
+from specviz.training.selfgen import SelfData, feature_layers, selfgen
+from specviz.training.trainer import (TrainConfig, _Data, _held_out_trainer, _Trainer, draft_vocabulary, layer_probes,
+    train_heads)
 
 TINY_NET = dict(width=32, attn_heads=4, mlp=64)
 METHODS = [dict(method="eagle3", k=5), dict(method="eagle3-tree", tree_budget=12, tree_depth=4, tree_width=3),
@@ -25,13 +30,13 @@ METHODS = [dict(method="eagle3", k=5), dict(method="eagle3-tree", tree_budget=12
 def tiny3(tmp_path_factory):
     pair = build_tiny_pair()
     work = tmp_path_factory.mktemp("eagle3-work")
-    features = train.selfgen_features(selfgen(pair, work / "selfgen", 6000, batch=8, max_new_tokens=48,
+    features = selfgen_features(selfgen(pair, work / "selfgen", 6000, batch=8, max_new_tokens=48,
                                               progress=False))
     out = {}
     for kind in ("eagle3", "peagle"):
-        cfg = train.TrainConfig(kind, epochs=6, batch=256, window=64, eval_every=10_000, draft_vocab=60, lr=3e-3,
+        cfg = TrainConfig(kind, epochs=6, batch=256, window=64, eval_every=10_000, draft_vocab=60, lr=3e-3,
                                 noise=0.0, unroll=4, **TINY_NET)
-        out[kind] = train.train_heads(pair, features, cfg, work, progress=False)
+        out[kind] = train_heads(pair, features, cfg, work, progress=False)
         attach_heads(pair, out[kind][0])
     return pair, features, out
 
@@ -75,8 +80,8 @@ def test_they_learn_and_read_three_layers(tiny3):
 
 
 def _unrolled(net, f, tokens, embed, steps):
-    """The training-time test's outputs for one sequence (specviz.train's own unroll)."""
-    trainer = train._Trainer.__new__(train._Trainer)
+    """The training-time test's outputs for one sequence (specviz.training.train's own unroll)."""
+    trainer = _Trainer.__new__(_Trainer)
     trainer.embeddings = lambda t: embed(t).float()
     trainer.data = type("D", (), {"rows": staticmethod(lambda w: (f, tokens, None)), "rms": 1.0})()
     return trainer.eagle_unroll(net, np.arange(len(tokens)), steps)
@@ -84,7 +89,7 @@ def _unrolled(net, f, tokens, embed, steps):
 
 @pytest.mark.parametrize("parallel", [False, True], ids=["eagle3", "peagle"])
 def test_drafting_at_inference_is_what_training_trained(parallel):
-    """For every base pair b and depth s, the output the training-time test trains (specviz.train)
+    """For every base pair b and depth s, the output the training-time test trains (specviz.training.train)
     equals what drafting computes at inference: EAGLE-3 feeding its own output and the next token
     one depth at a time, P-EAGLE feeding placeholders in one forward. A mask that let a depth see
     what drafting cannot (or hid what it can) fails here."""
@@ -194,21 +199,21 @@ def test_layer_probes_read_the_last_state_as_the_target_does(tiny3):
     the draft vocabulary (a probe read one token off, or another layer, would not be). Trained,
     the earlier layers' probes learn what they could not read untrained."""
     pair, features, _ = tiny3
-    untrained = train.layer_probes(pair, features, offsets=3, steps=0, draft_vocab=60, progress=False)
+    untrained = layer_probes(pair, features, offsets=3, steps=0, draft_vocab=60, progress=False)
     assert untrained["layers"] == [*features.layers, "last"] and untrained["offsets"] == [1, 2, 3]
-    data = train._Data(features, torch.device("cpu"), torch.float32, slots=-1)
+    data = _Data(features, torch.device("cpu"), torch.float32, slots=-1)
     held = data.positions(data.held_segments, 3)
-    ids = train.draft_vocabulary(features, 60, pair.target.config.vocab_size, pair.eos_token_ids)
+    ids = draft_vocabulary(features, 60, pair.target.config.vocab_size, pair.eos_token_ids)
     ceiling = float(np.isin(features.labels[held], ids.numpy()).mean())
     assert untrained["held_out_positions"] == len(held) > 30
     assert untrained["accuracy"][-1][0] == pytest.approx(ceiling, abs=1e-4)
     assert untrained["accuracy"][-1][1] < 0.5 * ceiling  # the same head one token further: mostly wrong
-    trained = train.layer_probes(pair, features, offsets=3, steps=30, batch=256, draft_vocab=60, progress=False)
+    trained = layer_probes(pair, features, offsets=3, steps=30, batch=256, draft_vocab=60, progress=False)
     assert all(0 <= a <= 1 for row in trained["accuracy"] for a in row)
     for layer in range(len(trained["layers"]) - 1):  # every earlier layer's probe learns something
         assert trained["loss"][layer][0] < untrained["loss"][layer][0] - 0.1, (layer, trained["loss"], untrained["loss"])
-    with pytest.raises(train.InputError, match="selfgen"):
-        train.layer_probes(pair, train.Features(features.folder, {"done": 0, "segments": []}, features.tokens,
+    with pytest.raises(InputError, match="selfgen"):
+        layer_probes(pair, Features(features.folder, {"done": 0, "segments": []}, features.tokens,
                                                 features.feats[:, -1], features.labels))
 
 
@@ -217,10 +222,10 @@ def test_heads_train_on_the_first_tokens_asked_for_when_the_run_went_on(tiny3):
     sequences inside the first N positions only, whole, and the same ones every time."""
     _, features, _ = tiny3
     data = SelfData(features.folder)
-    whole = train.selfgen_features(data)
+    whole = selfgen_features(data)
     assert whole.meta["tokens"] == data.meta["tokens"] == len(whole.tokens)
     cut = data.sequences[len(data.sequences) // 2][0] + 3  # three positions into a sequence
-    part = train.selfgen_features(data, cut)
+    part = selfgen_features(data, cut)
     kept = [s for s in data.sequences if s[0] + s[1] <= cut]
     assert [tuple(s) for s in part.segments] == [tuple(s) for s in kept] and len(kept) < len(data.sequences)
     assert part.meta["tokens"] == len(part.tokens) == len(part.feats) == kept[-1][0] + kept[-1][1] < cut
@@ -240,8 +245,8 @@ def test_only_answers_are_trained_on_and_scored(tiny3):
     assert 0.05 < scored.mean() < 0.95  # (the tiny target answers briefly: 48 tokens at most)
     heads, report = trained["eagle3"]
     depths = report["config"]["depths"]  # the report's evaluation drafts this deep
-    trainer, net = train._held_out_trainer(pair, heads, features, depths)
-    every = train._Trainer.eagle_depths  # the same windows, unmasked: more rows
+    trainer, net = _held_out_trainer(pair, heads, features, depths)
+    every = _Trainer.eagle_depths  # the same windows, unmasked: more rows
     with torch.no_grad():
         trainer.data.scored = None
         all_rows, _ = every(trainer, net, trainer.held_windows, depths)
@@ -250,7 +255,7 @@ def test_only_answers_are_trained_on_and_scored(tiny3):
     bases = sum(int(scored[w[1:len(w) - depths + 1]].sum()) for w in trainer.held_windows)
     assert len(answer_rows) == bases < len(all_rows)
     assert report["held_out"]["positions"] == bases
-    assert train.Features(features.folder, {"done": 0, "segments": []}, features.tokens, features.feats,
+    assert Features(features.folder, {"done": 0, "segments": []}, features.tokens, features.feats,
                           features.labels).scored is None  # the corpus: every position
 
 
@@ -260,10 +265,10 @@ def test_soft_labels_are_the_targets_own_distribution(tiny3):
     outputs exactly that state scores the entropy of p, which no other output beats; the state of
     the position before (the target one token off) scores more. Hard labels are the argmax alone."""
     pair, features, _ = tiny3
-    cfg = train.TrainConfig("eagle3", labels="soft", draft_vocab=60)
-    data = train._Data(features, torch.device("cpu"), torch.float32)
-    ids = train.draft_vocabulary(features, 60, pair.target.config.vocab_size, pair.eos_token_ids)
-    trainer = train._Trainer(cfg, pair, data, ids)
+    cfg = TrainConfig("eagle3", labels="soft", draft_vocab=60)
+    data = _Data(features, torch.device("cpu"), torch.float32)
+    ids = draft_vocabulary(features, 60, pair.target.config.vocab_size, pair.eos_token_ids)
+    trainer = _Trainer(cfg, pair, data, ids)
     index = data.positions(data.train_segments, 1)[:200]
     f, _, labels = data.rows(index)
     last = f[:, -1]  # the state after the final norm: what the target's head reads
@@ -277,20 +282,20 @@ def test_soft_labels_are_the_targets_own_distribution(tiny3):
     assert float(trainer.ce(shifted, labels, soft=soft)) > entropy + 0.1
     hard = torch.nn.functional.cross_entropy(last[used] @ trainer.head.T, trainer.remap[labels][used])
     assert float(trainer.ce(last, labels)) == pytest.approx(float(hard), rel=1e-5)
-    assert train._Trainer(train.TrainConfig("eagle3"), pair, data, ids).soft_targets(f) is None
+    assert _Trainer(TrainConfig("eagle3"), pair, data, ids).soft_targets(f) is None
 
 
 def test_heads_learn_from_soft_labels_and_say_so(tiny3, tmp_path):
     pair, features, _ = tiny3
-    cfg = train.TrainConfig("eagle3", epochs=6, batch=256, window=64, eval_every=10_000, draft_vocab=60, lr=3e-3,
+    cfg = TrainConfig("eagle3", epochs=6, batch=256, window=64, eval_every=10_000, draft_vocab=60, lr=3e-3,
                             noise=0.0, unroll=4, labels="soft", **TINY_NET)
-    heads, report = train.train_heads(pair, features, cfg, tmp_path, progress=False)
+    heads, report = train_heads(pair, features, cfg, tmp_path, progress=False)
     before, after = report["curve"][0], report["curve"][-1]
     assert after["accuracy"][0] > 2 * before["accuracy"][0], (before["accuracy"], after["accuracy"])
     assert report["config"]["labels"] == "soft"
-    with pytest.raises(train.InputError, match="labels"):
+    with pytest.raises(InputError, match="labels"):
         train.train("medusa", pair, tokens=2048, labels="soft")
-    with pytest.raises(train.InputError, match="labels"):
+    with pytest.raises(InputError, match="labels"):
         train.train("eagle3", pair, tokens=2048, labels="smooth")
 
 
@@ -299,16 +304,16 @@ def test_prompts_are_targets_only_when_asked(tiny3):
     targets="all": its labels are learnt too."""
     pair, features, trained = tiny3
     net = copy.deepcopy(trained["eagle3"][0].net).float()
-    data = train._Data(features, torch.device("cpu"), torch.float32)
+    data = _Data(features, torch.device("cpu"), torch.float32)
     seq = max(SelfData(features.folder).meta["sequences"], key=lambda s: s["prompt_tokens"])
     window = np.arange(seq["start"], seq["start"] + seq["prompt_tokens"] - 1)  # labels before the answer
     assert len(window) > 4 and not features.scored[window].any()
     data.windows = lambda *args: [window]
     losses = {}
     for targets in ("answers", "all"):
-        cfg = train.TrainConfig("eagle3", window=len(window), batch=len(window), unroll=2, targets=targets)
+        cfg = TrainConfig("eagle3", window=len(window), batch=len(window), unroll=2, targets=targets)
         with torch.no_grad():
-            losses[targets] = float(train._Trainer(cfg, pair, data, None).eagle_loss(net, np.random.default_rng(0)))
+            losses[targets] = float(_Trainer(cfg, pair, data, None).eagle_loss(net, np.random.default_rng(0)))
     assert losses["answers"] == 0.0 and losses["all"] > 0.5, losses
-    with pytest.raises(train.InputError, match="targets"):
+    with pytest.raises(InputError, match="targets"):
         train.train("eagle3", pair, tokens=2048, targets="prompts")

@@ -5,9 +5,8 @@ import dataclasses
 
 import pytest
 
-from specviz import events as ev
-from specviz import generate
-from specviz.drafters import ScriptedDrafter
+from specviz import events as ev, generate
+from specviz.drafters.scripted import ScriptedDrafter
 
 PROMPTS = ["def fibonacci(n):", "Hello, world! ", "x"]
 
@@ -193,7 +192,7 @@ def test_one_target_pass_per_step_and_the_prefill_rides_with_the_first(tiny, kw)
 
 
 def test_c_leaves_out_the_pass_that_carried_the_prefill():
-    from specviz.metrics import fold
+    from specviz.analysis.metrics import fold
 
     def step(i, prefill, verify):
         return {"kind": "step_finished", "step": i, "k": 2, "drafted": 2, "accepted": 2, "evaluated": 2,
@@ -217,8 +216,8 @@ def test_c_leaves_out_the_pass_that_carried_the_prefill():
 def test_cpu_clock_leaves_out_the_consumer_even_when_it_resumes_the_run_on_other_threads(tiny):
     """A server may call next() from any thread of its pool, and a consumer's own work between
     events is not the run's: cpu_elapsed must stay a clock of the run's compute only."""
-    from concurrent.futures import ThreadPoolExecutor
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
     def burn(seconds):  # CPU work on the calling thread: its thread_time moves on by `seconds`
         end = time.thread_time() + seconds
@@ -254,7 +253,7 @@ def test_a_cpu_burner_lowers_the_recorded_cpu_share(tiny):
     import subprocess
     import sys
 
-    from specviz.metrics import BUSY_SHARE, MIN_SECONDS, judge_timing
+    from specviz.analysis.metrics import BUSY_SHARE, MIN_SECONDS, judge_timing
 
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     spin = "print('go', flush=True)\nwhile True:\n    pass\n"

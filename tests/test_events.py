@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from specviz import events as ev
-from specviz import generate, metrics, trace
+from specviz import events as ev, generate
+from specviz.analysis import metrics, trace
 
 
 def settings(n=24):
@@ -174,7 +174,7 @@ def test_nothing_to_judge_gives_no_verdict_either_way():
 
 
 def test_a_timed_block_is_judged_by_the_same_rule():
-    from specviz import timing
+    from specviz.analysis import timing
 
     with timing.measure("cpu") as block:
         sum(i * i for i in range(200_000))

@@ -1,4 +1,4 @@
-"""The notebooks' exercises (specviz.exercises, notebooks/solutions/).
+"""The notebooks' exercises (specviz.teaching.exercises.checking, notebooks/solutions/).
 
 Every check passes the engine's own implementation and the solution file's, fails plausible
 wrong answers (each named) with a message that says what is wrong without giving the expected
@@ -19,14 +19,20 @@ import numpy as np
 import pytest
 import torch
 
-from specviz import exercises, metrics, sampling
+from specviz.analysis import metrics
 from specviz.drafters.lookup import lookup
+from specviz.teaching.exercises import (checking, nb00 as ex00, nb01 as ex01, nb02 as ex02, nb03 as ex03, nb04 as ex04,
+    nb05 as ex05, nb06 as ex06, nb07 as ex07, nb08 as ex08, nb09 as ex09, nb10 as ex10, nb11 as ex11)
+from specviz.verifiers import sampling
+
+NOTEBOOK_CHECKS = (ex00, ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09, ex10, ex11)  # specviz.teaching.exercises: one module per notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "notebooks" / "solutions"
 sys.path.insert(0, str(ROOT / "notebooks"))  # as the notebooks' kernels have it: they run in notebooks/
 
 from solutions import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08, nb09, nb10, nb11  # noqa: E402
+
 from specviz.render import lessons  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -48,7 +54,7 @@ def reveals_nothing(message: str) -> bool:
 def assert_wrong(capsys, check, fn, says, **kwargs):
     result, out = outcome(capsys, check, fn, **kwargs)
     assert result is False, out
-    assert out.startswith(exercises.WRONG) and "\n" not in out, out
+    assert out.startswith(checking.WRONG) and "\n" not in out, out
     assert says in out, out
     assert reveals_nothing(out), out
 
@@ -301,23 +307,23 @@ WRONG_CHAIN_ACCEPTANCE = {
     "tau instead of the accepted drafts": (chain_variant(tau=True), "that is τ"),
 }
 
-WRONG_CROSSOVERS = {name: (fn, name.split(":")[0]) for name, fn in exercises._crossover_variants().items()}
+WRONG_CROSSOVERS = {name: (fn, name.split(":")[0]) for name, fn in ex11._crossover_variants().items()}
 
 CODED_CHECKS = {  # check, the engine's own function, the solution's, the wrong answers
-    "cascade": (exercises.check_cascade, exercises.engine_cascade, nb02.cascade, WRONG_CASCADES),
-    "residual": (exercises.check_residual, sampling.residual, nb03.my_residual, WRONG_RESIDUALS),
-    "alpha_tau": (exercises.check_alpha_tau, fold_pair, nb04.alpha_tau, WRONG_ALPHA_TAU),
-    "tree_mask": (exercises.check_tree_mask, lambda parents: exercises._tree(parents).mask(), nb05.tree_mask,
+    "cascade": (ex02.check_cascade, ex02.engine_cascade, nb02.cascade, WRONG_CASCADES),
+    "residual": (ex03.check_residual, sampling.residual, nb03.my_residual, WRONG_RESIDUALS),
+    "alpha_tau": (ex04.check_alpha_tau, fold_pair, nb04.alpha_tau, WRONG_ALPHA_TAU),
+    "tree_mask": (ex05.check_tree_mask, lambda parents: ex05._tree(parents).mask(), nb05.tree_mask,
                   WRONG_MASKS),
-    "lookup": (exercises.check_lookup, lookup, nb06.my_lookup, WRONG_LOOKUPS),
-    "next_k": (exercises.check_next_k, exercises.engine_next_k, nb07.next_k, WRONG_NEXT_K),
-    "stream_waits": (exercises.check_stream_waits, exercises.engine_stream_waits, nb09.stream_waits,
+    "lookup": (ex06.check_lookup, lookup, nb06.my_lookup, WRONG_LOOKUPS),
+    "next_k": (ex07.check_next_k, ex07.engine_next_k, nb07.next_k, WRONG_NEXT_K),
+    "stream_waits": (ex09.check_stream_waits, ex09.engine_stream_waits, nb09.stream_waits,
                      WRONG_STREAM_WAITS),
-    "survival": (exercises.check_survival, exercises.engine_survival, nb09.survival_curve, WRONG_SURVIVALS),
-    "cost": (exercises.check_cost, lessons.cost_per_million, nb09.cost_per_million, WRONG_COSTS),
-    "chain_acceptance": (exercises.check_chain_acceptance, exercises.engine_chain_acceptance, nb10.chain_acceptance,
+    "survival": (ex09.check_survival, ex09.engine_survival, nb09.survival_curve, WRONG_SURVIVALS),
+    "cost": (ex09.check_cost, lessons.cost_per_million, nb09.cost_per_million, WRONG_COSTS),
+    "chain_acceptance": (ex10.check_chain_acceptance, ex10.engine_chain_acceptance, nb10.chain_acceptance,
                          WRONG_CHAIN_ACCEPTANCE),
-    "crossover": (exercises.check_crossover, exercises.engine_crossover, nb11.crossover, WRONG_CROSSOVERS),
+    "crossover": (ex11.check_crossover, ex11.engine_crossover, nb11.crossover, WRONG_CROSSOVERS),
 }
 
 
@@ -326,7 +332,7 @@ def test_a_check_passes_the_engine_and_the_solution(name, capsys):
     check, engine, solution, _ = CODED_CHECKS[name]
     for fn in (engine, solution):
         result, out = outcome(capsys, check, fn)
-        assert result is True and out.startswith(exercises.RIGHT) and "\n" not in out, out
+        assert result is True and out.startswith(checking.RIGHT) and "\n" not in out, out
 
 
 @pytest.mark.parametrize("name,wrong", [(name, wrong) for name, (*_, wrongs) in CODED_CHECKS.items()
@@ -349,7 +355,7 @@ def test_an_unwritten_or_broken_function_does_not_stop_the_notebook(name, capsys
         return {}["missing"]
 
     result, out = outcome(capsys, check, unwritten)
-    assert result is None and out.startswith(f"{exercises.NOT_WRITTEN}: ") and "\n" not in out, out
+    assert result is None and out.startswith(f"{checking.NOT_WRITTEN}: ") and "\n" not in out, out
     result, out = outcome(capsys, check, crashes)
     assert result is False and "raised KeyError" in out and "\n" not in out, out
     result, out = outcome(capsys, check, None)
@@ -372,25 +378,25 @@ def tiny_runs(tiny):
 
 
 def test_the_replays_read_every_step_of_a_run(tiny_runs):
-    greedy = exercises._greedy_steps(tiny_runs["greedy"])
+    greedy = ex02._greedy_steps(tiny_runs["greedy"])
     assert len(greedy) == len(steps_of(tiny_runs["greedy"])) > 3
-    assert all(exercises.engine_cascade(s["drafts"], s["target_top"], s["eos"]) == s["emitted"] for s in greedy)
-    assert exercises._greedy_steps(tiny_runs["sampled"]) == []  # sampled steps are not the greedy rule's
-    pld = exercises._lookup_steps(tiny_runs["pld"])
+    assert all(ex02.engine_cascade(s["drafts"], s["target_top"], s["eos"]) == s["emitted"] for s in greedy)
+    assert ex02._greedy_steps(tiny_runs["sampled"]) == []  # sampled steps are not the greedy rule's
+    pld = ex06._lookup_steps(tiny_runs["pld"])
     assert pld and any(s["drafts"] for s in pld)
     assert all((lookup(s["committed"], s["k"], s["ngram"]) or {"tokens": []})["tokens"] == s["drafts"] for s in pld)
-    auto = exercises._auto_steps(tiny_runs["heuristic"])
+    auto = ex07._auto_steps(tiny_runs["heuristic"])
     assert len(auto) == len(steps_of(tiny_runs["heuristic"])) - 1
-    assert all(exercises.engine_next_k(s["k"], s["drafted"], s["accepted"]) == s["next"] for s in auto)
+    assert all(ex07.engine_next_k(s["k"], s["drafted"], s["accepted"]) == s["next"] for s in auto)
     assert len(set(s["k"] for s in auto)) > 1  # the rule really moved k in this run
 
 
 def test_the_checks_replay_the_students_run(tiny_runs, capsys):
-    cases = [(exercises.check_cascade, nb02.cascade, {"events": tiny_runs["greedy"]}, "steps from your own run"),
-             (exercises.check_alpha_tau, nb04.alpha_tau, {"runs": list(tiny_runs.values())}, "of your own runs"),
-             (exercises.check_tree_mask, nb05.tree_mask, {"events": tiny_runs["tree"]}, "trees from your own run"),
-             (exercises.check_lookup, nb06.my_lookup, {"events": tiny_runs["pld"]}, "steps from your own run"),
-             (exercises.check_next_k, nb07.next_k, {"events": tiny_runs["heuristic"]}, "steps from your own run")]
+    cases = [(ex02.check_cascade, nb02.cascade, {"events": tiny_runs["greedy"]}, "steps from your own run"),
+             (ex04.check_alpha_tau, nb04.alpha_tau, {"runs": list(tiny_runs.values())}, "of your own runs"),
+             (ex05.check_tree_mask, nb05.tree_mask, {"events": tiny_runs["tree"]}, "trees from your own run"),
+             (ex06.check_lookup, nb06.my_lookup, {"events": tiny_runs["pld"]}, "steps from your own run"),
+             (ex07.check_next_k, nb07.next_k, {"events": tiny_runs["heuristic"]}, "steps from your own run")]
     for check, solution, run, says in cases:
         result, out = outcome(capsys, check, solution, **run)
         assert result is True and says in out, out
@@ -414,15 +420,15 @@ def test_a_replay_compares_with_what_the_run_recorded(tiny_runs, capsys):
     run's recorded steps, not with the rule again."""
     greedy = tampered(tiny_runs["greedy"], "step_finished",
                       lambda e: {**e, "emitted_ids": e["emitted_ids"] + [1]} if e["step"] == 2 else None)
-    result, out = outcome(capsys, exercises.check_cascade, exercises.engine_cascade, events=greedy)
+    result, out = outcome(capsys, ex02.check_cascade, ex02.engine_cascade, events=greedy)
     assert result is False and "step 3 of your run" in out, out
     pld = tampered(tiny_runs["pld"], "draft_proposed", lambda e: {**e, "token_id": e["token_id"] + 1})
-    result, out = outcome(capsys, exercises.check_lookup, lookup, events=pld)
+    result, out = outcome(capsys, ex06.check_lookup, lookup, events=pld)
     assert result is False and "of your prompt-lookup run" in out, out
     auto = tampered(tiny_runs["heuristic"], "step_finished",
                     lambda e: ({**e, "info": {**e["info"], "k_chosen": e["info"]["k_chosen"] + 5}}
                                if e["step"] == 3 else None))
-    result, out = outcome(capsys, exercises.check_next_k, exercises.engine_next_k, events=auto)
+    result, out = outcome(capsys, ex07.check_next_k, ex07.engine_next_k, events=auto)
     assert result is False and "of your k = auto run" in out, out
 
 
@@ -430,24 +436,24 @@ def test_a_replay_compares_with_what_the_run_recorded(tiny_runs, capsys):
 # answers by hand
 
 BY_HAND = [  # check, extra arguments, the solution's answer, a wrong answer
-    (exercises.check_cost_ratio, ({"target": {1: 0.10, 4: 0.13}},), nb01.ratio({"target": {1: 0.10, 4: 0.13}}), 1.0),
-    (exercises.check_speedup_by_hand, (), nb01.my_speedup, 3 / (0.4 + 1)),
-    (exercises.check_max_tokens, (4,), nb02.my_max_tokens, 4),
-    (exercises.check_cascade_by_hand, (), nb02.my_emitted, ["x", "=", "1"]),
-    (exercises.check_broken_rule, (), nb03.my_letter, "a"),
-    (exercises.check_best_k, (), nb04.my_best_k, 4),
-    (exercises.check_accepted_per_drafted, (), nb04.my_ratio, 0.8),
-    (exercises.check_node_sees, (), nb05.my_nodes, [0, 1, 4]),
-    (exercises.check_q2, (), nb05.my_q2, [0.0, 0.3, 0.2]),
-    (exercises.check_lookup_by_hand, (), nb06.my_proposal, ["a", "b"]),
-    (exercises.check_break_even, (), nb07.my_alpha, 0.5),
-    (exercises.check_paper_speedup, (), nb08.my_speedup, 3.5),
-    (exercises.check_amortised_itl, (), nb09.my_itl_ms, 520),
-    (exercises.check_share_at_depth, (), nb09.my_share, 0.8),
-    (exercises.check_half_width, ([{"tau": t} for t in (2.1, 2.6, 1.9, 3.0)],),
+    (ex01.check_cost_ratio, ({"target": {1: 0.10, 4: 0.13}},), nb01.ratio({"target": {1: 0.10, 4: 0.13}}), 1.0),
+    (ex01.check_speedup_by_hand, (), nb01.my_speedup, 3 / (0.4 + 1)),
+    (ex02.check_max_tokens, (4,), nb02.my_max_tokens, 4),
+    (ex02.check_cascade_by_hand, (), nb02.my_emitted, ["x", "=", "1"]),
+    (ex03.check_broken_rule, (), nb03.my_letter, "a"),
+    (ex04.check_best_k, (), nb04.my_best_k, 4),
+    (ex04.check_accepted_per_drafted, (), nb04.my_ratio, 0.8),
+    (ex05.check_node_sees, (), nb05.my_nodes, [0, 1, 4]),
+    (ex05.check_q2, (), nb05.my_q2, [0.0, 0.3, 0.2]),
+    (ex06.check_lookup_by_hand, (), nb06.my_proposal, ["a", "b"]),
+    (ex07.check_break_even, (), nb07.my_alpha, 0.5),
+    (ex08.check_paper_speedup, (), nb08.my_speedup, 3.5),
+    (ex09.check_amortised_itl, (), nb09.my_itl_ms, 520),
+    (ex09.check_share_at_depth, (), nb09.my_share, 0.8),
+    (ex09.check_half_width, ([{"tau": t} for t in (2.1, 2.6, 1.9, 3.0)],),
      nb09.half_width([{"tau": t} for t in (2.1, 2.6, 1.9, 3.0)]), 0.4),
-    (exercises.check_cost_by_hand, (), nb09.my_cost, 2.0 / 20 * 1e6),
-    (exercises.check_compute_bound_ratio, (), nb11.my_ratio, 1),
+    (ex09.check_cost_by_hand, (), nb09.my_cost, 2.0 / 20 * 1e6),
+    (ex11.check_compute_bound_ratio, (), nb11.my_ratio, 1),
 ]
 
 
@@ -464,10 +470,10 @@ def test_an_answer_by_hand_is_checked_without_showing_it(check, extra, right, wr
 
 
 def test_the_two_part_answer_of_notebook_3(capsys):
-    assert exercises.check_beta_by_hand(nb03.my_beta, nb03.my_accept_first) is True
-    assert exercises.check_beta_by_hand(0.7, None) is None
-    assert exercises.check_beta_by_hand(0.6, nb03.my_accept_first) is False
-    assert exercises.check_beta_by_hand(None, 1.0) is False
+    assert ex03.check_beta_by_hand(nb03.my_beta, nb03.my_accept_first) is True
+    assert ex03.check_beta_by_hand(0.7, None) is None
+    assert ex03.check_beta_by_hand(0.6, nb03.my_accept_first) is False
+    assert ex03.check_beta_by_hand(None, 1.0) is False
     out = capsys.readouterr().out
     assert "0.7" not in out.split("✓ Correct.")[-1]
 
@@ -510,7 +516,7 @@ def test_committed_exercises_are_unsolved_and_their_answers_out_of_sight(path):
             elif isinstance(node, ast.Assign):
                 assert isinstance(node.value, ast.Constant) and node.value.value is None, ast.unparse(node)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "notebook.check(" not in code  # every answer is checked in specviz.exercises, out of sight
+    assert "notebook.check(" not in code  # every answer is checked in specviz.teaching.exercises.checking, out of sight
     for name in CODED.get(path.name[:2], ()):
         assert f"def {name}(" in "\n".join(c.source for c in cells)
 
@@ -545,8 +551,8 @@ def test_notebook_with_the_solutions_passes_every_check(path, monkeypatch, tmp_p
     assert checks
     for cell in checks:
         said = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
-        assert exercises.RIGHT in said and exercises.WRONG not in said, (cell.source, said)
-        assert exercises.NOT_WRITTEN not in said and "Not answered" not in said, (cell.source, said)
+        assert checking.RIGHT in said and checking.WRONG not in said, (cell.source, said)
+        assert checking.NOT_WRITTEN not in said and "Not answered" not in said, (cell.source, said)
     assert time.perf_counter() - start < 120
 
 
@@ -556,28 +562,28 @@ def test_notebook_with_the_solutions_passes_every_check(path, monkeypatch, tmp_p
 def test_09_the_engine_references_are_the_engines_own(tiny_runs):
     """engine_stream_waits agrees with the benchmark suite's stream_stats and the race's
     stream_latency; engine_survival with charts.acceptance_survival of the whole run."""
-    from specviz.metrics import percentile, stream_stats, updates_from_events
+    from specviz.analysis.metrics import percentile, stream_stats, updates_from_events
     from specviz.render import charts, race
 
     for events in tiny_runs.values():
-        ttft, amortised, arrivals = exercises.engine_stream_waits(events)
+        ttft, amortised, arrivals = ex09.engine_stream_waits(events)
         suite, lat = stream_stats(*updates_from_events(events)), race.stream_latency(events)
         assert ttft == suite["ttft"] and percentile(amortised, 50) == suite["itl_p50"]
         assert percentile(amortised, 95) == suite["itl_p95"] and percentile(arrivals, 95) == lat["arrival_p95"]
         assert len(amortised) == len(arrivals) == lat["tokens"] - race.stream_updates(events)[0][1]
         surv = charts.acceptance_survival(events)
         if surv is not None:
-            assert exercises.engine_survival(events, surv["k"]) == surv["survival"]
+            assert ex09.engine_survival(events, surv["k"]) == surv["survival"]
     assert charts.acceptance_survival(tiny_runs["greedy"]) is not None
 
 
 def test_09_the_checks_replay_the_students_runs(tiny_runs, capsys):
     runs = [tiny_runs["greedy"], tiny_runs["pld"], tiny_runs["sampled"]]
-    for check, solution in ((exercises.check_stream_waits, nb09.stream_waits),
-                            (exercises.check_survival, nb09.survival_curve)):
+    for check, solution in ((ex09.check_stream_waits, nb09.stream_waits),
+                            (ex09.check_survival, nb09.survival_curve)):
         result, out = outcome(capsys, check, solution, runs=runs)
         assert result is True and "3 of your own runs" in out, out
-    result, out = outcome(capsys, exercises.check_survival, nb09.survival_curve, runs=[tiny_runs["tree"]])
+    result, out = outcome(capsys, ex09.check_survival, nb09.survival_curve, runs=[tiny_runs["tree"]])
     assert result is True and "your own run" not in out, out  # a tree has no single draft length
 
 
@@ -585,23 +591,23 @@ def test_09_the_checks_replay_the_students_runs(tiny_runs, capsys):
 # notebook 10's reference
 
 def test_10_the_engine_reference_is_the_training_reports_accounting(capsys):
-    """engine_chain_acceptance is specviz.train.summarise_hits (which rounds to 4 digits); the
+    """engine_chain_acceptance is specviz.training.trainer.summarise_hits (which rounds to 4 digits); the
     check replays the notebook's own held-out hits when it is given them."""
     import random
 
-    from specviz.train import summarise_hits
+    from specviz.training.trainer import summarise_hits
 
     rng = random.Random(5)
     for _ in range(20):
         depths, n = rng.randint(1, 5), rng.randint(1, 30)
         hits = [[rng.random() < 0.6 for _ in range(depths)] for _ in range(n)]
-        survival, expected = exercises.engine_chain_acceptance(hits)
+        survival, expected = ex10.engine_chain_acceptance(hits)
         report = summarise_hits(torch.tensor(hits), [0.0] * depths)
         assert all(abs(a - b) < 1e-4 for a, b in zip(survival, report["survival"])) and len(survival) == depths
         assert abs(expected - report["accepted"]) < 1e-3
-    assert exercises.engine_chain_acceptance([]) == ([], 0.0)
+    assert ex10.engine_chain_acceptance([]) == ([], 0.0)
     assert summarise_hits(torch.zeros(0, 3), [0.0] * 3)["accepted"] == 0.0
-    result, out = outcome(capsys, exercises.check_chain_acceptance, nb10.chain_acceptance,
+    result, out = outcome(capsys, ex10.check_chain_acceptance, nb10.chain_acceptance,
                           hits=torch.tensor([[True, False], [True, True], [False, True]]))
     assert result is True and "your live heads' held-out hits" in out, out
 
@@ -646,7 +652,7 @@ def assert_form_error(capsys, check, extra, given, given_wrong, hint):
     """The form is named (the value may be right), the hint to work the value out again is not
     given, False is returned, and the line is the same whatever value the form holds."""
     result, out = line(capsys, check, given, *extra)
-    assert result is False and out.startswith(exercises.WRONG) and FORM in out, out
+    assert result is False and out.startswith(checking.WRONG) and FORM in out, out
     assert "may be right" in out and "Not yet" not in out and "comput" not in out.lower(), out
     assert hint not in out, out
     assert line(capsys, check, given_wrong, *extra) == (False, out)  # says nothing about the value
@@ -656,9 +662,9 @@ def assert_form_error(capsys, check, extra, given, given_wrong, hint):
 def test_a_number_by_hand_counts_in_every_form_and_within_its_tolerance(check, extra, right, wrong, capsys):
     tol = TOLERANCES[check.__name__]
     _, not_yet = line(capsys, check, wrong, *extra)
-    assert not_yet.startswith(f"{exercises.WRONG} Not yet.")
+    assert not_yet.startswith(f"{checking.WRONG} Not yet.")
     for form in same_number(right) + [right + 0.9 * tol, right - 0.9 * tol]:
-        assert line(capsys, check, form, *extra) == (True, f"{exercises.RIGHT} Correct."), repr(form)
+        assert line(capsys, check, form, *extra) == (True, f"{checking.RIGHT} Correct."), repr(form)
     outside = [right + 1.5 * tol, np.float64(right - 1.5 * tol)] if tol else [right + 1, np.float64(right - 0.5)]
     for value in outside:  # a value off by more than the tolerance gets the hint, as any wrong value
         assert line(capsys, check, value, *extra) == (False, not_yet), repr(value)
@@ -702,12 +708,12 @@ LISTS = {  # check: (right in equivalent forms, wrong values, (a form error, the
 
 @pytest.mark.parametrize("name", LISTS)
 def test_a_list_or_letter_by_hand_counts_in_every_form(name, capsys):
-    check = getattr(exercises, name)
+    check = next(getattr(m, name) for m in NOTEBOOK_CHECKS if hasattr(m, name))
     rights, wrongs, misformed = LISTS[name]
     for form in rights:
-        assert line(capsys, check, form) == (True, f"{exercises.RIGHT} Correct."), repr(form)
+        assert line(capsys, check, form) == (True, f"{checking.RIGHT} Correct."), repr(form)
     _, not_yet = line(capsys, check, wrongs[0])
-    assert not_yet.startswith(f"{exercises.WRONG} Not yet.")
+    assert not_yet.startswith(f"{checking.WRONG} Not yet.")
     for value in wrongs:  # a wrong value in a readable form gets the hint
         assert line(capsys, check, value) == (False, not_yet), repr(value)
     hint = not_yet.split("Not yet.")[1].strip()
@@ -717,18 +723,18 @@ def test_a_list_or_letter_by_hand_counts_in_every_form(name, capsys):
 
 def test_a_form_error_says_what_form_is_expected(capsys):
     """The line names the form expected and the form received, in words a student can act on."""
-    cases = [(exercises.check_best_k, "1", "one number", "a number in quotes (a string)"),
-             (exercises.check_q2, ["0", "0.6", "0.4"], "a flat list of 3 numbers, in order", "holding a number in quotes"),
-             (exercises.check_q2, {0.0, 0.6, 0.4}, "in order", "a set"),
-             (exercises.check_q2, [[0.0, 0.6, 0.4]], "a flat list", "a nested list"),
-             (exercises.check_q2, [0.6, 0.4], "3 numbers", "a list of 2 numbers"),
-             (exercises.check_node_sees, {1: True}, "a flat list of numbers", "a dict"),
-             (exercises.check_cascade_by_hand, ["x", "=", 2], "a list of strings, one per token", "holding a number"),
-             (exercises.check_broken_rule, "token b", "one letter, a, b, c or d", "a longer string"),
-             (exercises.check_speedup_by_hand, torch.tensor([1.15]), "one number", "a tensor of shape (1,)")]
+    cases = [(ex04.check_best_k, "1", "one number", "a number in quotes (a string)"),
+             (ex05.check_q2, ["0", "0.6", "0.4"], "a flat list of 3 numbers, in order", "holding a number in quotes"),
+             (ex05.check_q2, {0.0, 0.6, 0.4}, "in order", "a set"),
+             (ex05.check_q2, [[0.0, 0.6, 0.4]], "a flat list", "a nested list"),
+             (ex05.check_q2, [0.6, 0.4], "3 numbers", "a list of 2 numbers"),
+             (ex05.check_node_sees, {1: True}, "a flat list of numbers", "a dict"),
+             (ex02.check_cascade_by_hand, ["x", "=", 2], "a list of strings, one per token", "holding a number"),
+             (ex03.check_broken_rule, "token b", "one letter, a, b, c or d", "a longer string"),
+             (ex01.check_speedup_by_hand, torch.tensor([1.15]), "one number", "a tensor of shape (1,)")]
     for check, given, needs, says in cases:
         result, out = line(capsys, check, given)
-        assert result is False and out.startswith(f"{exercises.WRONG} Check {FORM}: the value may be right"), out
+        assert result is False and out.startswith(f"{checking.WRONG} Check {FORM}: the value may be right"), out
         assert f"it should be {needs}" in out or needs in out.split(", not ")[0], out
         assert says in out.split(", not ")[-1], out
 
@@ -736,17 +742,17 @@ def test_a_form_error_says_what_form_is_expected(capsys):
 def test_the_two_part_answer_of_notebook_3_reads_each_part_in_every_form(capsys):
     beta, first = nb03.my_beta, nb03.my_accept_first
     for b, f in zip(same_number(beta), same_number(first)):
-        assert exercises.check_beta_by_hand(b, f) is True, (b, f)
-    assert exercises.check_beta_by_hand(beta + 9e-7, first + 0.009) is True  # within 1e-6 and 0.01
+        assert ex03.check_beta_by_hand(b, f) is True, (b, f)
+    assert ex03.check_beta_by_hand(beta + 9e-7, first + 0.009) is True  # within 1e-6 and 0.01
     capsys.readouterr()
-    assert exercises.check_beta_by_hand(beta + 2e-6, first - 0.02) is False
+    assert ex03.check_beta_by_hand(beta + 2e-6, first - 0.02) is False
     out = capsys.readouterr().out.splitlines()
-    assert out == [f"{exercises.WRONG} Not yet. β = min(0.6, 0.9) + min(0.4, 0.1).",
-                   f"{exercises.WRONG} Not yet. min(1, p/q) for the first token."], out
-    assert exercises.check_beta_by_hand(str(beta), first) is False
+    assert out == [f"{checking.WRONG} Not yet. β = min(0.6, 0.9) + min(0.4, 0.1).",
+                   f"{checking.WRONG} Not yet. min(1, p/q) for the first token."], out
+    assert ex03.check_beta_by_hand(str(beta), first) is False
     out = capsys.readouterr().out.splitlines()
-    assert FORM in out[0] and "min(" not in out[0] and out[1] == f"{exercises.RIGHT} Correct.", out
-    assert exercises.check_beta_by_hand([beta], None) is False  # a form error is an answer, not a blank
+    assert FORM in out[0] and "min(" not in out[0] and out[1] == f"{checking.RIGHT} Correct.", out
+    assert ex03.check_beta_by_hand([beta], None) is False  # a form error is an answer, not a blank
     out = capsys.readouterr().out.splitlines()
     assert FORM in out[0] and out[1].startswith("Not answered yet"), out
 
@@ -787,7 +793,7 @@ def test_00_the_cache_rule_is_the_engines(tiny):
             assert {key: row[key] for key in seen} == seen, (row, seen)
             outcomes.add(row["outcome"])
             if row["guessed"] and row["closed"]:
-                assert exercises.engine_caches_after(row["committed before"], row["guessed"], row["accepted"]) == (
+                assert ex00.engine_caches_after(row["committed before"], row["guessed"], row["accepted"]) == (
                     row["target cache after crop"], row["draft cache after crop"])
         for row, after in zip(rows, rows[1:]):  # the target read its uncached tail plus the guesses
             assert after["target read"] == after["committed before"] - row["target cache after crop"] + after["guessed"]
@@ -797,11 +803,11 @@ def test_00_the_cache_rule_is_the_engines(tiny):
 def test_00_the_check_says_what_is_wrong(capsys):
     from solutions import nb00
 
-    result, out = outcome(capsys, exercises.check_caches_after, nb00.caches_after)
+    result, out = outcome(capsys, ex00.check_caches_after, nb00.caches_after)
     assert result is True, out
     rows = [{"committed before": 10, "guessed": 4, "accepted": 1, "target cache after crop": 11,
              "draft cache after crop": 11}]
-    result, out = outcome(capsys, exercises.check_caches_after, nb00.caches_after, rows=rows)
+    result, out = outcome(capsys, ex00.check_caches_after, nb00.caches_after, rows=rows)
     assert result is True and "1 step from your own run" in out, out
     wrong = {
         "it is read next step": lambda b, d, a: (b + a + 1, min(b + d - 1, b + a)),
@@ -810,5 +816,5 @@ def test_00_the_check_says_what_is_wrong(capsys):
         "return two lengths": lambda b, d, a: b + a,
     }
     for says, fn in wrong.items():
-        result, out = outcome(capsys, exercises.check_caches_after, fn)
+        result, out = outcome(capsys, ex00.check_caches_after, fn)
         assert result is False and says in out and reveals_nothing(out), (says, out)

@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from specviz import files, trace
+from specviz import files
+from specviz.analysis import trace
 from specviz.files import DiskFullError, LockTimeoutError
 
 

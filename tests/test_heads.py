@@ -6,16 +6,19 @@ import json
 import numpy as np
 import pytest
 import torch
-
-from specviz import generate, metrics, train
-from specviz.cli import main as cli_main
-from specviz.heads import (EagleNet, HeadSet, HeadsError, MedusaHeads, attach_heads, check_heads_file,
-                           head_fingerprint, heads_folder, load_heads, save_heads)
-from specviz.models import build_tiny_pair
-from specviz.selfgen import DEFAULT_BATCH
-from specviz.sampling import Warp
-
 from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
+
+from specviz import generate
+from specviz.analysis import metrics
+from specviz.cli import main as cli_main
+from specviz.config import Warp
+from specviz.errors import InputError
+from specviz.runtime.head_nets import (EagleNet, HeadsError, HeadSet, MedusaHeads, attach_heads, check_heads_file,
+    head_fingerprint, heads_folder, load_heads, save_heads)
+from specviz.runtime.tiny_pair import build_tiny_pair
+from specviz.training import trainer
+from specviz.training.data import load_features, prepare
+from specviz.training.selfgen import DEFAULT_BATCH
 
 HEAD_METHODS = [dict(method="medusa", k=3), dict(method="medusa-tree", tree="3,2,1"),
                 dict(method="eagle", k=5), dict(method="eagle-tree", tree_budget=12, tree_depth=4, tree_width=3)]
@@ -29,12 +32,12 @@ def tiny_trained(tmp_path_factory):
     The draft vocabulary is cut to 60 of the 101 ids, so q = 0 outside it is exercised too."""
     pair = build_tiny_pair()
     work = tmp_path_factory.mktemp("heads-work")
-    features = train.prepare(pair, 4096, work, prompts=8, response_tokens=48)
+    features = prepare(pair, 4096, work, prompts=8, response_tokens=48)
     out = {}
     for kind in ("medusa", "eagle"):
-        cfg = train.TrainConfig(kind, epochs=4, batch=256, window=64, eval_every=10_000, draft_vocab=60,
+        cfg = trainer.TrainConfig(kind, epochs=4, batch=256, window=64, eval_every=10_000, draft_vocab=60,
                                 lr=3e-3, **TINY_NET)
-        out[kind] = train.train_heads(pair, features, cfg, work, progress=False)
+        out[kind] = trainer.train_heads(pair, features, cfg, work, progress=False)
         attach_heads(pair, out[kind][0])
     return pair, out
 
@@ -115,7 +118,7 @@ def test_events_say_which_head_or_depth_drafted(tiny_trained):
 # sampling: exact on toy models, with random heads reading the toy target's "hidden states"
 
 def _toy_heads(pair, seed=0):
-    """Random heads on a toy pair: its 'hidden state' is the logits row (specviz.toy)."""
+    """Random heads on a toy pair: its 'hidden state' is the logits row (specviz.teaching.toy)."""
     v = pair.target.vocab_size
     torch.manual_seed(seed)
     medusa = MedusaHeads(v, heads=3)
@@ -225,27 +228,27 @@ def test_too_deep_for_the_heads_is_an_input_error(tiny_trained):
 
 
 def test_the_learning_curve_has_about_twenty_points_whatever_the_run_length():
-    assert train.TrainConfig("eagle3").eval_every == 0  # the default: by the run's length
-    assert train.eval_interval(710) == 50  # the shipped runs' curves: every 50 steps, as they were made
-    assert train.eval_interval(300) == 50  # never closer than 50 steps
-    assert train.eval_interval(2150) == 108 and len(range(0, 2150, train.eval_interval(2150))) == 20
-    assert train.eval_interval(2150, 5) == 5  # asked for: as asked
+    assert trainer.TrainConfig("eagle3").eval_every == 0  # the default: by the run's length
+    assert trainer.eval_interval(710) == 50  # the shipped runs' curves: every 50 steps, as they were made
+    assert trainer.eval_interval(300) == 50  # never closer than 50 steps
+    assert trainer.eval_interval(2150) == 108 and len(range(0, 2150, trainer.eval_interval(2150))) == 20
+    assert trainer.eval_interval(2150, 5) == 5  # asked for: as asked
 
 
 def test_an_interrupted_training_resumes_exactly(tiny_trained, tmp_path):
     """Stopped after its first checkpoint and started again, a training ends with exactly the
     weights of a run that was never interrupted (weights, optimiser and random streams are saved)."""
     pair, _ = tiny_trained
-    features = train.prepare(pair, 4096, tmp_path / "work", prompts=8, response_tokens=48)
-    cfg = train.TrainConfig("eagle", epochs=2, batch=128, window=64, eval_every=5, draft_vocab=0, **TINY_NET)
-    whole, _ = train.train_heads(pair, features, cfg, tmp_path / "whole", progress=False)
+    features = prepare(pair, 4096, tmp_path / "work", prompts=8, response_tokens=48)
+    cfg = trainer.TrainConfig("eagle", epochs=2, batch=128, window=64, eval_every=5, draft_vocab=0, **TINY_NET)
+    whole, _ = trainer.train_heads(pair, features, cfg, tmp_path / "whole", progress=False)
 
     def stop(report):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        train.train_heads(pair, features, cfg, tmp_path / "resumed", progress=False, on_eval=stop)
-    resumed, report = train.train_heads(pair, features, cfg, tmp_path / "resumed", progress=False)
+        trainer.train_heads(pair, features, cfg, tmp_path / "resumed", progress=False, on_eval=stop)
+    resumed, report = trainer.train_heads(pair, features, cfg, tmp_path / "resumed", progress=False)
     assert report["curve"][1]["step"] == 5 and report["steps"] > 5
     for name, tensor in resumed.net.state_dict().items():
         assert torch.equal(tensor, whole.net.state_dict()[name]), name
@@ -255,22 +258,22 @@ def test_interrupted_feature_extraction_resumes(tmp_path):
     """Features extracted in two sittings (the count of finished segments cut back, as after a
     crash) equal those of one sitting."""
     pair = build_tiny_pair()
-    once = train.prepare(pair, 3000, tmp_path / "once", prompts=4, response_tokens=32)
+    once = prepare(pair, 3000, tmp_path / "once", prompts=4, response_tokens=32)
     meta_path = tmp_path / "twice" / "data-3000-p4" / "features.json"
-    train.prepare(pair, 3000, tmp_path / "twice", prompts=4, response_tokens=32)
+    prepare(pair, 3000, tmp_path / "twice", prompts=4, response_tokens=32)
     meta = json.loads(meta_path.read_text())
     assert meta["done"] == len(meta["segments"]) > 2
     meta["done"] = 1
     meta_path.write_text(json.dumps(meta))
     second = meta["segments"][1][0]
-    partial = train.load_features(meta_path.parent)
+    partial = load_features(meta_path.parent)
     for name in ("feats", "labels", "tokens"):  # segment 0 marked, the rest lost
         array = np.memmap(meta_path.parent / {"feats": "feats.f16", "labels": "labels.i32", "tokens": "tokens.i32"}[name],
                           getattr(partial, name).dtype, "r+", shape=getattr(partial, name).shape)
         array[0] = -7
         array[second:] = 0
         array.flush()
-    twice = train.prepare(pair, 3000, tmp_path / "twice", prompts=4, response_tokens=32)
+    twice = prepare(pair, 3000, tmp_path / "twice", prompts=4, response_tokens=32)
     assert twice.meta["done"] == len(meta["segments"])
     assert twice.tokens[0] == -7, "the finished segment was not run again"
     for a, b in ((once.feats, twice.feats), (once.labels, twice.labels), (once.tokens, twice.tokens)):
@@ -315,9 +318,9 @@ def test_evaluating_heads_again_gives_the_reports_numbers(tiny_trained, tmp_path
     """evaluate_heads (the notebook's comparison of heads trained on other corpora) measures the
     same held-out positions the way training did: for the trained heads, the report's numbers."""
     pair, trained = tiny_trained
-    features = train.prepare(pair, 4096, tmp_path, prompts=8, response_tokens=48)  # the fixture's corpus again
+    features = prepare(pair, 4096, tmp_path, prompts=8, response_tokens=48)  # the fixture's corpus again
     for kind, (heads, report) in trained.items():
-        again = train.evaluate_heads(pair, heads, features)
+        again = trainer.evaluate_heads(pair, heads, features)
         assert again["positions"] == report["held_out"]["positions"] > 0
         assert again["accuracy"] == pytest.approx(report["held_out"]["accuracy"], abs=0.02), kind
 
@@ -355,20 +358,20 @@ def test_the_eagle_layer_uses_the_token_it_is_given(tiny_trained, tmp_path):
     depth-1 accuracy collapses."""
     pair, trained = tiny_trained
     heads, _ = trained["eagle"]
-    features = train.prepare(pair, 4096, tmp_path, prompts=8, response_tokens=48)  # the fixture's data again
-    got = train.token_ablation(pair, heads, features, depths=2)
+    features = prepare(pair, 4096, tmp_path, prompts=8, response_tokens=48)  # the fixture's data again
+    got = trainer.token_ablation(pair, heads, features, depths=2)
     # (the tiny target is a random model: its layer reaches 0.06 at depth 1, about twice what it
     # reaches with its tokens shuffled or zeroed; on the real pair 0.33 against 0.05 and 0.11)
     assert got["as_is"][0] > 1.5 * got["shuffled"][0] and got["as_is"][0] > 1.5 * got["zeroed"][0], got
-    with pytest.raises(train.InputError, match="EAGLE layers"):
-        train.token_ablation(pair, trained["medusa"][0], features)
+    with pytest.raises(InputError, match="EAGLE layers"):
+        trainer.token_ablation(pair, trained["medusa"][0], features)
 
 
 def test_int8_storage_halves_the_file_and_keeps_the_weights_to_a_step(tiny_trained, tmp_path):
     """--storage int8: every matrix as int8 rows with a bf16 scale each; loaded back, every weight
     within half a step of its row's scale (plus bf16 rounding of the scale), the vectors exact to
     bf16, and the file about half the bf16 one's bytes."""
-    from specviz.heads import INT8_SCALE, as_stored
+    from specviz.runtime.head_nets import INT8_SCALE, as_stored
 
     pair, trained = tiny_trained
     heads, _ = trained["eagle"]

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from specviz import sampling
-from specviz.sampling import Warp
-from specviz.verifiers import GreedyVerifier, RejectionVerifier
+from specviz.config import Warp
+from specviz.verifiers import sampling
+from specviz.verifiers.exact import GreedyVerifier, RejectionVerifier
 
 
 def test_warp_temperature_topk_topp_exact():

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specviz import trace
-from specviz.metrics import percentile as bench_percentile
-from specviz.metrics import stream_stats, updates_from_events
+from specviz.analysis import trace
+from specviz.analysis.metrics import percentile as bench_percentile, stream_stats, updates_from_events
 from specviz.render import charts, lessons, race
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""llama.cpp under specviz's engine (specviz.llamacpp): the pair's own GGUF files run by
+"""llama.cpp under specviz's engine (specviz.runtime.llamacpp.runner): the pair's own GGUF files run by
 llama.cpp's kernels, with specviz's exact algorithm and events; llama.cpp's own server beside it.
 
 Everything that needs llama.cpp skips, naming why, where it is not built
@@ -17,9 +17,13 @@ import torch
 from scipy.stats import chisquare
 
 import specviz
-from specviz import llamacpp, llamacpp_server, sampling
+from specviz.config import Warp
 from specviz.errors import InputError
-from specviz.verifiers import RejectionVerifier
+from specviz.runtime.gguf import gguf_copy_path, gguf_file, gguf_path
+from specviz.runtime.llamacpp import runner as llamacpp, server as llamacpp_server
+from specviz.runtime.pair import QWEN_DRAFT, QWEN_TARGET
+from specviz.verifiers import sampling
+from specviz.verifiers.exact import RejectionVerifier
 
 MISSING = llamacpp.available()
 needs_llamacpp = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
@@ -41,9 +45,8 @@ def copies_leave_with_the_module():
     it ends, so that a test run does not keep gigabytes nobody asked for, and a small disk (CI's)
     holds the converted pair, the shipped files and one set of copies at a time. A copy that was
     there before (a user's) stays."""
-    from specviz import models
 
-    copies = [models.gguf_copy_path(spec, key) for spec in (models.QWEN_TARGET, models.QWEN_DRAFT)
+    copies = [gguf_copy_path(spec, key) for spec in (QWEN_TARGET, QWEN_DRAFT)
               for key in llamacpp.GGUF_TYPES if key != "q4_k_m"]
     there = {path for path in copies if path.exists()}
     yield
@@ -244,7 +247,7 @@ def _first_token_law(pair, verifier=None):
 def _p_value(pair, counts):
     runner = pair.target.make_runner()
     p = sampling.warp(runner.forward(pair.encode(SAMPLE_PROMPT), last_only=True)[-1],
-                      sampling.Warp(temperature=1.0, top_k=6))
+                      Warp(temperature=1.0, top_k=6))
     support = torch.nonzero(p).flatten().tolist()
     assert set(counts) <= set(support)
     observed = [counts.get(t, 0) for t in support]
@@ -310,13 +313,12 @@ def test_a_missing_build_is_one_sentence_that_says_how_to_build_it(tmp_path):
 def test_a_q8_0_copy_is_made_once_and_decodes_as_its_server_does(q8_0):
     """gguf='q8_0': llama.cpp's quantizer makes the copy once (whole, under a lock), the pair
     runs it, and its AR is what llama-server emits on that file."""
-    from specviz import models
 
     pair = q8_0
     assert pair.weights == "Q8_0" and "Q8_0" in pair.target.desc
-    copy = models.gguf_copy_path(models.QWEN_TARGET, "q8_0")
+    copy = gguf_copy_path(QWEN_TARGET, "q8_0")
     made = copy.stat().st_mtime_ns
-    assert models.gguf_file(models.QWEN_TARGET, "q8_0", lambda f, m: None) == copy
+    assert gguf_file(QWEN_TARGET, "q8_0", lambda f, m: None) == copy
     assert copy.stat().st_mtime_ns == made  # asked again: the same file, not made again
     _, ar = _ids(pair, "ar", PROMPTS[0], n=24)
     with llamacpp_server.Server(gguf="q8_0") as server:
@@ -344,19 +346,20 @@ def test_a_copy_that_would_not_fit_is_refused_before_the_quantizer_writes(tmp_pa
     """gguf='q8_0' or 'f16' on a disk too small for the copy: one sentence with the room it needs
     and the shipped file as the way out, before llama.cpp writes a byte (it would fill the disk
     and then fail)."""
-    from specviz import files, models
+    from specviz import files
+    from specviz.runtime import gguf
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
-    shipped = models.gguf_path(models.QWEN_TARGET)
+    shipped = gguf_path(QWEN_TARGET)
     shipped.parent.mkdir(parents=True)
     shipped.write_bytes(b"GGUF")
-    monkeypatch.setattr(models, "ensure_gguf", lambda spec, say: shipped)
+    monkeypatch.setattr(gguf, "ensure_gguf", lambda spec, say: shipped)
     monkeypatch.setattr(llamacpp, "quantize", lambda *a: pytest.fail("the quantizer ran"))
     monkeypatch.setattr(files, "free_bytes", lambda folder: 1_500_000_000)
     need = {"q8_0": "2.0 GB", "f16": "3.6 GB"}
     for key in need:
         with pytest.raises(files.DiskFullError) as err:
-            models.gguf_file(models.QWEN_TARGET, key, lambda f, m: None)
+            gguf_file(QWEN_TARGET, key, lambda f, m: None)
         message = str(err.value)
         assert f"it needs about {need[key]} free and 1.5 GB is free" in message, message
         assert "shipped Q4_K_M file" in message and "\n" not in message

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from specviz import generate, load_pair
-from specviz import batch
-from specviz.batch import CostTable
+from specviz.engine import load
+from specviz.engine.load import CostTable
+from specviz.engine.setup import Clock
 
 PROMPTS = ["def add(a, b):", "class Stack:"]
 
@@ -22,13 +23,13 @@ def cache(tmp_path, monkeypatch):
 
 def count_measures(monkeypatch) -> list:
     calls = []
-    real = batch.measure_pass
+    real = load.measure_pass
 
     def counting(model, rows, widths, *args):
         calls.append((rows, tuple(widths)))
         return real(model, rows, widths, *args)
 
-    monkeypatch.setattr(batch, "measure_pass", counting)
+    monkeypatch.setattr(load, "measure_pass", counting)
     return calls
 
 
@@ -73,17 +74,17 @@ def test_the_measurement_is_before_the_runs_clock(cache, monkeypatch):
     """The table is measured before run_started's clock starts: a run's timings hold only its
     own passes, whatever the measurement cost."""
     seen = {}
-    real = batch.measure_pass
+    real = load.measure_pass
 
     def slow(model, rows, widths, *args):
         seen.setdefault("first", rows)
         out = real(model, rows, widths, *args)
         return out
 
-    monkeypatch.setattr(batch, "measure_pass", slow)
+    monkeypatch.setattr(load, "measure_pass", slow)
     clock_started = []
-    real_start = batch.Clock.start
-    monkeypatch.setattr(batch.Clock, "start", lambda self: (clock_started.append(bool(seen)), real_start(self)))
+    real_start = Clock.start
+    monkeypatch.setattr(Clock, "start", lambda self: (clock_started.append(bool(seen)), real_start(self)))
     list(generate(load_pair("tiny"), PROMPTS, method="spec", k="load", max_new_tokens=6))
     assert clock_started == [True]  # the clock started after the table was measured
 

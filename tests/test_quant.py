@@ -1,4 +1,4 @@
-"""int8 weight-only weights (specviz.quant): a cheaper drafter that keeps the method exact, and the
+"""int8 weight-only weights (specviz.runtime.quant): a cheaper drafter that keeps the method exact, and the
 low-memory pair (both models int8), whose int8 target is the model decoded: every method's
 greedy output is its own AR output, because its forward computes every row as its AR step does."""
 
@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from specviz import events as ev
-from specviz import generate, load_pair, models
+from specviz import events as ev, generate, load_pair
 from specviz.errors import InputError
-from specviz.lm import CachedLM
-from specviz.quant import ROWS_INT8, Int8Embedding, Int8Linear, quantize_draft
+from specviz.runtime import tiny_pair
+from specviz.runtime.lm import CachedLM
+from specviz.runtime.quant import ROWS_INT8, Int8Embedding, Int8Linear, quantize_draft
 
 
 def test_int8_linear_is_close_to_the_float_layer_and_exact_beyond_the_gemv_rows():
@@ -84,7 +84,7 @@ def test_bad_modes_are_refused(tiny):
 
 
 def test_widths_the_kernel_cannot_take_stay_float():
-    from specviz.quant import quantize_int8
+    from specviz.runtime.quant import quantize_int8
 
     model = torch.nn.Sequential(torch.nn.Linear(100, 32), torch.nn.Linear(32, 8))
     assert quantize_int8(model) == 1  # 100 is not a multiple of 16 (the kernel crashes on it)
@@ -187,7 +187,7 @@ def test_a_verify_row_is_its_ar_step_bit_for_bit():
     """The int8 pair's forward computes a row as its AR step does, bit for bit: int8 products
     row by row, attention one row at a time (quant.rowwise_attention). transformers' own
     attention takes another path for many rows, and the float pair's logits differ there."""
-    ids = models.tiny_tokenizer().encode("def fibonacci(n):\n    return n", add_special_tokens=False)
+    ids = tiny_pair.tiny_tokenizer().encode("def fibonacci(n):\n    return n", add_special_tokens=False)
     multi, one = _last_logits_both_ways(load_pair("tiny", memory="low"), ids)
     assert torch.equal(multi, one)
     multi, one = _last_logits_both_ways(load_pair("tiny"), ids)

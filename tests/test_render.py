@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specviz import metrics, theory, trace
+from specviz.analysis import metrics, theory, trace
 from specviz.render import charts, chips, inspector, panel, steps, tree
 from specviz.render.race import Lane, lane_html, race, verdict
 

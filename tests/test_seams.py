@@ -1,10 +1,13 @@
 """Seam rules, checked by parsing imports (no module is imported here):
 
+- the layers: each folder of specviz/ imports only the layers below it (LAYERS, lowest first),
+  and only the entry points and the schema sit at specviz/'s top;
 - renderers (specviz/render/*.py), app.py and its views (webapp/*.py) import neither torch nor
-  transformers, and the renderers import nothing of the engine's internals (only events, metrics, theory, trace, and
-  files, which writes a file whole and imports only the standard library);
+  transformers, and the renderers import nothing of the engine's internals (only events, the
+  analysis layer, errors and files, which writes a file whole and imports only the standard library);
 - every other specviz module imports no UI library (gradio, plotly, ipywidgets, anywidget), but
-  the app's outside clients (bench.classroom), which import no model library and no engine.
+  the app's outside clients (bench.classroom), which import no model library and no engine;
+- no import cycle, lazy imports included.
 """
 
 import ast
@@ -15,8 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_LIBS = {"torch", "transformers"}
 UI_LIBS = {"gradio", "gradio_client", "plotly", "ipywidgets", "anywidget"}
-RENDER_MAY_USE = ("specviz.events", "specviz.metrics", "specviz.theory", "specviz.trace", "specviz.errors",
-                  "specviz.files", "specviz.render")
+RENDER_MAY_USE = ("specviz.events", "specviz.analysis", "specviz.errors", "specviz.files", "specviz.render")
 
 
 def imported_modules(source: str) -> set:
@@ -155,3 +157,78 @@ def test_specviz_has_no_import_cycle():
     sources = {module_name(p): p.read_text(encoding="utf-8") for p in (ROOT / "specviz").rglob("*.py")}
     assert len(sources) >= 30
     assert cycles(import_graph(sources)) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the layers: the tree is the architecture (docs/architecture.md)
+
+# specviz/'s own top: the entry points (__init__, __main__, cli, argparsing) and what every layer
+# shares (the event schema, the run's config, the method registry, errors, files, the prompts)
+TOP = {"__init__", "__main__", "cli", "argparsing", "events", "config", "methods", "errors", "files", "prompts"}
+ENTRY_POINTS = {"specviz", "specviz.__main__", "specviz.cli"}
+SCHEMA = {"specviz.events", "specviz.config", "specviz.methods", "specviz.errors", "specviz.files", "specviz.prompts",
+          "specviz.argparsing"}
+# each layer with the layers it may import (besides itself and the schema), lowest first
+LAYERS = {
+    "analysis": (),
+    "render": ("analysis",),
+    "verifiers": ("analysis",),
+    "runtime": ("analysis",),
+    "drafters": ("analysis", "verifiers", "runtime"),
+    "engine": ("analysis", "verifiers", "runtime", "drafters"),
+    "training": ("analysis", "verifiers", "runtime", "drafters", "engine", "render"),
+    "teaching": ("analysis", "verifiers", "runtime", "drafters", "engine", "render"),
+    "bench": ("analysis", "verifiers", "runtime", "drafters", "engine", "render", "training"),
+}
+
+
+def layer_of(module: str) -> str:
+    """"schema", "entry" or the folder a specviz module sits in."""
+    if module in SCHEMA:
+        return "schema"
+    if module in ENTRY_POINTS:
+        return "entry"
+    return module.split(".")[1]
+
+
+def specviz_modules() -> dict:
+    return {module_name(p): p for p in (ROOT / "specviz").rglob("*.py")}
+
+
+def test_only_entry_points_and_the_schema_sit_at_the_top():
+    top = {p.stem for p in (ROOT / "specviz").glob("*.py")}
+    assert top == TOP, f"move {sorted(top - TOP)} into a layer folder" if top - TOP else sorted(TOP - top)
+    folders = {p.name for p in (ROOT / "specviz").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders == set(LAYERS), sorted(folders ^ set(LAYERS))
+
+
+def layer_violations(module: str, source: str) -> list:
+    """The specviz modules `source` (the text of `module`) imports from a layer it may not use."""
+    layer = layer_of(module)
+    allowed = {"schema", layer} | set(LAYERS.get(layer, ()))
+    known = specviz_modules()
+    bad = []
+    for name in sorted(imported_modules(source)):
+        if not name.startswith("specviz.") or name == "specviz.__version__":
+            continue
+        owner = name if name in known else name.rsplit(".", 1)[0]  # `from package import name`
+        if owner in known and layer_of(owner) not in allowed:
+            bad.append(name)
+    return bad
+
+
+def test_the_layer_rule_catches_an_upward_import_even_a_lazy_one():
+    lazy = "import torch\n\ndef f():\n    from specviz.engine.batch import generate_batch\n"
+    assert layer_violations("specviz.runtime.lm", lazy) == ["specviz.engine.batch", "specviz.engine.batch.generate_batch"]
+    assert layer_violations("specviz.engine.batch", "from specviz.runtime import lm\n") == []
+    assert layer_violations("specviz.render.race", "from specviz.verifiers import sampling\n") == [
+        "specviz.verifiers", "specviz.verifiers.sampling"]
+    assert layer_violations("specviz.config", "from specviz.engine import adaptive\n") == [
+        "specviz.engine", "specviz.engine.adaptive"]
+
+
+@pytest.mark.parametrize("module", sorted(m for m in specviz_modules() if layer_of(m) != "entry"))
+def test_each_layer_imports_only_the_layers_below_it(module):
+    bad = layer_violations(module, specviz_modules()[module].read_text(encoding="utf-8"))
+    layer = layer_of(module)
+    assert not bad, f"{module} ({layer}) imports {bad}: a {layer} module may use {sorted(LAYERS.get(layer, ()))}"

@@ -1,4 +1,4 @@
-"""The target's own generations as training data (specviz.selfgen): exact answers, the right
+"""The target's own generations as training data (specviz.training.selfgen): exact answers, the right
 states at every position, a bank that never holds the benchmark's prompts, and a run that resumes."""
 
 from __future__ import annotations
@@ -11,10 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-from specviz import files, generate, selfgen
-from specviz.bench.prompts import PROMPTS, SERVING_BANK
+from specviz import files, generate
 from specviz.cli import main as cli_main
 from specviz.config import Warp
+from specviz.errors import InputError
+from specviz.prompts import PROMPTS, SERVING_BANK
+from specviz.training import prompt_bank, selfgen
+from specviz.training.corpus import (Schedule, bank_fingerprint, bank_prefix, checkout_corpus, corpus_batches,
+    read_corpus_batch, write_corpus_batch)
 
 TEXTS = ["def add(a, b):", "Hello there", "x = [1, 2, 3]\nfor item in x:", "import os"]
 
@@ -54,7 +58,7 @@ def test_sampled_rows_follow_their_own_seed(tiny):
 
 
 def test_the_bank_is_varied_and_never_holds_the_benchmarks_prompts():
-    bank = selfgen.prompt_bank()
+    bank = prompt_bank.prompt_bank()
     texts = [p.text for p in bank]
     assert len(bank) > 2000 and len(set(texts)) == len(texts)
     assert {p.kind for p in bank} == {"code", "rewrite", "chat", "general"}
@@ -63,27 +67,27 @@ def test_the_bank_is_varied_and_never_holds_the_benchmarks_prompts():
     first = next(i for i, p in enumerate(bank) if p.kind == "general")
     assert first > 2000 and all(p.kind == "general" for p in bank[first:]) and len(bank) - first > 2500
     # and more of it later, after the first general prompts: each in its own place from then on
-    more = {t.format(t=topic) for t in selfgen.GENERAL_TEMPLATES_MORE for topic in selfgen.GENERAL_TOPICS}
-    more |= {t.format(t=topic) for t in selfgen.GENERAL_TEMPLATES + selfgen.GENERAL_TEMPLATES_MORE
-             for topic in selfgen.GENERAL_TOPICS_MORE}
+    more = {t.format(t=topic) for t in prompt_bank.GENERAL_TEMPLATES_MORE for topic in prompt_bank.GENERAL_TOPICS}
+    more |= {t.format(t=topic) for t in prompt_bank.GENERAL_TEMPLATES + prompt_bank.GENERAL_TEMPLATES_MORE
+             for topic in prompt_bank.GENERAL_TOPICS_MORE}
     later = next(i for i, p in enumerate(bank) if p.text in more)
-    assert later - first == len(selfgen.GENERAL_TOPICS) * len(selfgen.GENERAL_TEMPLATES)
+    assert later - first == len(prompt_bank.GENERAL_TOPICS) * len(prompt_bank.GENERAL_TEMPLATES)
     assert all(p.text in more for p in bank[later:]) and len(bank) - later == len(more)
-    assert selfgen.bank_prefix(bank, selfgen.bank_fingerprint(bank[:first])) == first
+    assert bank_prefix(bank, bank_fingerprint(bank[:first])) == first
     assert not any(w in p.text.lower() for p in bank[first:] for w in ("sky", "blue", "light"))
     openings = {" ".join(p.text.split()[:3]).lower() for p in PROMPTS.values()}
     assert not any(" ".join(p.text.split()[:3]).lower() in openings for p in bank[first:])
     banned = {p.text for p in PROMPTS.values()} | set(SERVING_BANK)
     assert not banned & set(texts)
     assert any("is_prime" in t for t in banned) and not any("def is_prime(" in t for t in texts)
-    held = sum(map(selfgen.held_out, bank)) / len(bank)
+    held = sum(map(prompt_bank.held_out, bank)) / len(bank)
     assert 0.05 < held < 0.12
-    assert [p.text for p in selfgen.prompt_bank()] == texts  # the same bank on every machine with this Python
-    assert [p.text for p in selfgen.prompt_bank(seed=1)] != texts
+    assert [p.text for p in prompt_bank.prompt_bank()] == texts  # the same bank on every machine with this Python
+    assert [p.text for p in prompt_bank.prompt_bank(seed=1)] != texts
 
 
 def test_a_run_grows_resumes_and_survives_a_cut(tiny, tmp_path, monkeypatch):
-    small = [selfgen.BankPrompt("code", t, False) for t in TEXTS * 3]
+    small = [prompt_bank.BankPrompt("code", t, False) for t in TEXTS * 3]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: small)
     first = selfgen.selfgen(tiny, tmp_path, tokens=1, batch=2, max_new_tokens=6, progress=False)
     assert first.meta["batches"] == 1 and len(first.sequences) == 2
@@ -101,7 +105,7 @@ def test_a_run_grows_resumes_and_survives_a_cut(tiny, tmp_path, monkeypatch):
     assert selfgen.SAMPLE_EVERY > 2 and [s["sampled"] for s in grown.meta["sequences"]] == [False] * 4
     meta = json.loads((tmp_path / "selfgen.json").read_text())
     assert sum(s["length"] for s in meta["sequences"]) == meta["tokens"] == len(grown.tokens)
-    with pytest.raises(selfgen.InputError, match="other settings"):
+    with pytest.raises(InputError, match="other settings"):
         selfgen.selfgen(tiny, tmp_path, tokens=10, batch=2, max_new_tokens=7, progress=False)
     # no batch given (as `train eagle3` calls it): the run goes on with its own, 2 rows a pass
     third = selfgen.selfgen(tiny, tmp_path, tokens=grown.meta["tokens"] + 1, max_new_tokens=6, progress=False)
@@ -111,7 +115,7 @@ def test_a_run_grows_resumes_and_survives_a_cut(tiny, tmp_path, monkeypatch):
 def test_a_run_longer_than_the_bank_samples_the_prompts_it_gives_again(tiny, tmp_path, monkeypatch):
     # three prompts, two a batch: batches 0-2 are greedy by the schedule (SAMPLE_EVERY > 3), so
     # only the second pass over the bank makes the repeats sampled, each row with its own seed
-    bank = [selfgen.BankPrompt("code", t, False) for t in TEXTS[:3]]
+    bank = [prompt_bank.BankPrompt("code", t, False) for t in TEXTS[:3]]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: bank)
     assert selfgen.SAMPLE_EVERY > 3
     tokens = 1
@@ -131,7 +135,7 @@ def test_a_run_longer_than_the_bank_samples_the_prompts_it_gives_again(tiny, tmp
 
 
 def test_a_run_that_would_not_fit_on_the_disk_is_refused_before_any_work(tiny, tmp_path, monkeypatch):
-    small = [selfgen.BankPrompt("code", t, False) for t in TEXTS * 3]
+    small = [prompt_bank.BankPrompt("code", t, False) for t in TEXTS * 3]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: small)
     first = selfgen.selfgen(tiny, tmp_path, tokens=1, batch=2, max_new_tokens=6, progress=False)
     kept = (tmp_path / "feats.f16").read_bytes()
@@ -155,7 +159,7 @@ def test_cli_says_what_is_wrong_in_one_line(capsys):
 
 
 def test_a_run_keeps_its_text_and_a_new_run_replays_it_instead_of_generating(tiny, tmp_path, monkeypatch):
-    small = [selfgen.BankPrompt("code", t, False) for t in TEXTS * 3]
+    small = [prompt_bank.BankPrompt("code", t, False) for t in TEXTS * 3]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: small)
     made = tmp_path / "made"
     data = None
@@ -163,7 +167,7 @@ def test_a_run_keeps_its_text_and_a_new_run_replays_it_instead_of_generating(tin
         data = selfgen.selfgen(tiny, made, tokens=(data.meta["tokens"] + 1) if data else 1, batch=2,
                                max_new_tokens=6, progress=False)
     corpus = made / "corpus"
-    assert selfgen.corpus_batches(corpus) == 3 and json.loads((corpus / "corpus.json").read_text())["batches"] == 3
+    assert corpus_batches(corpus) == 3 and json.loads((corpus / "corpus.json").read_text())["batches"] == 3
     # the machine is gone, the text is kept: two batches of it (as a checkout keeps them)
     kept = tmp_path / "kept"
     kept.mkdir()
@@ -182,25 +186,25 @@ def test_a_run_keeps_its_text_and_a_new_run_replays_it_instead_of_generating(tin
     assert np.array_equal(again.labels, data.labels)
     # its own corpus is complete again, batch for batch the same text
     for b in range(3):
-        assert selfgen.read_corpus_batch(tmp_path / "again" / "corpus", b) == selfgen.read_corpus_batch(corpus, b)
+        assert read_corpus_batch(tmp_path / "again" / "corpus", b) == read_corpus_batch(corpus, b)
     # a run made before runs kept their text writes it from its data
     shutil.rmtree(corpus)
     selfgen.selfgen(tiny, made, tokens=1, max_new_tokens=6, progress=False)
     for b in range(3):
-        assert selfgen.read_corpus_batch(corpus, b) == selfgen.read_corpus_batch(tmp_path / "again" / "corpus", b)
+        assert read_corpus_batch(corpus, b) == read_corpus_batch(tmp_path / "again" / "corpus", b)
 
 
 def test_a_corpus_of_a_bank_that_has_grown_at_its_end_goes_on_with_the_new_prompts(tiny, tmp_path, monkeypatch):
     """A corpus made before prompts were added at the bank's end is this bank's prefix: replayed, then
     continued with the added prompts (greedy, not the repeats of a bank gone round); with its size
     stated or not (corpus.json before bank_prompts existed)."""
-    old = [selfgen.BankPrompt("code", t, False) for t in TEXTS[:2]]
+    old = [prompt_bank.BankPrompt("code", t, False) for t in TEXTS[:2]]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: old)
     made = selfgen.selfgen(tiny, tmp_path / "made", tokens=1, batch=2, max_new_tokens=6, progress=False, corpus=None)
     corpus = tmp_path / "made" / "corpus"
     meta = json.loads((corpus / "corpus.json").read_text())
-    assert meta["bank_prompts"] == 2 and meta["bank"] == selfgen.bank_fingerprint(old)
-    grown = old + [selfgen.BankPrompt("general", t, True) for t in ("Tell me about tea.", "Why do cats purr?")]
+    assert meta["bank_prompts"] == 2 and meta["bank"] == bank_fingerprint(old)
+    grown = old + [prompt_bank.BankPrompt("general", t, True) for t in ("Tell me about tea.", "Why do cats purr?")]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: grown)
     for folder, stated in (("again", True), ("legacy", False)):
         if not stated:
@@ -214,13 +218,13 @@ def test_a_corpus_of_a_bank_that_has_grown_at_its_end_goes_on_with_the_new_promp
         ids = tiny.encode("Why do cats purr?", chat=True)
         assert data.tokens[seqs[3]["start"]:seqs[3]["start"] + len(ids)].tolist() == ids
     # the bank changed within (another Python's standard library): not this bank's prefix
-    assert selfgen.bank_prefix(grown[::-1], meta["bank"]) is None
-    assert selfgen.bank_prefix(grown, meta["bank"], 3) is None and selfgen.bank_prefix(grown, meta["bank"], 2) == 2
+    assert bank_prefix(grown[::-1], meta["bank"]) is None
+    assert bank_prefix(grown, meta["bank"], 3) is None and bank_prefix(grown, meta["bank"], 2) == 2
     # a corpus names only the prompts its batches answered: a bank changed past them still continues it
     first = selfgen.selfgen(tiny, tmp_path / "part", tokens=1, batch=2, max_new_tokens=6, progress=False, corpus=None)
     part = json.loads((tmp_path / "part" / "corpus" / "corpus.json").read_text())
-    assert part["bank_prompts"] == 2 and part["bank"] == selfgen.bank_fingerprint(grown[:2])
-    edited = grown[:3] + [selfgen.BankPrompt("general", "Why do dogs wag their tails?", True)]
+    assert part["bank_prompts"] == 2 and part["bank"] == bank_fingerprint(grown[:2])
+    edited = grown[:3] + [prompt_bank.BankPrompt("general", "Why do dogs wag their tails?", True)]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: edited)
     data = selfgen.selfgen(tiny, tmp_path / "edited", tokens=first.meta["tokens"] + 1, max_new_tokens=6,
                            progress=False, corpus=tmp_path / "part" / "corpus")
@@ -229,28 +233,28 @@ def test_a_corpus_of_a_bank_that_has_grown_at_its_end_goes_on_with_the_new_promp
 
 def test_the_schedule_gives_the_bank_in_order_then_rounds_and_takes_grown_banks_where_they_stopped():
     for n in (1, 2, 3, 7):  # a bank that never changes: prompt i % n, given again from the n-th on
-        schedule = selfgen.Schedule()
+        schedule = Schedule()
         assert [schedule.next(n) for i in range(5 * n + 2)] == [(i % n, i >= n) for i in range(5 * n + 2)]
-        again = selfgen.Schedule(i % n for i in range(5 * n + 2))  # rebuilt from a run's record
+        again = Schedule(i % n for i in range(5 * n + 2))  # rebuilt from a run's record
         assert (again.first, again.at) == (schedule.first, schedule.at)
 
     def run(sizes):  # the prompts a run gives while its bank has each size in turn, for that many answers
-        schedule = selfgen.Schedule()
+        schedule = Schedule()
         return [schedule.next(size) for size, count in sizes for _ in range(count)]
 
     # grown after one answer given again, then again; and after two whole rounds
     assert [p for p, _ in run([(3, 4), (5, 3), (7, 6)])] == [0, 1, 2, 0, 3, 4, 1, 5, 6, 2, 3, 4, 5]
     assert [p for p, _ in run([(3, 7), (5, 5)])] == [0, 1, 2, 0, 1, 2, 0, 3, 4, 1, 2, 3]
     given = run([(3, 4), (5, 3), (7, 6)])
-    schedule = selfgen.Schedule()
+    schedule = Schedule()
     assert [schedule.take(p) for p, _ in given] == [again for _, again in given]
     # a prompt out of that order is not taken: a skip, a repeat out of the round's order, a new prompt
     # that skips one after the bank went round
     for prompts in ([0, 2], [1], [0, 1, 1], [0, 1, 0, 3]):
-        schedule = selfgen.Schedule()
+        schedule = Schedule()
         assert None in [schedule.take(p) for p in prompts]
-        with pytest.raises(selfgen.InputError, match="another bank; give another --out"):
-            selfgen.Schedule(prompts)
+        with pytest.raises(InputError, match="another bank; give another --out"):
+            Schedule(prompts)
 
 
 def test_a_bank_grown_after_the_run_went_round_it_has_its_new_prompts_answered_next(tiny, tmp_path, monkeypatch):
@@ -258,7 +262,7 @@ def test_a_bank_grown_after_the_run_went_round_it_has_its_new_prompts_answered_n
     and a bank grown at its end since: the corpus is replayed as it was made, its repeat keeps its
     place, the new prompts are answered next (first answers: greedy but in a sampling batch), and
     the round goes on after them where it stopped."""
-    old = [selfgen.BankPrompt("code", t, False) for t in TEXTS[:3]]
+    old = [prompt_bank.BankPrompt("code", t, False) for t in TEXTS[:3]]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: old)
     made = selfgen.selfgen(tiny, tmp_path / "made", tokens=1, batch=2, max_new_tokens=6, progress=False, corpus=None)
     made = selfgen.selfgen(tiny, tmp_path / "made", tokens=made.meta["tokens"] + 1, max_new_tokens=6,
@@ -267,7 +271,7 @@ def test_a_bank_grown_after_the_run_went_round_it_has_its_new_prompts_answered_n
                                                                             (0, True)]
     corpus = tmp_path / "made" / "corpus"
     assert json.loads((corpus / "corpus.json").read_text())["bank_prompts"] == 3
-    grown = old + [selfgen.BankPrompt("general", t, True) for t in ("Tell me about tea.", "Why do cats purr?")]
+    grown = old + [prompt_bank.BankPrompt("general", t, True) for t in ("Tell me about tea.", "Why do cats purr?")]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: grown)
     data = selfgen.selfgen(tiny, tmp_path / "grown", tokens=made.meta["tokens"] + 1, max_new_tokens=6,
                            progress=False, corpus=corpus)
@@ -282,49 +286,49 @@ def test_a_bank_grown_after_the_run_went_round_it_has_its_new_prompts_answered_n
     ids = tiny.encode("Why do cats purr?", chat=True)
     assert data.tokens[seqs[5]["start"]:seqs[5]["start"] + len(ids)].tolist() == ids
     own = json.loads((tmp_path / "grown" / "corpus" / "corpus.json").read_text())
-    assert own["bank_prompts"] == 5 and own["bank"] == selfgen.bank_fingerprint(grown)
+    assert own["bank_prompts"] == 5 and own["bank"] == bank_fingerprint(grown)
     # the same bank, never grown, goes round as before: prompt i of the run is i modulo the bank
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: old)
     again = selfgen.selfgen(tiny, tmp_path / "made", tokens=data.meta["tokens"], max_new_tokens=6, progress=False,
                             corpus=None)
     assert [s["prompt"] for s in again.meta["sequences"]] == [i % 3 for i in range(len(again.meta["sequences"]))]
     # a batch whose prompts are not the run's next ones, or not sampled as the rule says, is refused
-    entries, tokens = selfgen.read_corpus_batch(corpus, 1)
+    entries, tokens = read_corpus_batch(corpus, 1)
     # (prompt 0 given again in batch 0 would be the rule's for a bank of one prompt then: batch 1's
     # new prompt 2 is what cannot follow it)
     cases = ((1, {1: {"prompt": 1}}, 1), (0, {1: {"prompt": 0, "sampled": True}}, 1), (1, {1: {"sampled": False}}, 1))
     for b, change, refused in cases:
-        stored = selfgen.read_corpus_batch(corpus, b)
+        stored = read_corpus_batch(corpus, b)
         changed = [{**e, **change.get(i, {})} for i, e in enumerate(stored[0])]
-        selfgen.write_corpus_batch(corpus, b, changed, stored[1])
-        with pytest.raises(selfgen.InputError,
+        write_corpus_batch(corpus, b, changed, stored[1])
+        with pytest.raises(InputError,
                            match=rf"batch-0000{refused}.npz does not hold batch {refused} of this run .* --corpus none"):
             selfgen.selfgen(tiny, tmp_path / f"bad{b}", tokens=made.meta["tokens"], max_new_tokens=6, progress=False,
                             corpus=corpus)
-        selfgen.write_corpus_batch(corpus, b, *stored)
+        write_corpus_batch(corpus, b, *stored)
     # a run of a bank that has lost prompts since (another Python's) is refused, not misread
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: old[:2])
-    with pytest.raises(selfgen.InputError, match="another prompt bank; give another --out"):
+    with pytest.raises(InputError, match="another prompt bank; give another --out"):
         selfgen.selfgen(tiny, tmp_path / "grown", tokens=data.meta["tokens"] + 1, max_new_tokens=6, progress=False)
 
 
 def test_a_corpus_of_other_settings_or_cut_short_is_refused_saying_what_to_do(tiny, tmp_path, monkeypatch):
-    small = [selfgen.BankPrompt("code", t, False) for t in TEXTS * 3]
+    small = [prompt_bank.BankPrompt("code", t, False) for t in TEXTS * 3]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: small)
     selfgen.selfgen(tiny, tmp_path / "made", tokens=1, batch=2, max_new_tokens=6, progress=False)
     corpus = tmp_path / "made" / "corpus"
-    with pytest.raises(selfgen.InputError, match=r"other settings \(max_new_tokens=6\).*--corpus none"):
+    with pytest.raises(InputError, match=r"other settings \(max_new_tokens=6\).*--corpus none"):
         selfgen.selfgen(tiny, tmp_path / "other", tokens=1, batch=2, max_new_tokens=7, progress=False, corpus=corpus)
     batch = corpus / "batch-00000.npz"
     batch.write_bytes(batch.read_bytes()[:100])
-    with pytest.raises(selfgen.InputError, match="batch-00000.npz is not a corpus batch .* delete it"):
+    with pytest.raises(InputError, match="batch-00000.npz is not a corpus batch .* delete it"):
         selfgen.selfgen(tiny, tmp_path / "third", tokens=1, batch=2, max_new_tokens=6, progress=False, corpus=corpus)
     assert cli_main(["selfgen", "--pair", "tiny", "--tokens", "5", "--corpus", str(tmp_path / "nothing")]) == 2
 
 
 def test_the_checkout_corpus_is_left_aside_when_its_settings_differ_and_a_foreign_bank_is_not_continued(
         tiny, tmp_path, monkeypatch, capsys):
-    small = [selfgen.BankPrompt("code", t, False) for t in TEXTS * 3]
+    small = [prompt_bank.BankPrompt("code", t, False) for t in TEXTS * 3]
     monkeypatch.setattr(selfgen, "prompt_bank", lambda seed=0: small)
     selfgen.selfgen(tiny, tmp_path / "made", tokens=1, batch=2, max_new_tokens=6, progress=False)
     corpus = tmp_path / "made" / "corpus"
@@ -337,7 +341,7 @@ def test_the_checkout_corpus_is_left_aside_when_its_settings_differ_and_a_foreig
     shutil.copytree(tmp_path / "other" / "corpus", tmp_path / "made" / "corpus")
     for name in ("selfgen.json", "tokens.i32", "labels.i32", "feats.f16"):
         (tmp_path / "made" / name).unlink()
-    with pytest.raises(selfgen.InputError, match=r"holds text generated with other settings \(max_new_tokens=7\)"):
+    with pytest.raises(InputError, match=r"holds text generated with other settings \(max_new_tokens=7\)"):
         selfgen.selfgen(tiny, tmp_path / "made", tokens=1, batch=2, max_new_tokens=6, progress=False, corpus=None)
     # a corpus from another bank: its batches are replayed, none is generated past them
     selfgen.selfgen(tiny, tmp_path / "third", tokens=1, batch=2, max_new_tokens=7, progress=False, corpus=None)
@@ -347,27 +351,27 @@ def test_the_checkout_corpus_is_left_aside_when_its_settings_differ_and_a_foreig
     replayed = selfgen.selfgen(tiny, tmp_path / "fourth", tokens=1, batch=2, max_new_tokens=7, progress=False,
                                corpus=foreign)
     assert replayed.meta["batches"] == 1
-    with pytest.raises(selfgen.InputError, match="another prompt bank .* its 1 batches are replayed"):
+    with pytest.raises(InputError, match="another prompt bank .* its 1 batches are replayed"):
         selfgen.selfgen(tiny, tmp_path / "fourth", tokens=replayed.meta["tokens"] + 1, max_new_tokens=7,
                         progress=False, corpus=foreign)
     (foreign / "corpus.json").write_text("{not json")
-    with pytest.raises(selfgen.InputError, match="corpus.json cannot be read"):
+    with pytest.raises(InputError, match="corpus.json cannot be read"):
         selfgen.selfgen(tiny, tmp_path / "fifth", tokens=1, batch=2, max_new_tokens=7, progress=False, corpus=foreign)
 
 
 def test_the_checkout_keeps_its_selfgen_text_whole_and_made_as_the_shipped_heads_command_makes_it():
-    corpus = selfgen.checkout_corpus("qwen-coder")
+    corpus = checkout_corpus("qwen-coder")
     assert corpus is not None, "data/selfgen/qwen-coder is missing from the checkout"
     meta = json.loads((corpus / "corpus.json").read_text())
-    manifest = json.loads((files.Path(selfgen.__file__).parent / "data" / "heads" / "qwen-coder" / "manifest.json").read_text())
+    manifest = json.loads((files.Path(selfgen.__file__).parents[1] / "data" / "heads" / "qwen-coder" / "manifest.json").read_text())
     shipped = manifest["eagle3"]
     assert f"--batch {meta['batch']}" in shipped["command"] and meta["layers"] == shipped["config"]["layers"]
-    assert meta["batches"] == selfgen.corpus_batches(corpus) > 0  # nothing missing before its last batch
+    assert meta["batches"] == corpus_batches(corpus) > 0  # nothing missing before its last batch
     if sys.version_info[:2] == (3, 11):  # the Python whose standard library made its bank: still its prefix
-        assert selfgen.bank_prefix(selfgen.prompt_bank(), meta["bank"], meta["bank_prompts"]) == meta["bank_prompts"]
-    held, schedule = [], selfgen.Schedule()
+        assert bank_prefix(prompt_bank.prompt_bank(), meta["bank"], meta["bank_prompts"]) == meta["bank_prompts"]
+    held, schedule = [], Schedule()
     for b in range(meta["batches"]):
-        entries, tokens = selfgen.read_corpus_batch(corpus, b)
+        entries, tokens = read_corpus_batch(corpus, b)
         assert len(entries) == meta["batch"] and [len(t) for t in tokens] == [e["length"] for e in entries]
         assert all(e["prompt_tokens"] + e["answer_tokens"] - 1 == e["length"] for e in entries)
         for e in entries:  # the bank in order, then round it again

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from specviz import generate, theory
-from specviz import presets as recorded
+from specviz import generate
+from specviz.analysis import theory
+from specviz.bench import recordings as recorded
 from specviz.events import split_rows
 from specviz.render import serving as render
 
@@ -217,7 +218,7 @@ def test_the_bench_keeps_its_runs_and_the_app_ships_them(tiny, tmp_path):
 
 
 def test_a_batched_trace_opens_in_the_step_view_as_its_first_user(app, batched, tmp_path):
-    from specviz.trace import dumps
+    from specviz.analysis.trace import dumps
     from webapp import step
 
     _, spec = batched

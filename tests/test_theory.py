@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from specviz import theory
+from specviz.analysis import theory
 
 
 def test_expected_tokens_and_speedup_hand_values():

@@ -2,13 +2,13 @@
 
 import pytest
 import torch
-
-from specviz import generate, metrics, sampling, trace
-from specviz.sampling import Warp
-from specviz.tree import ROOT, DraftTree, attention
-from specviz.verifiers import RejectionVerifier
-
 from test_distribution import RUNS, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
+
+from specviz import generate
+from specviz.analysis import metrics, trace
+from specviz.config import Warp
+from specviz.verifiers.draft_tree import ROOT, DraftTree, attention
+from specviz.verifiers.exact import RejectionVerifier
 
 SHAPES = ["1,1,1,1", "3,2,1", "2,2,2,2", "4", "dynamic"]
 
@@ -132,7 +132,7 @@ def test_broken_multi_draft_rule_fails(toy):  # noqa: F811
 def test_reranking_sampled_trees_is_caught(toy):  # noqa: F811
     """EAGLE-2's re-rank-and-cut keeps a sampled candidate because its own q is high: that biases
     the candidates towards likely tokens, and the same distribution test rejects it."""
-    from specviz.drafters.tree import TreeDrafter
+    from specviz.drafters.model_tree import TreeDrafter
 
     class Reranking(TreeDrafter):
         rerank_sampled = True

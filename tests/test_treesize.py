@@ -1,4 +1,4 @@
-"""Trees sized to the machine (tree_budget="auto", specviz.treesize): each step keeps the nodes
+"""Trees sized to the machine (tree_budget="auto", specviz.drafters.tree_budget): each step keeps the nodes
 that maximise expected tokens per second under the measured pass costs; greedy output stays the
 target's, sampled output keeps the target's distribution, and a bad budget is refused."""
 
@@ -6,16 +6,14 @@ import subprocess
 import sys
 
 import pytest
+from test_distribution import N_TOKENS, RUNS, _p_value, _target_joint, toy  # noqa: F401
 
 from specviz import generate
-from specviz.config import RunConfig
-from specviz.drafters.tree import TreeDrafter
+from specviz.config import RunConfig, Warp
+from specviz.drafters.model_tree import TreeDrafter
+from specviz.drafters.tree_budget import TreeSizer
 from specviz.errors import InputError
 from specviz.render import panel, steps as st
-from specviz.sampling import Warp
-from specviz.treesize import TreeSizer
-
-from test_distribution import N_TOKENS, RUNS, _p_value, _target_joint, toy  # noqa: F401
 
 SCORES = [0.9, 0.5, 0.3, 0.1, 0.05]
 CURVE = {1: 1.0, 2: 1.0, 3: 1.2, 4: 1.5, 5: 2.0, 6: 3.0}  # seconds of a pass over that many tokens

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from specviz import llamacpp, llamacpp_server, watch
+from specviz.bench import watch
+from specviz.runtime.llamacpp import runner as llamacpp, server as llamacpp_server
 
 VLLM = """# HELP vllm:spec_decode_num_drafts Number of spec decoding drafts.
 # TYPE vllm:spec_decode_num_drafts counter

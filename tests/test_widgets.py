@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from specviz import generate, trace
+from specviz import generate
+from specviz.analysis import trace
 from specviz.render import lessons, notebook, steps
 from specviz.render.widgets import RaceWidget, StepInspector, TokenStream, TreeView
 

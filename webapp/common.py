@@ -17,19 +17,21 @@ except ImportError:
 import gradio as gr
 
 import specviz
-from specviz import engine, llamacpp, methods, presets as recorded
+from specviz import methods
+from specviz.bench import recordings as recorded
 from specviz.config import RunConfig
 from specviz.errors import SpecvizError
-from specviz.models import LLAMACPP_PAIR, default_pair_name, list_pairs
-from specviz.quant import MODES, quantize_draft
-from specviz.render import CSS
+from specviz.render.html import CSS
+from specviz.runtime.llamacpp import runner as llamacpp
+from specviz.runtime.models import LLAMACPP_PAIR, default_pair_name, list_pairs
+from specviz.runtime.quant import MODES, quantize_draft
 
 MAX_TOKENS = int(os.environ.get("SPECVIZ_MAX_TOKENS", "256"))
 MAX_PROMPT_CHARS = 4000
 ALLOW_CUSTOM = os.environ.get("SPECVIZ_ALLOW_CUSTOM") == "1"
 DEFAULT_PAIR = default_pair_name()
 PRESET_PAIRS = [name for name, _ in list_pairs() if name != LLAMACPP_PAIR or llamacpp.available() is None]
-DRAFT_WEIGHTS = MODES  # specviz.quant: "none" or an int8 weight-only draft (CPU)
+DRAFT_WEIGHTS = MODES  # specviz.runtime.quant: "none" or an int8 weight-only draft (CPU)
 RECORD_TOPK = recorded.RECORD_TOPK
 # Live runs allowed to wait for the engine slot; one more is told the engine is busy, at once. A
 # default race (64 tokens) takes ~25-30 s on the real pair on a 2-core CPU, so the last of three

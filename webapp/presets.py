@@ -1,4 +1,4 @@
-"""Presets: runs recorded once on the real pair (specviz.presets), replayed from memory, rendered
+"""Presets: runs recorded once on the real pair (specviz.bench.recordings), replayed from memory, rendered
 once per process, never queued behind the engine: a class clicking presets costs no engine time."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from html import escape
 import gradio as gr
 from gradio.components.plot import PlotData
 
-from specviz import presets as recorded
+from specviz.bench import recordings as recorded
 from specviz.render import steps
 from webapp import charts, race, step
 from webapp.common import ui

@@ -7,7 +7,8 @@ from __future__ import annotations
 import gradio as gr
 
 import specviz
-from specviz import engine, methods, presets as recorded
+from specviz import methods
+from specviz.bench import recordings as recorded
 from specviz.errors import SpecvizError
 from specviz.render import charts as chart_render, steps
 from specviz.render.race import Lane, engine_lanes_html, gap_scale, lane_html, race, race_status, verdict
@@ -59,7 +60,8 @@ def own_lanes(pair_name: str, prompt: str, cfg) -> list:
     """On the llama.cpp pair, after the race: llama.cpp's own program (llama-server) on the same
     file, prompt and settings, without and with its own speculation (draft-simple, k drafts a
     step), as records for the table and the charts. Nothing where llama-server is not built."""
-    from specviz import llamacpp_server, watch
+    from specviz.bench import watch
+    from specviz.runtime.llamacpp import server as llamacpp_server
 
     pair = get_pair(pair_name)
     if pair.backend != "llama.cpp" or llamacpp_server.missing():

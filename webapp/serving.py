@@ -1,9 +1,9 @@
-"""Serving: B users decoded together, one target pass per step for all of them (specviz.batch),
+"""Serving: B users decoded together, one target pass per step for all of them (specviz.engine.batch),
 plain decoding and the chosen method side by side: the batch's tokens/s, each user's tokens/s
 and inter-token latency, speedup against batch size with the crossover marked, and the rows of
 every shared pass (who accepted how many).
 
-Recorded runs (specviz.presets: B = 1 .. 32 on the real pair, with the bench's sweep) show at
+Recorded runs (specviz.bench.recordings: B = 1 .. 32 on the real pair, with the bench's sweep) show at
 once and never wait for the engine; a live batch is bounded (users, tokens) and takes its turn on
 the engine's line like every live run. The users' prompts are the serving bank's first B.
 """
@@ -16,9 +16,10 @@ import threading
 import gradio as gr
 
 import specviz
-from specviz import methods, presets as recorded
-from specviz.bench.prompts import SERVING_BANK
+from specviz import methods
+from specviz.bench import recordings as recorded
 from specviz.errors import SpecvizError
+from specviz.prompts import SERVING_BANK
 from specviz.render import serving as render
 from webapp.common import MAX_TOKENS, allowed_pair, gpu, in_line, load, ui, whole
 from webapp.presets import serialised
@@ -91,7 +92,7 @@ def recorded_view(batch, method) -> dict:
     batches = recorded_batches()
     if not batches:
         raise gr.Error("This installation has no recorded serving runs (specviz/data/serving): press Serve live, or "
-                       "record them with `python -m specviz.presets record-serving`.")
+                       "record them with `python -m specviz.bench.recordings record-serving`.")
     b = nearest(max(1, int(batch)), batches)
     lane = method if method in RECORDED_LANES else "spec"
     with _VIEWS_LOCK:

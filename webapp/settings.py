@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import gradio as gr
 
-from specviz import methods, presets as recorded
-from specviz.adaptive import RULES as AUTO_RULES
+from specviz import methods
+from specviz.bench import recordings as recorded
+from specviz.config import AUTO_RULES
 from webapp.common import ALLOW_CUSTOM, DEFAULT_PAIR, DRAFT_WEIGHTS, MAX_TOKENS, PRESET_PAIRS, ui
 
 # Presets: what gr.Examples fills in the sidebar; each was also recorded once on the real pair
-# (specviz.presets) and clicking one replays that recording at once, without the engine.
+# (specviz.bench.recordings) and clicking one replays that recording at once, without the engine.
 PRESETS = [preset.example() for preset in recorded.PRESETS]
 PRESET_LABELS = recorded.LABELS
 ACCEPTANCE_CHOICES = [("exact (lossless)", "exact"), ("typical (LOSSY)", "typical")]
@@ -68,8 +69,8 @@ def method_choices(pair_name: str) -> list:
     not have (shipped, or trained with `python -m specviz train`) labelled so before a visitor picks
     one (run anyway, such a method answers with the command that trains its heads), and on the
     llama.cpp pair those that need PyTorch (run anyway, they answer with the methods it runs)."""
-    from specviz.heads import HeadsError, check_heads_file
-    from specviz.models import LLAMACPP_PAIR
+    from specviz.runtime.head_nets import HeadsError, check_heads_file
+    from specviz.runtime.models import LLAMACPP_PAIR
 
     out = []
     for method in methods.names():

@@ -41,7 +41,7 @@ def start_app() -> tuple:
 
 def presets() -> tuple:
     """The presets each picture shows, by what they are (their labels may change)."""
-    from specviz.presets import PRESETS
+    from specviz.bench.recordings import PRESETS
 
     hook = PRESETS[0]
     chat = next(p for p in PRESETS if p.chat and p.temperature > 0 and p.acceptance == "exact")
@@ -116,7 +116,7 @@ def take(out: Path) -> list:
             page.goto(url)
             preset(page, hook)
             span(page, "#sv-stats", "#sv-panel", out / "step_view.png")
-            from specviz.presets import recording
+            from specviz.bench.recordings import recording
             steps = sum(e["kind"] == "step_finished" for e in recording(hook.label).run)
             animation(page, steps, out / GIF)
             preset(page, hook)

@@ -22,7 +22,7 @@ import math
 import statistics
 from typing import Optional
 
-from specviz import theory
+from specviz.analysis import theory
 
 SCALARS = ("seconds", "new_tokens", "tokens_per_s", "ttft", "gap_p50", "gap_p95", "itl_p50",
            "itl_p95", "jitter", "burst", "decode_tokens_per_s", "tau", "alpha_empirical",

@@ -1,7 +1,7 @@
 """specviz's loop against transformers' assisted generation at the same k, and nothing else: a
 short rerun of the suite's same-k lanes (specviz.bench.suite) with more repeats, on the suite's
 code and chat prompts, greedy, interleaved, best of the repeats. On a CPU the pair runs
-specviz's gemv kernels (specviz.kernels) and transformers its users' stock nn.Linear; the lanes
+specviz's gemv kernels (specviz.runtime.kernels) and transformers its users' stock nn.Linear; the lanes
 separate what that ratio mixes:
 
   ar, spec, hf, hf-assisted, hf-assisted-default   as in the suite
@@ -27,9 +27,10 @@ import torch
 
 from specviz import files
 from specviz.argparsing import Parser
-from specviz.bench import analysis, machine, suite
+from specviz.bench import analysis, suite
 from specviz.errors import run_command
-from specviz.models import load_pair
+from specviz.runtime import machine
+from specviz.runtime.models import load_pair
 
 LANES = ("ar", "spec", "spec-bare", "spec-aten", "hf", "hf-assisted", "hf-assisted-gemv", "hf-assisted-default")
 RATIOS = {

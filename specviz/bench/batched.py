@@ -1,4 +1,4 @@
-"""When batching kills speculation, measured: the batched engine (specviz.batch) on a real pair.
+"""When batching kills speculation, measured: the batched engine (specviz.engine.batch) on a real pair.
 
     python -m specviz.bench.batched                       # the real pair, B = 1 .. 32
     python -m specviz.bench.batched --batches 1,4 --tokens 16 --out /tmp/quick.json
@@ -39,13 +39,17 @@ import time
 from pathlib import Path
 from typing import Optional
 
-
-from specviz import files, theory
-from specviz.batch import CostTable, LoadK, batch_runner_for, generate_batch
-from specviz.bench.prompts import SERVING_BANK
-from specviz.presets import write_trace
-from specviz.engine import generate
+from specviz import files
+from specviz.analysis import theory
+from specviz.bench.recordings import write_trace
+from specviz.engine.batch import generate_batch
+from specviz.engine.load import CostTable, LoadK
+from specviz.engine.sequence import generate
 from specviz.errors import SpecvizError, run_command
+from specviz.prompts import SERVING_BANK
+from specviz.runtime.batch_lm import batch_runner_for
+from specviz.runtime.machine import dtype_name, environment
+from specviz.runtime.models import load_pair
 
 SECTION_VERSION = 2  # 2: lanes run `repeats` times, interleaved, the fastest kept
 BATCHES = (1, 2, 4, 8, 16, 32)
@@ -293,16 +297,12 @@ def memory_section(pair, rows: int = 32, context: int = 256, tokens: int = 32) -
     and seem to add nothing."""
     import multiprocessing
 
-    from specviz.bench.machine import dtype_name
-
     options = {"dtype": dtype_name(pair), "cpu_linear": getattr(pair, "cpu_linear", None)}
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         return pool.apply(_memory_child, (pair.name, options, rows, context, tokens))
 
 
 def _memory_child(pair_name: str, options: dict, rows: int, context: int, tokens: int) -> dict:
-    from specviz.models import load_pair
-
     pair = load_pair(pair_name, **{key: value for key, value in options.items() if value})
     for _ in generate_batch(pair, SERVING_BANK[:1], method="spec", k=4, max_new_tokens=2, record_topk=0):
         pass  # the runtime's own first allocations (thread pools, kernels) belong to the loaded pair
@@ -527,7 +527,7 @@ def main(argv=None) -> int:
                         help=f"the largest batch whose lanes run --repeats times (default {REPEAT_UP_TO}: on a "
                              "float32 CPU a batch of 32 takes minutes a lane; where passes are fast, repeat every B)")
     parser.add_argument("--traces", default=None, help="a folder for each kept lane's events (gzipped JSONL), "
-                                                       "which `python -m specviz.presets record-serving` ships")
+                                                       "which `python -m specviz.bench.recordings record-serving` ships")
     parser.add_argument("--out", default=None, help="report path (.json; a .md is written beside it)")
     parser.add_argument("--resume", action="store_true", help="continue the report at --out")
     parser.add_argument("--skip", default="", help="sections to leave out: policy,single,memory")
@@ -539,9 +539,6 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
-    from specviz.bench.machine import environment
-    from specviz.models import load_pair
-
     try:
         batches = [int(b) for b in args.batches.split(",") if b]
     except ValueError:  # not whole numbers: refused below, with the other bad input

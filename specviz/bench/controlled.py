@@ -26,7 +26,7 @@ import torch
 
 from specviz.drafters.base import Drafter, Proposal
 from specviz.drafters.lookup import one_hot_rows
-from specviz.lm import runner_for, synchronize
+from specviz.runtime.lm import runner_for, synchronize
 
 
 class ControlledDrafter(Drafter):

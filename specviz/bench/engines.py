@@ -25,10 +25,14 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from specviz import theory
+import specviz
+from specviz.analysis import theory
 from specviz.argparsing import Parser
-from specviz.bench.forward import forward_cost
 from specviz.errors import run_command
+from specviz.runtime import machine
+from specviz.runtime.costs import forward_cost
+from specviz.runtime.llamacpp import server as llamacpp_server
+from specviz.runtime.models import load_pair
 
 COST_TOKENS = (1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64)
 ENGINES = {  # name -> load_pair options
@@ -54,8 +58,6 @@ def say(text: str) -> None:
 
 
 def load(options: dict):
-    from specviz.models import load_pair
-
     return load_pair("qwen-coder", progress=lambda _f, m: None, **options)
 
 
@@ -68,8 +70,6 @@ def cost_section(pair, tokens=COST_TOKENS, repeats: int = 5) -> dict:
 
 
 def run_lane(pair, prompt: str, options: dict, tokens: int) -> dict:
-    import specviz
-
     events = list(specviz.generate(pair, prompt, max_new_tokens=tokens, temperature=0.0, **options))
     done = events[-1]
     steps = [e for e in events if e.kind == "step_finished"]
@@ -160,7 +160,6 @@ def own_section(tokens: int, repeats: int, gguf: str = "q4_k_m", k_best: int = 0
     """llama.cpp's own greedy decoding, without and with its draft model (draft max 4, and the
     draft length the engine's cost curve chose for specviz's lane, so both get the same tuning),
     through llama-server."""
-    from specviz import llamacpp_server
 
     if llamacpp_server.missing():
         say(f"llama.cpp's own lanes skipped: {llamacpp_server.missing()}")
@@ -262,8 +261,6 @@ def _machine() -> dict:
     import platform
 
     import torch
-
-    from specviz.bench import machine
 
     return {"cpu": machine.cpu_name(), "cores": machine.cpu_count(), "threads": torch.get_num_threads(),
             "machine": platform.machine(), "torch": torch.__version__, "loadavg_start": machine.loadavg(),

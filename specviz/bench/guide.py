@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
-from specviz import files, presets as recorded
+from specviz import files
+from specviz.bench import recordings as recorded
 from specviz.errors import SpecvizError, run_command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,7 +170,7 @@ def preset_rows(folder: Path = recorded.DATA) -> list:
             rec = recorded.recording(preset.label, folder)
         except (KeyError, ValueError, OSError) as exc:  # not recorded, recorded with other settings, unreadable
             raise SpecvizError(f"The presets' table needs the recording of {preset.label!r} ({exc}): "
-                               "run python -m specviz.presets record") from exc
+                               "run python -m specviz.bench.recordings record") from exc
         tokens = (len(rec.run[-1]["token_ids"]), len(rec.ar[-1]["token_ids"]))
         rows.append({"label": preset.label, "method": preset.method, "k": preset.k, "T": preset.temperature,
                      "tokens": tokens, "run_s": rec.run_busy, "ar_s": rec.ar_busy,

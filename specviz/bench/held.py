@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from specviz import sampling
+from specviz.verifiers import sampling
 from specviz.verifiers.exact import GreedyVerifier
 
 

@@ -3,7 +3,7 @@
 The suite times each method on one prompt of a kind, 32 tokens: a handful of steps. A drafter
 that leads there can trail on the next prompt, so a lead on one prompt is an anecdote. Here the
 lanes run on many prompts of each kind, taken from the self-generation bank's held-out share
-(specviz.selfgen.held_out: no shipped head trained on their answers, and no suite prompt is in
+(specviz.training.prompt_bank.held_out: no shipped head trained on their answers, and no suite prompt is in
 the bank), greedy and held to AR's text (specviz.bench.held: every lane is timed on the same
 text), the lanes interleaved and their order rotated per prompt and repeat. Per kind and lane:
 
@@ -33,9 +33,12 @@ from pathlib import Path
 
 from specviz import files
 from specviz.argparsing import Parser
+from specviz.bench.suite import HEAD_LANES, INT8_METHODS, file_name, load, method_table, missing_heads, run_method
 from specviz.errors import InputError, run_command
+from specviz.runtime.machine import environment
+from specviz.training.prompt_bank import held_out, prompt_bank
 
-KINDS = ("code", "rewrite", "chat", "general")  # the bank's kinds (specviz.selfgen.prompt_bank)
+KINDS = ("code", "rewrite", "chat", "general")  # the bank's kinds (specviz.training.prompt_bank.prompt_bank)
 DEFAULT_METHODS = ("spec-int8", "medusa", "eagle3", "eagle3-tree", "eagle3-tree-auto")
 DRAWS = 2000  # bootstrap resamples
 MACHINE_KEYS = ("device_name", "dtype", "threads", "cpu_linear")  # a resumed sitting must match the first's
@@ -92,8 +95,6 @@ def analyse(report: dict) -> dict:
 
 @functools.lru_cache(maxsize=1)
 def _held_out_bank() -> tuple:
-    from specviz.selfgen import held_out, prompt_bank
-
     return tuple(p for p in prompt_bank(0) if held_out(p))
 
 
@@ -108,7 +109,6 @@ def bank_prompts(kind: str, count: int) -> list:
 def measure_prompt(pair, table: dict, methods: list, prompt, tokens: int, repeats: int, turn: int) -> dict:
     """AR (timed; its text is the one every lane is held to), then every lane `repeats` times,
     the order rotated by `turn` and again each repeat."""
-    from specviz.bench.suite import run_method
 
     ids = pair.encode(prompt.text, chat=prompt.chat)
     ar = run_method(pair, table, "ar", ids, 0.0, tokens, 0)
@@ -126,8 +126,6 @@ def measure_prompt(pair, table: dict, methods: list, prompt, tokens: int, repeat
 def run(pair, table: dict, settings: dict, partial: Path, say) -> dict:
     """Every prompt of every kind not already in `partial` (same settings), its lanes from `table`
     (the suite's method_table, the one the lanes were checked against): the report."""
-    from specviz.bench.machine import environment
-    from specviz.bench.suite import run_method
 
     report = files.read_partial(partial, settings, say)
     if report is None:
@@ -180,7 +178,7 @@ def markdown(report: dict) -> str:
              "sitting(s)" + (f", {len(mixed)} of them on another machine or setting: the timings mix" if mixed
                              else "") + ".", "",
              f"{s['prompts_per_kind']} held-out prompts of each kind from the self-generation bank "
-             "(`specviz.selfgen.held_out`: no shipped head trained on their answers), "
+             "(`specviz.training.prompt_bank.held_out`: no shipped head trained on their answers), "
              f"up to {s['tokens']} greedy tokens each (fewer where AR's answer ends), every lane held to AR's text (`specviz.bench.held`), "
              f"{s['repeats']} repeats, lanes interleaved and rotated. Ratio: tokens/s over all runs over "
              f"{s['baseline']}'s; 95% CI: bootstrap over prompts; per prompt: each prompt's ratio, their "
@@ -232,7 +230,6 @@ def main(argv=None) -> int:
 def _run(args, say) -> int:
     import torch
 
-    from specviz.bench.suite import HEAD_LANES, INT8_METHODS, _missing_heads, file_name, load, method_table
 
     lanes = method_table(4, 8)
     methods = list(dict.fromkeys(args.methods + [args.baseline]))
@@ -250,7 +247,7 @@ def _run(args, say) -> int:
     if int8 and device != "cpu":
         raise InputError(f"{', '.join(int8)} run the int8 draft, a CPU kernel; on {device} choose other lanes "
                          "(e.g. --baseline spec)")
-    missing = _missing_heads(pair.name)
+    missing = missing_heads(pair.name)
     lacking = [m for m in methods if HEAD_LANES.get(m) in missing]
     if lacking:
         raise InputError(f"no trained heads for {', '.join(lacking)} on {pair.name} "

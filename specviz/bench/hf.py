@@ -31,7 +31,7 @@ from contextlib import contextmanager
 
 import torch
 
-from specviz.lm import synchronize
+from specviz.runtime.lm import synchronize
 
 KINDS = ("plain", "assisted", "assisted-default", "pld")
 ASSISTANT_FIELDS = ("num_assistant_tokens", "num_assistant_tokens_schedule", "assistant_confidence_threshold")

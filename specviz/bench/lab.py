@@ -10,7 +10,7 @@ from nbclient's timing record, and writes a report:
 
     python -m specviz.bench.lab                 this CPU as it is (bf16 where it multiplies bf16 natively)
     python -m specviz.bench.lab --cpu avx2      PyTorch's and oneDNN's kernels held to AVX2, as on most
-                                                laptops (the pair then loads in float32, chosen by specviz.cpu)
+                                                laptops (the pair then loads in float32, chosen by specviz.runtime.cpu)
 
 Writes docs/benchmarks/lab-<pair>-<cpu>.{json,md}; the guide's lab table is written from them
 (python -m specviz.bench.guide). Progress and an ETA on stderr; a notebook already timed in
@@ -33,6 +33,7 @@ from nbclient.exceptions import CellExecutionError
 from specviz import files
 from specviz.errors import SpecvizError, run_command
 from specviz.render.notebook import loaded_as
+from specviz.runtime.machine import cpu_count, cpu_name, loadavg
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -124,7 +125,6 @@ def run_notebook(path: Path, pair: str, env: dict):
 
 def machine(cpu: str) -> dict:
     """Where it ran: the notebooks' kernels measured, this process only names the machine."""
-    from specviz.bench.machine import cpu_count, cpu_name, loadavg
 
     return {"device_name": cpu_name(), "cpu_count": cpu_count(), "loadavg_end": loadavg(), "cpu_setting": cpu,
             "cpu_env": CPUS[cpu]}

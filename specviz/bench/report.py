@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import Optional
 
 from specviz import files
+from specviz.argparsing import Parser
+from specviz.errors import InputError, run_command
+
 
 def _f(value, fmt: str = ".2f", unit: str = "") -> str:
     if value is None:
@@ -46,7 +49,7 @@ def header(report: dict) -> list:
                                                   report.get("section_s", {}).items()) + ")."
         + (f" CPU default chosen by measurement: {env['cpu_choice']['note']}." if env.get("cpu_choice") else "")
         + (" specviz's forwards replay **CUDA graphs** over a static KV cache (`--cuda-graphs`, "
-           "specviz.lm.GraphLM); transformers' lanes run eagerly, as its users run `generate()`."
+           "specviz.runtime.lm.GraphLM); transformers' lanes run eagerly, as its users run `generate()`."
            if env.get("cuda_graphs") else ""), "",
         f"{plan['tokens']} new tokens per run" + "".join(
             f" ({p}: {n})" for p, n in plan.get("prompt_tokens") or ()) + f", k = {plan['k']} (pld: {plan['pld_k']}), "
@@ -56,7 +59,7 @@ def header(report: dict) -> list:
         "(as the app does). Speedup = tokens/s / AR tokens/s in the same group, end to end "
         "(prefill included). `hf*` = transformers' own `generate()` on the same prompt ids. "
         "`*-int8` = the same method with the draft model's linear weights in int8 (weight-only, per "
-        f"channel; `specviz.quant`): the target is the same {env['dtype']} model, so the output is still exactly "
+        f"channel; `specviz.runtime.quant`): the target is the same {env['dtype']} model, so the output is still exactly "
         "the target's (greedy: AR's tokens); only the draft's cost c and its q change.", "",
     ]
 
@@ -164,7 +167,7 @@ def _kernel_note(report: dict) -> str:
     if report.get("environment", {}).get("cpu_linear", "aten") != "gemv":
         return "Both engines run PyTorch's stock `nn.Linear` layers."
     return ("transformers runs PyTorch's stock `nn.Linear`, as its users do; specviz its `gemv` kernels "
-            "(specviz.kernels), so `spec/hf-assisted` measures kernels and loop together. "
+            "(specviz.runtime.kernels), so `spec/hf-assisted` measures kernels and loop together. "
             "`spec/hf-assisted-gemv` (full plan) gives transformers the same kernels: what is left is "
             "the two loops.")
 
@@ -282,7 +285,7 @@ def write(report: dict, prefix: Path, png: bool = True, with_figures: bool = Tru
     prefix.parent.mkdir(parents=True, exist_ok=True)
     written, links = {"json": prefix.with_name(prefix.name + ".json")}, {}
     if with_figures:
-        from specviz.render.bench_figures import figures
+        from specviz.render.bench_figures import figures  # Plotly: only a report drawn with its figures
 
         drawn = figures(report)
         for name, fig in drawn.items():
@@ -326,7 +329,7 @@ def _write_sheet(figs: list, path: Path, columns: int = 2) -> bool:
 def _png(fig) -> Optional[bytes]:
     """Through the notebook renderer, which never waits for a browser that cannot answer; None
     without one."""
-    from specviz.render.notebook import figure_png
+    from specviz.render.notebook import figure_png  # Plotly and Kaleido, as above
 
     return figure_png(fig)
 
@@ -335,9 +338,6 @@ def main(argv=None) -> int:
     """Redraw reports' Markdown and figures from their JSON (after a change to the tables or the
     figures), running no model."""
     import json
-
-    from specviz.argparsing import Parser
-    from specviz.errors import InputError, run_command
 
     parser = Parser(prog="python -m specviz.bench.report", description=main.__doc__)
     parser.add_argument("reports", nargs="+", metavar="REPORT.json", help="suite reports (python -m specviz bench)")

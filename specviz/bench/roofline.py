@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from specviz.lm import synchronize
+from specviz.runtime.lm import synchronize
 
 
 def copy_bandwidth(device="cpu", megabytes: int = 256, repeats: int = 5) -> dict:
@@ -37,7 +37,7 @@ def copy_bandwidth(device="cpu", megabytes: int = 256, repeats: int = 5) -> dict
 
 def weight_bytes_per_token(model) -> int:
     """Bytes of weights one decoding step reads: all parameters and weight buffers (an int8
-    model's `qweight` and `scale`, specviz.quant) but the input embedding table (unless it is
+    model's `qweight` and `scale`, specviz.runtime.quant) but the input embedding table (unless it is
     tied to the output head, which reads all of it)."""
     def size(tensors) -> int:
         return sum(t.numel() * t.element_size() for t in {id(t): t for t in tensors}.values())

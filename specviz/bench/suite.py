@@ -1,6 +1,6 @@
 """The benchmark suite: what speculative decoding buys on one pair, in one run, as ratios.
 
-Per pair, device and dtype, over a fixed prompt set (specviz.bench.prompts), greedy and sampled:
+Per pair, device and dtype, over a fixed prompt set (specviz.prompts), greedy and sampled:
 every specviz method and transformers' own generate() (plain, assistant_model, prompt lookup) on
 the same prompt ids, interleaved (each repeat rotates the method order so slow drift of the
 machine hits every method alike) and summarised as medians. Around them: the verify-cost curve
@@ -9,7 +9,7 @@ decoding, and a controlled-acceptance sweep that traces speedup against alpha on
 
 specviz runs keep their events on with top-10 slices (record_topk=10), as the app runs them.
 Usage: python -m specviz.bench [--pair qwen-coder] [--quick] [--out PREFIX] [--check-against F]
-Definitions of every number: specviz.bench.analysis and specviz.metrics (latency: stream_stats); docs/benchmarks/.
+Definitions of every number: specviz.bench.analysis and specviz.analysis.metrics (latency: stream_stats); docs/benchmarks/.
 """
 
 from __future__ import annotations
@@ -26,20 +26,24 @@ from typing import Optional
 
 import torch
 
-from specviz import kernels, metrics, theory
 from specviz import methods as registry
+from specviz.analysis import metrics, theory
 from specviz.argparsing import Parser
-from specviz.bench import analysis, forward, hf, roofline
-from specviz.bench import report as rep
+from specviz.bench import analysis, hf, report as rep, roofline
+from specviz.bench.batched import run_lane
 from specviz.bench.controlled import ControlledDrafter
 from specviz.bench.held import HeldVerifier
-from specviz.bench.machine import dtype_name, environment, loadavg
-from specviz.bench.prompts import PROMPTS
-from specviz.bench.synthetic import SIZES
+from specviz.bench.synthetic import SIZES, random_pair
 from specviz.config import RunConfig, vocab_size
-from specviz.engine import generate
+from specviz.engine.sequence import generate
 from specviz.errors import InputError, run_command
-from specviz.quant import quantize_draft
+from specviz.prompts import PROMPTS, SERVING_BANK
+from specviz.runtime import costs, kernels
+from specviz.runtime.head_nets import KINDS, HeadsError, check_heads_file
+from specviz.runtime.lm import use_cuda_graphs
+from specviz.runtime.machine import dtype_name, environment, loadavg
+from specviz.runtime.models import load_pair
+from specviz.runtime.quant import quantize_draft
 
 SUITE_VERSION = 2  # 2: "batch" (measured batched decoding) replaces "batch_proxy"
 RECORD_TOPK = 10
@@ -54,7 +58,7 @@ class Lane:
     config: Optional[RunConfig] = None  # a specviz lane
     kind: Optional[str] = None  # a transformers lane: plain | assisted | assisted-default | pld
     k: Optional[int] = None  # transformers' draft length (assisted, pld)
-    draft: str = "none"  # "int8": the draft model's linear weights in int8 (specviz.quant; CPU only)
+    draft: str = "none"  # "int8": the draft model's linear weights in int8 (specviz.runtime.quant; CPU only)
     kernel: Optional[str] = None  # "aten" | "gemv"; None: specviz on the pair's kernels, transformers on nn.Linear
 
     @property
@@ -116,7 +120,7 @@ def method_table(k: int, pld_k: int) -> dict:
 GREEDY_ONLY = frozenset({"lookahead"})
 HEAD_LANES = {name: registry.get(lane.config.method).heads for name, lane in method_table(4, 8).items()
               if lane.config is not None and registry.get(lane.config.method).heads}
-# methods whose draft model runs with int8 weight-only linears (specviz.quant; CPU only): the
+# methods whose draft model runs with int8 weight-only linears (specviz.runtime.quant; CPU only): the
 # target is the same bf16 model as everywhere else, so their ratios to AR stay like for like
 INT8_METHODS = frozenset(name for name, lane in method_table(4, 8).items() if lane.draft == "int8")
 
@@ -214,7 +218,7 @@ def run_specviz(pair, cfg: RunConfig, prompt_ids: list, temperature: float, toke
         "accepted_per_drafted": m["accepted_per_drafted"], "position_acceptance": m["position_acceptance"],
         "c": m["c"], "target_forwards": m["target_forwards"],
         "target_forwards_per_token": m["target_forwards"] / new if new else None,
-        # per forward over the steps without the prompt's prefill in them (specviz.metrics)
+        # per forward over the steps without the prompt's prefill in them (specviz.analysis.metrics)
         "draft_s_per_forward": m["draft_s_per_forward"], "target_s_per_forward": m["verify_s_per_forward"],
         # a whole draft per step, however many forwards it took (P-EAGLE: one for k tokens)
         "draft_s_per_step": (m["decode_draft_time"] / m["decode_target_forwards"]
@@ -271,13 +275,13 @@ def measure_methods(pair, plan: Plan, say, static_cache: bool = False, table: Op
 def measure_costs(pair, plan: Plan) -> dict:
     """The verify-cost curve of both models and its batch-size proxy."""
     vocab = min(vocab_size(pair), 1000)  # random ids for timing, inside any vocabulary
-    curve = {role: forward.forward_cost(getattr(pair, role), list(plan.cost_tokens),
+    curve = {role: costs.forward_cost(getattr(pair, role), list(plan.cost_tokens),
                                         repeats=plan.cost_repeats, vocab=vocab)
              for role in ("target", "draft")}
     # a 32-token context per row: at batch 16 the prefill alone is 512 tokens on a CPU
-    batch = {"target": forward.batch_cost(pair.target, list(plan.batches), [1, plan.k + 1], prefix=32,
+    batch = {"target": costs.batch_cost(pair.target, list(plan.batches), [1, plan.k + 1], prefix=32,
                                           repeats=plan.cost_repeats, vocab=vocab),
-             "draft": forward.batch_cost(pair.draft, list(plan.batches), [1], prefix=32,
+             "draft": costs.batch_cost(pair.draft, list(plan.batches), [1], prefix=32,
                                          repeats=plan.cost_repeats, vocab=vocab)}
     return {"curve": curve, "batch": batch}
 
@@ -376,7 +380,7 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
     return report
 
 
-BATCH_NOTE = ("B users of the serving bank decoded together (specviz.batch: one target pass per step "
+BATCH_NOTE = ("B users of the serving bank decoded together (specviz.engine.batch: one target pass per step "
               "for every row, ragged acceptance), plain and speculative, greedy; measured beside the "
               "theory from the spec lane's alpha and the forward costs measured at that batch size. "
               "The full sweep, B = 1 to 32 with more methods and the load policy: python -m "
@@ -385,8 +389,6 @@ BATCH_NOTE = ("B users of the serving bank decoded together (specviz.batch: one 
 
 def measure_batched(pair, plan: Plan) -> dict:
     """{B: {"ar": lane, "spec": lane}}: B users decoded together at each of the plan's batch sizes."""
-    from specviz.bench.batched import run_lane
-    from specviz.bench.prompts import SERVING_BANK
 
     return {b: {"ar": run_lane(pair, SERVING_BANK[:b], {"method": "ar"}, plan.batch_tokens),
                 "spec": run_lane(pair, SERVING_BANK[:b], {"method": "spec", "k": plan.k}, plan.batch_tokens)}
@@ -427,8 +429,8 @@ def build_parser() -> Parser:
     parser.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16 (default: the pair's)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--cpu-linear", default=None, help="aten | gemv: specviz's linear kernels on CPU "
-                        "(specviz.kernels; transformers' lanes run the stock nn.Linear, hf-assisted-gemv aside); "
-                        "default: the pair's (with no --dtype, what specviz.cpu measures on this CPU)")
+                        "(specviz.runtime.kernels; transformers' lanes run the stock nn.Linear, hf-assisted-gemv aside); "
+                        "default: the pair's (with no --dtype, what specviz.runtime.cpu measures on this CPU)")
     parser.add_argument("--quick", action="store_true", help="the quick plan (3 prompts, greedy + one "
                         "sampled group; budgeted at 3 minutes on 2 native-bf16 cores with qwen-coder)")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per run (plan default)")
@@ -450,7 +452,7 @@ def build_parser() -> Parser:
                              "(GPU mode; transformers refuses it in assisted and prompt-lookup generate)")
     parser.add_argument("--cuda-graphs", action="store_true",
                         help="specviz's target and draft forwards replay CUDA graphs over a static KV cache "
-                             "(specviz.lm.GraphLM; CUDA only; transformers' lanes stay eager)")
+                             "(specviz.runtime.lm.GraphLM; CUDA only; transformers' lanes stay eager)")
     parser.add_argument("--hold-to-ar", action="store_true",
                         help="greedy groups: hold specviz's lanes to AR's text (specviz.bench.held): where a bf16 "
                              "verify pass flips a near-tie of AR's argmax, commit AR's token and count it as "
@@ -465,18 +467,13 @@ def file_name(pair_name: str) -> str:
 
 
 def load(spec: str, device=None, dtype=None, cpu_linear=None):
-    from specviz.models import load_pair
-
     if spec.startswith("random:"):
-        from specviz.bench.synthetic import random_pair
-
         return load_pair(random_pair(spec, device=device, dtype=dtype), cpu_linear=cpu_linear)
     return load_pair(spec, device=device, dtype=dtype, cpu_linear=cpu_linear)
 
 
-def _missing_heads(pair_name: str) -> set:
+def missing_heads(pair_name: str) -> set:
     """The kinds of heads (medusa, eagle, eagle3, peagle) not shipped, or broken, for the pair."""
-    from specviz.heads import KINDS, HeadsError, check_heads_file
 
     missing = set()
     for kind in KINDS:
@@ -507,8 +504,6 @@ def _run(args) -> int:
     started = time.perf_counter()
     pair = load(args.pair, device=args.device, dtype=args.dtype, cpu_linear=args.cpu_linear)
     if args.cuda_graphs:
-        from specviz.lm import use_cuda_graphs
-
         for model in (pair.target, pair.draft):
             use_cuda_graphs(model, max_len=1024)
     drop = set()
@@ -516,7 +511,7 @@ def _run(args) -> int:
         drop |= INT8_METHODS
     if getattr(pair, "cpu_linear", "aten") != "gemv":  # nothing to separate: both run nn.Linear
         drop.add("hf-assisted-gemv")
-    missing = _missing_heads(pair.name)
+    missing = missing_heads(pair.name)
     if missing and any(HEAD_LANES.get(m) in missing for m in plan.methods):
         say(f"no {' or '.join(sorted(missing))} heads for {pair.name}: their lanes are left out "
             f"({' and '.join(f'python -m specviz train {kind} --pair {pair.name}' for kind in sorted(missing))} "

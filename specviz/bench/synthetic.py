@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from specviz.runtime.memory import resolve_device, resolve_dtype
+from specviz.runtime.pair import Pair
+
 SIZES = {
     # hidden, intermediate, layers, heads, kv heads, tied embeddings (Qwen2.5 configs)
     "0.5b": (896, 4864, 24, 14, 2, True),
@@ -78,7 +81,6 @@ def random_model(size: str, device, dtype, seed: int):
 
 def random_pair(spec: str, device=None, dtype=None):
     """`random:<target>/<draft>` -> a specviz Pair of random-weight models of those sizes."""
-    from specviz.models import Pair, resolve_device, resolve_dtype
 
     sizes = spec.split(":", 1)[1].split("/")
     if len(sizes) != 2:

@@ -5,13 +5,3 @@ Every drafter is a `Drafter` (see specviz.drafters.base): one `propose` that ret
 drawn from), and one `observe` that learns what the target kept. A drafter that samples must
 draw each token from the q it reports: that is what makes the rejection rule lossless.
 """
-
-from specviz.drafters.base import Drafter, NoDrafter, Proposal
-from specviz.drafters.lookahead import LookaheadDrafter
-from specviz.drafters.lookup import CascadeDrafter, PromptLookupDrafter
-from specviz.drafters.model import ModelDrafter
-from specviz.drafters.scripted import ScriptedDrafter
-from specviz.drafters.tree import TreeDrafter
-
-__all__ = ["CascadeDrafter", "Drafter", "LookaheadDrafter", "ModelDrafter", "NoDrafter", "PromptLookupDrafter",
-           "Proposal", "ScriptedDrafter", "TreeDrafter"]

@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from specviz.tree import DraftTree
+from specviz.verifiers.draft_tree import DraftTree
 
 
 @dataclass
@@ -109,3 +109,83 @@ class NoDrafter(Drafter):
 def no_drafter(pair, cfg, stop, policy=None) -> NoDrafter:
     """`ar`'s drafter (specviz.methods): it drafts nothing."""
     return NoDrafter()
+
+
+# ---------------------------------------------------------------------------------------------
+# batched drafters
+
+class BatchDrafter:
+    """What the batched engine asks of a drafter; `i` is a row's index in the live batch.
+
+        start(prompts)                                   the rows' prompt ids
+        propose(committed_rows, ks, warp, generators)    -> a Proposal (chain) per row
+        see_features(i, rows) / observe(i, committed, proposal, path, probs)
+        step_info(i)                                     facts for row i's step_finished.info
+        keep_rows(indices)                               finished rows leave
+    """
+
+    name = "drafter"
+    uses_features = False
+    feature_layers = None  # EAGLE-3: the target layers whose states it reads (specviz.drafters.base)
+    forwards = 0  # batched draft forwards of the last propose
+
+    def start(self, prompts: list) -> None:
+        pass
+
+    def see_features(self, i: int, rows) -> None:
+        pass
+
+    def observe(self, i: int, committed: list, proposal, path, target_probs) -> None:
+        pass
+
+    def step_info(self, i: int) -> dict:
+        return {}
+
+    def keep_rows(self, rows: list) -> None:
+        pass
+
+
+class RowDrafters(BatchDrafter):
+    """One single-sequence drafter per row (prompt lookup; Medusa and EAGLE heads, whose small
+    forwards run row after row), behind the batched interface."""
+
+    def __init__(self, make_one):
+        self.make_one = make_one
+        probe = make_one()
+        self.name, self.uses_features, self.feature_layers = probe.name, probe.uses_features, probe.feature_layers
+
+    def start(self, prompts: list) -> None:
+        self.rows = [self.make_one() for _ in prompts]
+        for drafter, prompt in zip(self.rows, prompts):
+            drafter.start(prompt)
+
+    def propose(self, committed_rows: list, ks: list, warp, generators: list) -> list:
+        out = [d.propose(c, k, warp, g) if k > 0 else Proposal()
+               for d, c, k, g in zip(self.rows, committed_rows, ks, generators)]
+        self.forwards = max((p.forwards for p in out), default=0)
+        return out
+
+    def see_features(self, i: int, rows) -> None:
+        self.rows[i].see_features(rows)
+
+    def observe(self, i: int, committed: list, proposal, path, target_probs) -> None:
+        self.rows[i].observe(committed, proposal, path, target_probs)
+
+    def step_info(self, i: int) -> dict:
+        return self.rows[i].step_info()
+
+    def keep_rows(self, rows: list) -> None:
+        self.rows = [self.rows[i] for i in rows]
+
+
+class NoBatchDrafter(BatchDrafter):
+    name = "none"
+
+    def propose(self, committed_rows, ks, warp, generators) -> list:
+        self.forwards = 0
+        return [Proposal() for _ in committed_rows]
+
+
+def no_batch_drafter(pair, cfg, stop, policy=None) -> BatchDrafter:
+    """`ar` in a batch (specviz.methods)."""
+    return NoBatchDrafter()

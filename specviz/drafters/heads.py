@@ -1,8 +1,8 @@
-"""Drafters that read the target's own hidden states: Medusa heads and EAGLE (specviz.heads).
+"""Drafters that read the target's own hidden states: Medusa heads and EAGLE (specviz.runtime.head_nets).
 
 Both take the target's last hidden state of every committed token from the verification pass the
 engine already runs (`uses_features`), so drafting costs no extra target forward, only the
-heads' own small ones. Both are tree drafters (specviz.drafters.tree) over a different network:
+heads' own small ones. Both are tree drafters (specviz.drafters.model_tree) over a different network:
 
   medusa  one forward of the K heads on f_t, the feature of the last token the target has
           cached, gives q for depths 1..K at once (head d drafts depth d). A static tree gives
@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import torch
 
-from specviz import sampling
 from specviz.config import parse_shape
 from specviz.drafters.base import Proposal
-from specviz.drafters.tree import TreeDrafter
+from specviz.drafters.model_tree import TreeDrafter
+from specviz.drafters.tree_budget import sizer_for
 from specviz.errors import InputError
-from specviz.heads import heads_for
 from specviz.methods import get
-from specviz.tree import ROOT, DraftTree, attention
-from specviz.treesize import sizer_for
+from specviz.runtime.head_nets import heads_for
+from specviz.verifiers import sampling
+from specviz.verifiers.draft_tree import ROOT, DraftTree, attention
 
 
 class _FeatureDrafter(TreeDrafter):
@@ -40,7 +40,7 @@ class _FeatureDrafter(TreeDrafter):
                  sizer=None):
         """A chain of up to `chain_k` tokens when `chain_k` is given, else a tree (static `shape`,
         or dynamic: `budget` nodes, or sized to the machine each step by `sizer`)."""
-        self.heads = heads  # a specviz.heads.BoundHeads
+        self.heads = heads  # a specviz.runtime.head_nets.BoundHeads
         self.eos = set(eos_token_ids)
         self.chain = chain_k is not None
         self.shape = [1] * chain_k if self.chain else list(shape or ())
@@ -177,7 +177,7 @@ class EagleDrafter(_FeatureDrafter):
 
 class ParallelEagleDrafter(EagleDrafter):
     """P-EAGLE-style parallel drafting: the root's one forward feeds the new target pairs and
-    K - 1 learnt placeholders after them (specviz.heads.Eagle3Net, parallel=True) and reads q for
+    K - 1 learnt placeholders after them (specviz.runtime.head_nets.Eagle3Net, parallel=True) and reads q for
     depths 1..K at once, so drafting K tokens costs one small forward whatever K is. The
     placeholders' keys are dropped at once: the next step feeds the accepted tokens' real pairs.
     As a chain (method `peagle`) or, since a depth's q does not depend on the tokens above it, a

@@ -22,7 +22,7 @@ import time
 import torch
 
 from specviz.drafters.base import Drafter, Proposal
-from specviz.tree import ROOT, DraftTree
+from specviz.verifiers.draft_tree import ROOT, DraftTree
 
 
 class LookaheadDrafter(Drafter):

@@ -20,11 +20,11 @@ from typing import Optional
 
 import torch
 
-from specviz import sampling
 from specviz.config import vocab_size
 from specviz.drafters.base import Drafter, Proposal
-from specviz.lm import runner_for, synchronize
-from specviz.verifiers import default_verifier
+from specviz.runtime.lm import runner_for, synchronize
+from specviz.verifiers import sampling
+from specviz.verifiers.exact import default_verifier
 
 
 def lookup(tokens: list, k: int, max_ngram: int = 3, min_ngram: int = 1,

@@ -15,8 +15,3 @@ transformers, no engine internals: every number shown is read from the events.
     tree.tree_view(step), tree.mask_figure(step) -> a tree step's draft tree (SVG) and attention mask
     tree.tree_html(nodes, status)       -> the tree from raw tree_built nodes
 """
-
-from specviz.render import charts, chips, inspector, panel, race, steps, tree
-from specviz.render.html import CSS, Rendered
-
-__all__ = ["CSS", "Rendered", "charts", "chips", "inspector", "panel", "race", "steps", "tree"]

@@ -3,7 +3,7 @@ acceptance by draft position, and why accepted/drafted is not alpha; and, for no
 stream as a reader sees it (tokens over time, per-token gaps), acceptance survival by depth and
 repeated runs with their intervals.
 
-Theory is Leviathan et al. 2023, section 3 (specviz.theory): with acceptance rate a, draft length
+Theory is Leviathan et al. 2023, section 3 (specviz.analysis.theory): with acceptance rate a, draft length
 k and cost ratio c = draft forward / target forward, speedup = (1 - a^(k+1)) / ((1 - a)(ck + 1)).
 Measured points come from run summaries (`summarize`), which read only events and the compute
 time the app measured around the engine.
@@ -15,10 +15,10 @@ from typing import Optional
 
 import plotly.graph_objects as go
 
-from specviz import metrics, theory
+from specviz.analysis import metrics, theory
+from specviz.analysis.metrics import percentile
 from specviz.render import steps as st
 from specviz.render.html import num, text
-from specviz.metrics import percentile
 from specviz.render.race import arrival_gaps, stream_updates
 
 K_CURVES = (1, 2, 4, 8)
@@ -32,7 +32,7 @@ def summarize(events, compute_s: Optional[float] = None, label: str = "", baseli
     `compute_s`: the run's own compute time (defaults to the engine's elapsed clock).
     `baseline`: the autoregressive record it is compared with (the race's other lane), if any.
     `timing_note` is None, or why the machine was too busy for its speed to mean anything
-    (specviz.metrics.judge_timing on the run's CPU share and forward-time spread).
+    (specviz.analysis.metrics.judge_timing on the run's CPU share and forward-time spread).
     """
     run = st.build(events)
     m = st.run_metrics(events)
@@ -181,7 +181,7 @@ def tau_histogram(events) -> go.Figure:
 def position_figure(events) -> go.Figure:
     """Acceptance at each draft index i: accepted at i / judged at i (a draft is judged only if
     every earlier draft of its step was accepted). For trees, per depth: steps whose walk
-    accepted a node at depth i / steps whose walk reached depth i (as specviz.metrics counts)."""
+    accepted a node at depth i / steps whose walk reached depth i (as specviz.analysis.metrics counts)."""
     run = st.build(events)
     judged, accepted = [], []
 

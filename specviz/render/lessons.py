@@ -1,7 +1,7 @@
 """Figures and tables for the teaching notebooks (notebooks/), from measurements and events.
 
 Pure functions of plain data, like the other renderers: the notebooks measure (forward costs,
-runs, sample counts) and these draw. Theory curves come from `specviz.theory`.
+runs, sample counts) and these draw. Theory curves come from `specviz.analysis.theory`.
 
     cost_figure(curves)              forward time vs tokens fed, with the "linear" reference
     throughput_figure(curves)        tokens processed per second of forward, vs tokens fed
@@ -23,7 +23,7 @@ from typing import Callable, Optional, Sequence
 
 import plotly.graph_objects as go
 
-from specviz import theory
+from specviz.analysis import theory
 from specviz.render.html import Rendered, attr, num, text
 
 LAYOUT = dict(height=430, font=dict(size=15), plot_bgcolor="white", margin=dict(l=70, r=20, t=70, b=60))
@@ -198,7 +198,7 @@ def _draft_read(committed: int, drafted: int, draft_before: int) -> int:
 
 def caches_after(committed: int, drafted: int, accepted: int, draft_before: Optional[int] = None,
                  closed: bool = True) -> tuple:
-    """(target cache, draft cache) lengths after a step's crop, as specviz.engine `_keep` and
+    """(target cache, draft cache) lengths after a step's crop, as specviz.engine.sequence `_keep` and
     specviz.drafters.model `observe` crop them: the target keeps the committed text and the
     accepted guesses; the draft keeps what it read, cut to the committed text but its last token.
     `closed`: the step ended with a token of the target's own (not on an accepted end of text)."""
@@ -209,7 +209,7 @@ def caches_after(committed: int, drafted: int, accepted: int, draft_before: Opti
 
 def cache_rows(events: Sequence[dict]) -> list:
     """Per step of a draft-model chain run: both caches' lengths before, during and after the
-    step, by the engine's crop (specviz.engine `_keep`: the target keeps the committed text and
+    step, by the engine's crop (specviz.engine.sequence `_keep`: the target keeps the committed text and
     the accepted guesses; specviz.drafters.model: the draft keeps what it read, cut to the
     committed text but its last token, and never reads its last guess; notebook 0 checks this
     against the real drafter). The target's read is the event's own `tokens_in`. A step that

@@ -19,7 +19,7 @@ every call has a deadline. SPECVIZ_STATIC_IMAGES=0 turns PNGs off.
 `show_pair(pair)`, the last line of every notebook's load cell, shows the loaded pair as
 `print(pair)` did, and a coloured banner when the load picked a target the student did not ask
 for: int8 weights because memory ran short (`pair.memory_choice`), or a target other than the
-last load of the same pair name (`pair.last_load`, kept by specviz.models in the cache): another
+last load of the same pair name (`pair.last_load`, kept by specviz.runtime.models in the cache): another
 notebook's kernel still holding memory changes the model the next notebook decodes.
 """
 
@@ -288,7 +288,7 @@ def pair_banner(pair) -> Optional[dict]:
     last = getattr(pair, "last_load", None)
     if not last:  # a load that named its dtype or memory mode: it got what it asked for
         return None
-    now, before, changed = last["now"], last["before"], last["changed"]  # specviz.models.remember_load
+    now, before, changed = last["now"], last["before"], last["changed"]  # specviz.runtime.models.remember_load
     memory = getattr(pair, "memory_choice", None) or {}
     short = "need_bytes" in memory  # memory="auto" chose int8: the float pair did not fit
     if not (short or changed):

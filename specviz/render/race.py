@@ -12,7 +12,7 @@ events); `lane_html` and `verdict` render.
 
 A lane also shows its stream as its reader sees it (`gap_strip`): a speculative step delivers
 several tokens at one `step_finished`, then nothing until the next. `stream_latency` gives the
-numbers behind it from the events alone (specviz.metrics.stream_stats, plus arrivals):
+numbers behind it from the events alone (specviz.analysis.metrics.stream_stats, plus arrivals):
 
     ttft          elapsed at the first update (prefill plus the first step)
     gap_*         wait between consecutive visible updates (after the first)
@@ -27,8 +27,8 @@ from __future__ import annotations
 import time
 from typing import Callable, Iterable, Iterator, Optional
 
-from specviz import metrics
-from specviz.metrics import percentile
+from specviz.analysis import metrics
+from specviz.analysis.metrics import percentile
 from specviz.render import steps as st
 from specviz.render.chips import chip
 from specviz.render.html import Rendered, attr, num, quoted, text
@@ -92,7 +92,7 @@ def lane_html(events: list, seconds: float, title: str, subtitle: str = "", done
     progress bar, the stream's waits (`gap_strip`; give both lanes the same `gap_scale_s`,
     e.g. `gap_scale(ar_events, spec_events)`, so their bars compare) and the emitted text as
     chips. A finished lane timed on a busy machine labels its speed unreliable
-    (specviz.metrics.judge_timing)."""
+    (specviz.analysis.metrics.judge_timing)."""
     run = st.build(events)
     m = st.run_metrics(events)
     tokens = m.get("new_tokens", 0)

@@ -1,4 +1,4 @@
-"""Serving: a batch of users sharing one target pass per step (specviz.batch), drawn from the
+"""Serving: a batch of users sharing one target pass per step (specviz.engine.batch), drawn from the
 batched run's events alone.
 
     batch_summary   the serving numbers of one batched run: the batch's decode tokens/s (the
@@ -14,7 +14,7 @@ batched run's events alone.
 Why the speedup falls with batch size: a plain step feeds B tokens to the target, a speculative
 one B x (k + 1). While the pass is bound by reading the weights (small B x (k + 1)) the extra
 tokens ride along nearly free; past the knee each extra token costs arithmetic, and the drafts
-that get rejected are paid for in full. specviz.theory.batch_speedup.
+that get rejected are paid for in full. specviz.analysis.theory.batch_speedup.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Optional
 
 import plotly.graph_objects as go
 
-from specviz import theory
+from specviz.analysis import theory
 from specviz.events import batch_events, split_rows
 from specviz.render import steps as st
 from specviz.render.html import Rendered, attr, num, text

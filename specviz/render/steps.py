@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
+from specviz.analysis.metrics import fold
 from specviz.render.html import quoted
 
 STATUSES = ("draft", "accepted", "rejected", "wasted", "residual", "bonus", "target")
@@ -385,8 +386,7 @@ _HANDLERS = {
 
 def run_metrics(events: Iterable) -> dict:
     """The run's metrics: run_finished.metrics when the run has ended, else the same fold over
-    the events so far (specviz.metrics.fold, the function the engine itself uses)."""
-    from specviz.metrics import fold
+    the events so far (specviz.analysis.metrics.fold, the function the engine itself uses)."""
 
     events = [as_dict(e) for e in events]
     for data in reversed(events):

@@ -1,4 +1,4 @@
-"""The training report of Medusa heads / EAGLE (specviz.train) as a PNG, drawn with Pillow.
+"""The training report of Medusa heads / EAGLE (specviz.training.train) as a PNG, drawn with Pillow.
 
 Pillow rather than Plotly + kaleido: training runs in terminals and on servers where no browser
 exists, and its report must be written there. Three panels from the report's JSON: training loss,

@@ -32,9 +32,7 @@ import anywidget
 import ipywidgets as ipw
 import traitlets as t
 
-from specviz.render import chips, inspector, panel
-from specviz.render import steps as st
-from specviz.render import tree as tree_render
+from specviz.render import chips, inspector, notebook, panel, steps as st, tree as tree_render
 from specviz.render.charts import summarize
 from specviz.render.html import CSS, Rendered
 from specviz.render.race import Lane, busy_note, gap_scale, lane_html, race, verdict
@@ -267,7 +265,6 @@ class TokenStream(_StaticCopy, anywidget.AnyWidget):
 
 def _figure_png(fig) -> Optional[bytes]:
     """A PNG of a Plotly figure, or None when no static image engine (kaleido) is available."""
-    from specviz.render import notebook
 
     return notebook.figure_png(fig)
 
@@ -569,7 +566,7 @@ class RaceWidget(_StaticCopy, ipw.VBox):
 # a batch of users
 
 class BatchWidget(_StaticCopy, ipw.VBox):
-    """A batched run beside plain decoding of the same batch (specviz.batch).
+    """A batched run beside plain decoding of the same batch (specviz.engine.batch).
 
     `run(ar_events, run_events)` computes plain decoding first, then the method (one after the
     other: two batches at once would compete for the same cores), and redraws the two lanes'

@@ -5,10 +5,3 @@ One walk over the drafted tree (`Verifier.verify(tree, dists, target_probs, gene
 lossless rules are greedy and rejection sampling (multi-draft in a tree); typical acceptance is
 lossy and says so (`lossless = False`, which the engine copies into every run it makes).
 """
-
-from specviz.verifiers.base import Decision, Verdict, Verifier
-from specviz.verifiers.exact import GreedyVerifier, RejectionVerifier, default_verifier
-from specviz.verifiers.typical import TypicalVerifier
-
-__all__ = ["Decision", "GreedyVerifier", "RejectionVerifier", "TypicalVerifier", "Verdict", "Verifier",
-           "default_verifier"]

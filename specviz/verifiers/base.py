@@ -15,8 +15,8 @@ from typing import Optional
 
 import torch
 
-from specviz import sampling
-from specviz.tree import ROOT, DraftTree
+from specviz.verifiers import sampling
+from specviz.verifiers.draft_tree import ROOT, DraftTree
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from typing import Optional
 
 import torch
 
-from specviz import sampling
-from specviz.sampling import Warp
+from specviz.config import Warp
+from specviz.verifiers import sampling
 from specviz.verifiers.base import Decision, Verdict, Verifier
 
 

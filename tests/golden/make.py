@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 import specviz
-from specviz import trace
+from specviz.analysis import trace
 
 HERE = Path(__file__).parent
 PROMPT = "def add(a, b):\n    return"

@@ -1,0 +1,286 @@
+"""llama.cpp under specviz's engine: the same GGUF files, run by the kernels laptops use.
+
+On a laptop these models run in llama.cpp (directly, or through Ollama and LM Studio). This
+module loads GGUF files into llama.cpp through its C API (the `llama_cpp` ctypes binding of
+llama-cpp-python) and gives each model the runner interface of `specviz.runtime.lm.CachedLM`; which
+files (the pair's own packaged ones, no second download) is `specviz.runtime.models`'s business
+(`load_pair(..., backend="llama.cpp")`, `gguf_file`):
+
+    forward(ids, keep=n)  one llama_decode over `ids` after the cache, logits at the last n rows
+    crop(length)          llama_memory_seq_rm: rejected positions leave the KV cache
+    reset()               an empty cache
+
+so `specviz.generate` runs its exact algorithm (draft, one verification pass over k + 1 tokens,
+the rejection rule, the residual, the bonus) over llama.cpp's forward passes, with the same
+events as every other run. Chains only: tree attention and the hidden states that Medusa and
+EAGLE read are PyTorch's (the methods with `llamacpp=True` in specviz.methods).
+
+llama.cpp is optional. `python -m specviz llamacpp install` (or `make llamacpp`) builds it
+from the llama-cpp-python source package on PyPI (no downloaded binaries) into
+`<environment>/llama.cpp/` (its libraries and llama-server) and installs the binding without a
+second build; a llama-cpp-python installed some other way works too (then its own library).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import shutil
+import sys
+import threading
+import weakref
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from specviz import methods
+from specviz.errors import InputError, PairError
+
+VERSION = "0.3.36"  # llama-cpp-python, and the llama.cpp it vendors
+INSTALL_HINT = "python -m specviz llamacpp install (or make llamacpp)"
+N_CTX = 4096  # tokens one context holds: the app's prompt and output caps fit
+N_BATCH = 512  # tokens one llama_decode takes; a longer prompt is fed in slices
+
+
+class LlamaCppMissing(PairError):
+    """llama.cpp (the binding or its library) is not installed."""
+
+
+def home() -> Path:
+    """Where `python -m specviz llamacpp install` puts llama.cpp's shared libraries and
+    llama-server, side by side: $SPECVIZ_LLAMACPP, else <this Python environment>/llama.cpp."""
+    return Path(os.environ.get("SPECVIZ_LLAMACPP") or Path(sys.prefix) / "llama.cpp")
+
+
+_LIB = None
+
+
+def binding():
+    """The `llama_cpp` module, its backend started and its log quiet; pointed at specviz's own
+    build of llama.cpp when there is one (LLAMA_CPP_LIB_PATH)."""
+    global _LIB
+    if _LIB is not None:
+        return _LIB
+    if "LLAMA_CPP_LIB_PATH" not in os.environ and any(home().glob("*llama.*")):
+        os.environ["LLAMA_CPP_LIB_PATH"] = str(home())
+    try:
+        import llama_cpp
+    except (ImportError, OSError, RuntimeError, FileNotFoundError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise LlamaCppMissing(f"llama.cpp is not installed ({first}): run `{INSTALL_HINT}`, "
+                              "which builds it from source in a few minutes.") from None
+    llama_cpp.llama_backend_init()
+    # the binding prints llama.cpp's log to stderr, every load's warnings among them (its table of log
+    # levels predates ggml's current one and files warnings as errors); failures reach specviz as
+    # return codes, each turned into a sentence, so the log stays quiet
+    logging.getLogger("llama-cpp-python").setLevel(logging.CRITICAL)
+    _LIB = llama_cpp
+    return _LIB
+
+
+def available() -> Optional[str]:
+    """None when llama.cpp can run here, else why not (one sentence)."""
+    try:
+        binding()
+    except LlamaCppMissing as exc:
+        return str(exc)
+    return None
+
+
+def server_binary() -> Optional[Path]:
+    """llama.cpp's own server (for its own speculation and the watcher), if built or on PATH."""
+    built = home() / ("llama-server.exe" if os.name == "nt" else "llama-server")
+    if built.exists():
+        return built
+    found = shutil.which("llama-server")
+    return Path(found) if found else None
+
+
+def default_threads() -> int:
+    """One thread per core this process may use (llama.cpp's own default), or $OMP_NUM_THREADS
+    where it is set (as PyTorch's kernels would: two test workers share the cores)."""
+    omp = os.environ.get("OMP_NUM_THREADS", "")
+    if omp.isdigit() and int(omp) > 0:
+        return int(omp)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+class LlamaCppModel:
+    """One GGUF file loaded by llama.cpp (CPU), in the role of a Pair's target or draft.
+
+    Contexts (each with its own KV cache) are lent to runners and come back when a runner is
+    dropped, so consecutive runs reuse them and concurrent ones (a race) get their own."""
+
+    device = torch.device("cpu")
+    dtype = torch.float32  # of the logits handed to the engine; the weights are the file's type
+    generation_config = None  # specviz.runtime.weights.eos_ids reads the tokenizer's and llama.cpp's EOS
+
+    def __init__(self, path: Path, threads: Optional[int] = None, n_ctx: int = N_CTX):
+        lib = binding()
+        params = lib.llama_model_default_params()
+        params.n_gpu_layers = 0
+        self._ptr = lib.llama_model_load_from_file(str(path).encode(), params)
+        if not self._ptr:
+            raise PairError(f"llama.cpp could not load {path}: is it a whole GGUF file?")
+        weakref.finalize(self, lib.llama_model_free, self._ptr)  # contexts' finalizers, made later, run first
+        self.path, self.threads, self.n_ctx = Path(path), threads or default_threads(), n_ctx
+        self._vocab = lib.llama_model_get_vocab(self._ptr)
+        self.vocab_size = lib.llama_vocab_n_tokens(self._vocab)
+        buf = ctypes.create_string_buffer(256)
+        lib.llama_model_desc(self._ptr, buf, len(buf))
+        self.desc = buf.value.decode(errors="replace")  # e.g. "qwen2 1.5B Q4_K - Medium"
+        self.bytes = int(lib.llama_model_size(self._ptr))
+        self._contexts: list = []
+        self._lock = threading.Lock()
+
+    @property
+    def eog_ids(self) -> list:
+        lib = binding()
+        return [t for t in (lib.llama_vocab_eos(self._vocab), lib.llama_vocab_eot(self._vocab)) if t >= 0]
+
+    def make_runner(self) -> "LlamaCppRunner":
+        return LlamaCppRunner(self)
+
+    def _lend(self):
+        with self._lock:  # two sessions of the app may start runs at once
+            for entry in self._contexts:
+                if not entry["busy"]:
+                    entry["busy"] = True
+                    return entry
+            return self._new_context()
+
+    def _new_context(self) -> dict:
+        lib = binding()
+        params = lib.llama_context_default_params()
+        params.n_ctx, params.n_batch, params.n_ubatch = self.n_ctx, N_BATCH, N_BATCH
+        params.n_threads = params.n_threads_batch = self.threads
+        params.no_perf = True
+        ctx = lib.llama_init_from_model(self._ptr, params)
+        if not ctx:
+            raise PairError(f"llama.cpp could not make a {self.n_ctx}-token context for {self.path.name} "
+                            "(out of memory?).")
+        entry = {"ctx": ctx, "busy": True, "batch": lib.llama_batch_init(N_BATCH, 0, 1)}
+        entry["free"] = weakref.finalize(self, _free_context, lib, ctx, entry["batch"])
+        self._contexts.append(entry)
+        return entry
+
+    def __repr__(self) -> str:
+        return f"LlamaCppModel({self.path.name!r}, {self.desc!r}, threads={self.threads})"
+
+
+def _free_context(lib, ctx, batch) -> None:
+    lib.llama_batch_free(batch)
+    lib.llama_free(ctx)
+
+
+def _give_back(entry: dict) -> None:
+    entry["busy"] = False
+
+
+class LlamaCppRunner:
+    """`specviz.runtime.lm.CachedLM`'s interface over one llama.cpp context: the KV cache holds
+    positions 0..length-1 of sequence 0."""
+
+    def __init__(self, model: LlamaCppModel):
+        self.model, self.device = model, model.device
+        self._entry = model._lend()
+        weakref.finalize(self, _give_back, self._entry)
+        self._ctx, self._batch = self._entry["ctx"], self._entry["batch"]
+        self._lib = binding()
+        self._mem = self._lib.llama_get_memory(self._ctx)
+        self.reset()
+
+    def reset(self) -> None:
+        # the cells only (data=False): a cleared cell is masked out until a new token is written
+        # into it, so zeroing the whole KV buffer (9 ms for the target's) bought nothing
+        self._lib.llama_memory_clear(self._mem, False)
+        self.length = 0
+
+    def forward(self, ids: list, last_only: bool = False, attend=None, positions=None,
+                keep: int = 0, hidden=False):
+        """Feed `ids` after the cache; float32 logits (rows, V) of the last `keep` fed tokens
+        (all if 0; one if last_only), as CachedLM.forward. Causal chains only."""
+        if attend is not None or hidden:
+            raise InputError("llama.cpp runs chains of tokens: tree attention and the target's hidden states "
+                             f"(Medusa, EAGLE) are PyTorch's; on llama.cpp use one of {', '.join(methods.names(llamacpp=True))}.")
+        n = len(ids)
+        if self.length + n > self.model.n_ctx:
+            raise InputError(f"This llama.cpp context holds {self.model.n_ctx} tokens; the run needs more: "
+                             "use a shorter prompt or fewer new tokens.")
+        rows = 1 if last_only else (keep or n)
+        first_out = n - min(rows, n)
+        out = []
+        for start in range(0, n, N_BATCH):  # a prompt over N_BATCH tokens goes in slices
+            piece = ids[start:start + N_BATCH]
+            wanted = [start + i >= first_out for i in range(len(piece))]
+            self._decode(piece, wanted)
+            if any(wanted):
+                out.append(self._logits(sum(wanted)))
+        return torch.from_numpy(np.concatenate(out))  # (rows, V)
+
+    def _decode(self, piece: list, wanted: list) -> None:
+        lib, batch = self._lib, self._batch
+        batch.n_tokens = len(piece)
+        for i, token in enumerate(piece):
+            batch.token[i] = int(token)
+            batch.pos[i] = self.length + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = 0
+            batch.logits[i] = wanted[i]
+        code = lib.llama_decode(self._ctx, batch)
+        if code != 0:
+            raise InputError(f"llama.cpp could not decode {len(piece)} tokens at position {self.length} "
+                             f"(llama_decode returned {code}).")
+        self.length += len(piece)
+
+    def _logits(self, rows: int) -> np.ndarray:
+        ptr = self._lib.llama_get_logits(self._ctx)
+        return np.ctypeslib.as_array(ptr, shape=(rows, self.model.vocab_size)).copy()  # (rows, V)
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` cached tokens: the rejected positions leave the KV cache."""
+        if length < self.length:
+            self._lib.llama_memory_seq_rm(self._mem, 0, length, -1)
+            self.length = length
+
+    def keep(self, linear: int, slots: list) -> None:
+        raise InputError("llama.cpp runs chains of tokens: a tree step's path cannot be kept.")
+
+
+# ---------------------------------------------------------------------------------------------
+# GGUF types: the shipped one, and copies llama.cpp makes from it
+
+GGUF_TYPES = {  # name -> (llama_ftype, bits a weight, what it is); "q4_k_m" is the file the packages ship
+    "q4_k_m": (15, 5.0, "the shipped file, the type laptops run (Q4_K with Q6_K parts)"),
+    "q8_0": (7, 8.5, "re-quantised here from the shipped file"),
+    "f16": (1, 16.0, "the shipped weights de-quantised here"),
+}
+
+
+def gguf_bytes(params: int, gguf_type: str) -> int:
+    """About how large a GGUF of `params` weights in `gguf_type` is (its tensors; metadata aside)."""
+    return int(params * GGUF_TYPES[check_gguf_type(gguf_type)][1] / 8)
+
+
+def check_gguf_type(name) -> str:
+    key = str(name or "q4_k_m").lower()
+    if key not in GGUF_TYPES:
+        raise InputError(f"Unknown GGUF type {name!r}: choose one of {', '.join(GGUF_TYPES)}.")
+    return key
+
+
+def quantize(src: Path, dest: Path, gguf_type: str) -> None:
+    """Write `src` as a GGUF of `gguf_type` (llama.cpp's own quantizer; re-quantising allowed)."""
+    lib = binding()
+    params = lib.llama_model_quantize_default_params()
+    params.ftype = GGUF_TYPES[check_gguf_type(gguf_type)][0]
+    params.allow_requantize, params.nthread = True, default_threads()
+    code = lib.llama_model_quantize(str(src).encode(), str(dest).encode(), ctypes.byref(params))
+    if code != 0 or not dest.exists():
+        raise PairError(f"llama.cpp could not write {dest.name} (llama_model_quantize returned {code}).")

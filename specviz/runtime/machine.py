@@ -1,0 +1,60 @@
+"""The machine a measurement ran on: device, dtype, threads, library versions, the load average.
+
+Every benchmark and recording writes it into its report (bench.suite, bench.batched,
+bench.assisted, presets), so it lives apart from any one of them.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+import torch
+
+from specviz.runtime.lm import cuda_graphs_on
+
+
+def dtype_name(pair) -> str:
+    return str(pair.dtype).replace("torch.", "")
+
+
+def environment(pair, static_cache: bool) -> dict:
+    import transformers
+
+    device = torch.device(pair.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    return {"pair": pair.name, "pair_source": getattr(pair, "source", ""), "device": str(device),
+            "device_name": name, "dtype": dtype_name(pair), "threads": torch.get_num_threads(),
+            "cpu_count": cpu_count(), "machine": platform.machine(), "python": platform.python_version(),
+            "torch": torch.__version__, "transformers": transformers.__version__,
+            "static_cache_transformers": static_cache, "cuda_synchronised": device.type == "cuda",
+            # specviz's linear kernels (specviz.runtime.kernels); transformers' lanes run the stock
+            # nn.Linear except hf-assisted-gemv
+            "cpu_linear": getattr(pair, "cpu_linear", "aten"), "transformers_linear": "aten",
+            # why this dtype and kernel when none was asked for (specviz.runtime.cpu), else None
+            "cpu_choice": getattr(pair, "cpu_choice", None),
+            # specviz's forwards replay CUDA graphs over a static cache (--cuda-graphs; specviz.runtime.lm.GraphLM)
+            "cuda_graphs": cuda_graphs_on(pair.target),
+            "loadavg_start": loadavg(),
+            "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+def loadavg():
+    """The machine's 1-minute load average: other work sharing the cores skews timings."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def cpu_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()

@@ -1,0 +1,3 @@
+"""Teaching: the notebooks' exercise checks (`exercises`, one module per notebook) and the exact toy
+language models whose distributions are known exactly (`toy`).
+"""
