@@ -74,14 +74,12 @@ def targets_table(report: dict) -> list:
         met = {True: "yes", False: "**no**", None: "–"}[t["met"]]
         if not t["applies"]:
             met += f" (not judged: {t.get('why') or 'set for qwen-coder on CPU'})"
-        lines.append(f"| {t['name']} | {_f(t['value'])} | {_f(t.get('decode_value'))} | "
-                     f"{sign} {t['threshold']:g}{aim} | {met} |")
+        lines.append(_row(t["name"], _f(t["value"]), _f(t.get("decode_value")), f"{sign} {t['threshold']:g}{aim}", met))
     check = report.get("ranking_check")
     if check:
         verdict = "yes" if check["ok"] else f"**no** ({check['swaps']} swapped pairs)"
-        lines.append(f"| ranking reproducible vs `{check.get('against', 'previous')}` "
-                     f"(no decided pair swapped, tolerance {check['tolerance']:.0%}) | "
-                     f"{check['swaps']} swaps | | 0 | {verdict} |")
+        lines.append(_row(f"ranking reproducible vs `{check.get('against', 'previous')}` (no decided pair swapped, "
+                          f"tolerance {check['tolerance']:.0%})", f"{check['swaps']} swaps", "", "0", verdict))
     return lines + [""]
 
 
@@ -206,9 +204,8 @@ def cost_tables(report: dict) -> list:
               f"| batch | target 1-token ms | target {k + 1}-token ms | verify cost | c | "
               "AR tok/s (all rows) | predicted spec speedup |", "|---|---|---|---|---|---|---|"]
     for r in bp["rows"]:
-        lines.append(f"| {r['batch']} | {_ms(r['target_1_s'])} | {_ms(r[f'target_{k + 1}_s'])} | "
-                     f"{_f(r['verify_cost'])} | {_f(r['c'])} | {_f(r['ar_tokens_per_s'])} | "
-                     f"{_f(r['predicted_speedup'])} |")
+        lines.append(_row(r["batch"], _ms(r["target_1_s"]), _ms(r[f"target_{k + 1}_s"]), _f(r["verify_cost"]),
+                          _f(r["c"]), _f(r["ar_tokens_per_s"]), _f(r["predicted_speedup"])))
     return lines + [""]
 
 
@@ -219,11 +216,15 @@ def batch_table(batch: dict) -> list:
              f"| batch | target 1-token ms | target {k + 1}-token ms | verify cost | c | alpha | AR tok/s | "
              "spec tok/s | measured speedup | predicted | rows equal AR |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in batch["rows"]:
-        lines.append(f"| {r['batch']} | {_ms(r['target_1_s'])} | {_ms(r[f'target_{k + 1}_s'])} | "
-                     f"{_f(r['verify_cost'])} | {_f(r['c'])} | {_f(r['alpha'])} | {_f(r['ar_tokens_per_s'])} | "
-                     f"{_f(r['spec_tokens_per_s'])} | {_f(r['measured_speedup'])} | {_f(r['predicted_speedup'])} | "
-                     f"{'yes' if r['greedy_equal_ar'] else 'NO'} |")
+        lines.append(_row(r["batch"], _ms(r["target_1_s"]), _ms(r[f"target_{k + 1}_s"]), _f(r["verify_cost"]),
+                          _f(r["c"]), _f(r["alpha"]), _f(r["ar_tokens_per_s"]), _f(r["spec_tokens_per_s"]),
+                          _f(r["measured_speedup"]), _f(r["predicted_speedup"]), "yes" if r["greedy_equal_ar"] else "NO"))
     return lines + [""]
+
+
+def _row(*cells) -> str:
+    """One row of a Markdown table; an empty cell stays one space wide."""
+    return " ".join(f"| {cell}" if cell != "" else "|" for cell in cells) + " |"
 
 
 def _key(d: dict, n: int):

@@ -248,3 +248,15 @@ def number_list(values) -> Optional[list]:
 
 def same_list(got: list, want: list) -> bool:
     return len(got) == len(want) and all(close(a, b) for a, b in zip(got, want))
+
+
+def none_expected(got, want, when_none: str, when_real: str) -> bool:
+    """True when the right answer is None and `got` is None too (nothing more to judge); a Wrong
+    saying `when_none` when only the right answer is None, `when_real` when only `got` is."""
+    if want is None:
+        if got is not None:
+            raise Wrong(when_none)
+        return True
+    if got is None:
+        raise Wrong(when_real)
+    return False
