@@ -10,10 +10,11 @@ registry, so adding a method is one record here plus one drafter module:
     register(Method("echo", "repeat the last token k times", "nothing",
                     build="mypackage.echo:build"))
 
-where `build(pair, cfg, stop, policy)` returns a `specviz.drafters.Drafter` (`stop`: the tokens
+where `build(pair, cfg, stop, policy)` returns a `specviz.drafters.base.Drafter` (`stop`: the tokens
 that end the run; `policy`: the k policy, or None). A chain method that may run in a batch
 (`batch=True`) runs there as one such drafter per row unless it names a batched drafter of its
-own (`batch_build`, the same signature, returning a `specviz.drafters.base.BatchDrafter`).
+own (`batch_build`, the same signature, returning a `specviz.drafters.base.BatchDrafter`; its
+`policy` under k="auto" is one like the rows' own, read for its `stop_below`, not one of theirs).
 
 No torch here: the app and the CLI read the registry before any model loads; a drafter's module
 is imported when a run first builds it.

@@ -46,15 +46,15 @@ def main() -> int:
 
     from specviz import files
     from specviz.errors import SpecvizError
-    from specviz.runtime import gguf, models
+    from specviz.runtime import models, packaged
     from specviz.runtime.pair import PackagedModel
 
     info = json.loads((Path(args.parts_dir) / "spec.json").read_text())
     spec = PackagedModel("specviz-test/tiny-gguf", "specviz-test-part{n}", len(info["parts"]),
                                 info["size"], info["sha256"], info["params"])
     parts = [(Path(path), digest) for path, digest in info["parts"]]
-    gguf.part_files = lambda s: parts  # the wheels' RECORD hashes, here the test's own
-    gguf.parts_installed = models.parts_installed = lambda s: True  # looked up in both
+    packaged.part_files = lambda s: parts  # the wheels' RECORD hashes, here the test's own
+    packaged.parts_installed = lambda s: True
 
     save = modeling_utils.safe_save_file
 

@@ -11,7 +11,7 @@ import torch
 
 from specviz import generate
 from specviz.analysis import metrics as latency, theory
-from specviz.bench import analysis, hf
+from specviz.bench import hf, ratios
 from specviz.bench.controlled import ControlledDrafter
 
 SECTIONS = ("suite_version", "mode", "plan", "environment", "prompts", "methods", "results", "ratios",
@@ -233,14 +233,14 @@ def _results(tps: dict) -> dict:
 
 def test_ranking_check_detects_a_swap():
     previous = _results({"ar": 5.0, "spec": 10.0, "pld": 7.0, "hf": 5.2})
-    same = analysis.compare_rankings(_results({"ar": 5.1, "spec": 9.0, "pld": 7.2, "hf": 4.9}), previous)
+    same = ratios.compare_rankings(_results({"ar": 5.1, "spec": 9.0, "pld": 7.2, "hf": 4.9}), previous)
     assert same["ok"] and same["swaps"] == 0
-    swapped = analysis.compare_rankings(_results({"ar": 5.0, "spec": 6.0, "pld": 9.0, "hf": 5.1}), previous)
+    swapped = ratios.compare_rankings(_results({"ar": 5.0, "spec": 6.0, "pld": 9.0, "hf": 5.1}), previous)
     assert not swapped["ok"] and swapped["swaps"] == 1
     assert swapped["groups"]["code@greedy"]["swapped"][0]["methods"] == ["spec", "pld"]
     # ar and hf trade places but within the tolerance in both runs: not a swap, but tau sees it
     assert same["groups"]["code@greedy"]["kendall_tau"] < 1.0
-    assert analysis.ranking(previous)["code@greedy"] == ["spec", "pld", "hf", "ar"]
+    assert ratios.ranking(previous)["code@greedy"] == ["spec", "pld", "hf", "ar"]
 
 
 def test_cli_check_against_fails_on_an_inverted_ranking(written, report, tmp_path):
@@ -328,21 +328,21 @@ def test_engine_target_compares_like_kernels(report):
     hf-assisted-gemv (transformers on the same kernels), or is not judged without it."""
     import copy
 
-    from specviz.bench import analysis
+    from specviz.bench import ratios
     from specviz.bench.report import markdown
 
     real = copy.deepcopy(report)
     real["environment"].update(pair="qwen-coder", device="cpu")
-    assert analysis.targets(real)[0]["applies"] is True  # both on nn.Linear: judged on spec/hf-assisted
+    assert ratios.targets(real)[0]["applies"] is True  # both on nn.Linear: judged on spec/hf-assisted
     gemv = copy.deepcopy(real)
     gemv["environment"].update(cpu_linear="gemv", cpu_choice={"note": "float32 with W @ x.T: measured"})
-    row = analysis.targets(gemv)[0]
+    row = ratios.targets(gemv)[0]
     assert row["applies"] is False and row["value"] is None and "gemv kernels" in row["why"]
     lanes = {g: 1.25 for g in real["ratios"]["engine_efficiency"]}
     gemv["ratios"]["engine_vs_transformers"]["spec/hf-assisted-gemv"] = lanes
-    row = analysis.targets(gemv)[0]
+    row = ratios.targets(gemv)[0]
     assert row["applies"] is True and abs(row["value"] - 1.25) < 1e-9 and "hf-assisted-gemv" in row["name"]
-    gemv["targets"] = analysis.targets(gemv)
+    gemv["targets"] = ratios.targets(gemv)
     text = markdown(gemv)
     assert "gemv kernels (chosen for this CPU)" in text and "float32 with W @ x.T: measured" in text
 
@@ -386,7 +386,7 @@ def test_same_k_comparison_runs_the_chosen_lanes(tmp_path, capsys):
 
 
 def test_head_targets_judge_the_best_eagle_against_the_draft_model_and_medusa():
-    from specviz.bench.analysis import _head_targets
+    from specviz.bench.ratios import _head_targets
 
     def lane(speedup, tau=None, c=None, per_step=None):
         return {"speedup": speedup, "tau": tau, "c": c, "draft_s_per_step": per_step}
@@ -452,11 +452,11 @@ def test_the_suite_holds_greedy_specviz_lanes_to_ar_and_reports_what_it_forced(t
     assert all("forced" not in rec for g in greedy for rec in raw[g]["ar"])  # AR is the text, never held
     sampled = [g for g in raw if not g.endswith("@greedy")]
     assert sampled and all("forced" not in rec for g in sampled for rec in raw[g]["spec"])
-    results = {g: analysis.summarise_group(raw[g], g.endswith("@greedy")) for g in raw}
+    results = {g: ratios.summarise_group(raw[g], g.endswith("@greedy")) for g in raw}
     results[greedy[0]]["spec"]["forced"] = 2  # as a run whose verify pass flipped two near-ties
     text = "\n".join(rep.speedup_table({"results": results}))
     assert "(2 held)" in text and "held to AR's text" in text
-    plain = {g: analysis.summarise_group(raw[g], g.endswith("@greedy")) for g in raw}
+    plain = {g: ratios.summarise_group(raw[g], g.endswith("@greedy")) for g in raw}
     for g in plain:
         for row in plain[g].values():
             row["forced"] = None

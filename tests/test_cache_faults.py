@@ -17,7 +17,7 @@ import tiny_gguf
 from forkserver import ForkServer
 
 from specviz import files
-from specviz.runtime import gguf
+from specviz.runtime import packaged
 from specviz.runtime.pair import PackagedModel
 
 CHILD = Path(__file__).parent / "cache_child.py"
@@ -164,11 +164,11 @@ def test_a_killed_conversion_never_poisons_the_cache(parts_dir, reference, tmp_p
     cache = tmp_path / "cache"
     killed = _run(parts_dir, cache, *KILL_POINTS[point])
     assert killed["code"] == -9 and killed["result"] is None
-    assert gguf.converted_problem(_spec(parts_dir), cache / "models" / KEY) == gguf.NOT_CONVERTED
+    assert packaged.converted_problem(_spec(parts_dir), cache / "models" / KEY) == packaged.NOT_CONVERTED
     again = _run(parts_dir, cache)
     assert again["code"] == 0 and again["result"]["logits"] == reference, again["stderr"][-1500:]
     assert _said(again, "de-quantising") == 1 and _leftovers(cache) == []
-    assert gguf.converted_problem(_spec(parts_dir), cache / "models" / KEY) is None
+    assert packaged.converted_problem(_spec(parts_dir), cache / "models" / KEY) is None
 
 
 def _spec(parts_dir) -> PackagedModel:
@@ -212,13 +212,13 @@ def test_a_copied_cache_is_hashed_once_then_trusted(parts_dir, reference, conver
     os.utime(weights, ns=(1_000_000_000, 1_000_000_000))
     run = _run(parts_dir, cache)
     assert run["code"] == 0 and run["result"]["logits"] == reference and _said(run, "de-quantising") == 0
-    record = json.loads((weights.parent / gguf.CONVERTED_RECORD).read_text())
+    record = json.loads((weights.parent / packaged.CONVERTED_RECORD).read_text())
     assert record["files"]["model.safetensors"]["mtime_ns"] == 1_000_000_000
 
 
 def test_a_cache_without_a_record_is_converted_again(parts_dir, reference, converted):
     cache, weights = converted
-    (weights.parent / gguf.CONVERTED_RECORD).unlink()
+    (weights.parent / packaged.CONVERTED_RECORD).unlink()
     run = _run(parts_dir, cache)
     assert run["code"] == 0 and run["result"]["logits"] == reference
     assert _said(run, "no record of what it was converted from") == 1 and _said(run, "de-quantising") == 1
@@ -285,7 +285,7 @@ def test_a_disk_too_small_is_refused_before_any_work(parts_dir, small_disk):
     assert run["code"] == 3 and run["says"] == []
     [message] = run["errors"]
     spec = _spec(parts_dir)
-    need = spec.size + 2 * spec.params + gguf.CONVERT_SPARE_BYTES
+    need = spec.size + 2 * spec.params + packaged.CONVERT_SPARE_BYTES
     assert message.startswith(f"Not enough space on the disk holding {cache / 'models'} for converting {KEY}: "
                               f"it needs about {need / 1e6:.1f} MB free and ")
     assert not (cache / "gguf").exists() or not any((cache / "gguf").iterdir())

@@ -275,3 +275,19 @@ def test_a_cpu_burner_lowers_the_recorded_cpu_share(tiny):
             burner.wait()
     assert cpu / elapsed < BUSY_SHARE
     assert judge_timing(cpu / elapsed, None, "cpu", elapsed).reliable is False
+
+
+def test_every_runner_answers_the_calls_the_engine_makes():
+    # runtime/lm.py's Runner is what docs/architecture.md tells a new runtime to implement: every
+    # runner the project has implements each of its calls with the same parameters
+    import inspect
+
+    from specviz.runtime.lm import CachedLM, GraphLM, Runner
+    from specviz.runtime.llamacpp.runner import LlamaCppRunner
+    from specviz.teaching.toy import TableRunner
+
+    calls = {name: inspect.signature(getattr(Runner, name)) for name in ("forward", "crop", "keep", "reset")}
+    for runner in (CachedLM, GraphLM, LlamaCppRunner, TableRunner):
+        for name, want in calls.items():
+            got = inspect.signature(getattr(runner, name))
+            assert list(got.parameters) == list(want.parameters), (runner.__name__, name, got)

@@ -1,4 +1,4 @@
-"""The notebooks' exercises (specviz.teaching.exercises.checking, notebooks/solutions/).
+"""The notebooks' exercises (specviz.teaching.exercises: one module per notebook; notebooks/solutions/).
 
 Every check passes the engine's own implementation and the solution file's, fails plausible
 wrong answers (each named) with a message that says what is wrong without giving the expected
@@ -516,7 +516,7 @@ def test_committed_exercises_are_unsolved_and_their_answers_out_of_sight(path):
             elif isinstance(node, ast.Assign):
                 assert isinstance(node.value, ast.Constant) and node.value.value is None, ast.unparse(node)
     code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "notebook.check(" not in code  # every answer is checked in specviz.teaching.exercises.checking, out of sight
+    assert "notebook.check(" not in code  # every answer is checked in specviz.teaching.exercises, out of sight
     for name in CODED.get(path.name[:2], ()):
         assert f"def {name}(" in "\n".join(c.source for c in cells)
 

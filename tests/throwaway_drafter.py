@@ -5,8 +5,7 @@ registers it with one record and runs it everywhere a method runs."""
 import time
 
 from specviz.config import vocab_size
-from specviz.drafters.base import Drafter, Proposal
-from specviz.drafters.lookup import one_hot_rows
+from specviz.drafters.base import Drafter, Proposal, one_hot_rows
 
 
 class EchoDrafter(Drafter):

@@ -27,7 +27,7 @@ import torch
 
 from specviz import files
 from specviz.argparsing import Parser
-from specviz.bench import analysis, suite
+from specviz.bench import ratios, suite
 from specviz.errors import run_command
 from specviz.runtime import machine
 from specviz.runtime.models import load_pair
@@ -62,10 +62,10 @@ def bench(pair, tokens: int, k: int, repeats: int, names=None, say=lambda *_: No
 
 
 def summarise(per: dict) -> dict:
-    row = analysis.summarise_group(per)
+    row = ratios.summarise_group(per)
     for name, runs in per.items():
         if row[name]["engine"] == "specviz":
-            row[name]["outside_forwards"] = analysis.median(r["outside_forwards"] for r in runs)
+            row[name]["outside_forwards"] = ratios.median(r["outside_forwards"] for r in runs)
     row["ratios"] = {name: row[a]["tokens_per_s"] / row[b]["tokens_per_s"]
                      for name, (a, b) in RATIOS.items() if a in row and b in row}  # of the lanes run
     hf_lane = next((name for name in ("hf-assisted", "hf-assisted-gemv") if name in per), None)

@@ -24,8 +24,7 @@ import time
 
 import torch
 
-from specviz.drafters.base import Drafter, Proposal
-from specviz.drafters.lookup import one_hot_rows
+from specviz.drafters.base import Drafter, Proposal, one_hot_rows
 from specviz.runtime.lm import runner_for, synchronize
 
 

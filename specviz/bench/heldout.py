@@ -33,7 +33,6 @@ from pathlib import Path
 
 from specviz import files
 from specviz.argparsing import Parser
-from specviz.bench.suite import HEAD_LANES, INT8_METHODS, file_name, load, method_table, missing_heads, run_method
 from specviz.errors import InputError, run_command
 from specviz.runtime.machine import environment
 from specviz.training.prompt_bank import held_out, prompt_bank
@@ -109,6 +108,7 @@ def bank_prompts(kind: str, count: int) -> list:
 def measure_prompt(pair, table: dict, methods: list, prompt, tokens: int, repeats: int, turn: int) -> dict:
     """AR (timed; its text is the one every lane is held to), then every lane `repeats` times,
     the order rotated by `turn` and again each repeat."""
+    from specviz.bench.suite import run_method  # torch: reading and drawing a report need none
 
     ids = pair.encode(prompt.text, chat=prompt.chat)
     ar = run_method(pair, table, "ar", ids, 0.0, tokens, 0)
@@ -126,6 +126,7 @@ def measure_prompt(pair, table: dict, methods: list, prompt, tokens: int, repeat
 def run(pair, table: dict, settings: dict, partial: Path, say) -> dict:
     """Every prompt of every kind not already in `partial` (same settings), its lanes from `table`
     (the suite's method_table, the one the lanes were checked against): the report."""
+    from specviz.bench.suite import run_method  # torch, as above
 
     report = files.read_partial(partial, settings, say)
     if report is None:
@@ -230,6 +231,7 @@ def main(argv=None) -> int:
 def _run(args, say) -> int:
     import torch
 
+    from specviz.bench.suite import HEAD_LANES, INT8_METHODS, file_name, load, method_table, missing_heads
 
     lanes = method_table(4, 8)
     methods = list(dict.fromkeys(args.methods + [args.baseline]))

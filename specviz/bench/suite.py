@@ -9,7 +9,7 @@ decoding, and a controlled-acceptance sweep that traces speedup against alpha on
 
 specviz runs keep their events on with top-10 slices (record_topk=10), as the app runs them.
 Usage: python -m specviz.bench [--pair qwen-coder] [--quick] [--out PREFIX] [--check-against F]
-Definitions of every number: specviz.bench.analysis and specviz.analysis.metrics (latency: stream_stats); docs/benchmarks/.
+Definitions of every number: specviz.bench.ratios and specviz.analysis.metrics (latency: stream_stats); docs/benchmarks/.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import torch
 from specviz import methods as registry
 from specviz.analysis import metrics, theory
 from specviz.argparsing import Parser
-from specviz.bench import analysis, hf, report as rep, roofline
+from specviz.bench import hf, ratios, report as rep, roofline
 from specviz.bench.batched import run_lane
 from specviz.bench.controlled import ControlledDrafter
 from specviz.bench.held import HeldVerifier
@@ -183,7 +183,7 @@ def groups(plan: Plan) -> dict:
 
 def run_method(pair, table: dict, name: str, prompt_ids: list, temperature: float, tokens: int,
                seed: int, static_cache: bool = False, script: Optional[list] = None) -> dict:
-    """One timed run of the lane `table[name]`: the record analysis.summarise_method reads.
+    """One timed run of the lane `table[name]`: the record ratios.summarise_method reads.
     `script`: AR's greedy answer, to which a specviz lane's verification is held (HeldVerifier)."""
     lane = table[name]
     pair = quantize_draft(pair, lane.draft)  # the pair itself for "none"
@@ -297,18 +297,18 @@ def measure_controlled(pair, plan: Plan, ar_runs: list, verify_cost) -> dict:
         for a in plan.a_sets:
             drafter = ControlledDrafter(pair.draft, script, a, vocab_size(pair), pair.eos_token_ids, seed=r)
             runs[a].append(run_specviz(pair, cfg, ids, 0.0, plan.tokens, r, drafter=drafter))
-    rows = analysis.summarise_group({"ar": ar_runs, **runs}, greedy=False)  # speedups over those AR runs
+    rows = ratios.summarise_group({"ar": ar_runs, **runs}, greedy=False)  # speedups over those AR runs
     points = []
     for a, recs in runs.items():
         row = rows[a]
-        fit = analysis.model_fit(row, plan.k, verify_cost)
+        fit = ratios.model_fit(row, plan.k, verify_cost)
         points.append({"a_set": a, "alpha": row["alpha_empirical"], "tau": row["tau"],
                        "tokens_per_s": row["tokens_per_s"], "speedup": row["speedup"],
                        "decode_speedup": row["decode_speedup"], "c": row["c_vs_ar"],
                        "predicted_speedup": fit and fit["predicted_speedup"], "ratio": fit and fit["ratio"],
                        "off_script": sum(rec["counters"].get("off_script", 0) for rec in recs),
                        "same_as_ar": all(rec["token_ids"] == script for rec in recs)})
-    c_mean = analysis.median(p["c"] for p in points)
+    c_mean = ratios.median(p["c"] for p in points)
     curve = [{"alpha": a / 50, "speedup": theory.speedup_with_cost(a / 50, plan.k, c_mean, verify_cost)}
              for a in range(51)]
     return {"prompt": plan.controlled_prompt, "k": plan.k, "points": points, "theory": curve, "c": c_mean}
@@ -325,7 +325,7 @@ def measure_roofline(pair, results: dict, cost: dict) -> dict:
     greedy = [rows for g, rows in results.items() if g.endswith("@greedy")]
     limit = out["target"]["limit_tokens_per_s"]
     for name in ("ar", "hf"):
-        tps = analysis.median(rows[name]["decode_tokens_per_s"] for rows in greedy if name in rows)
+        tps = ratios.median(rows[name]["decode_tokens_per_s"] for rows in greedy if name in rows)
         out[f"{name}_decode_tokens_per_s"] = tps
         out[f"{name}_vs_limit"] = tps / limit if tps else None
     return out
@@ -352,15 +352,15 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
     cost = timed("verify-cost curve and forward costs per batch", measure_costs, pair, plan)
     verify_cost = theory.interpolate_cost(list(cost["curve"]["target"].items()))
     raw = timed("methods", measure_methods, pair, plan, say, static_cache)
-    results = {g: analysis.summarise_group(per, greedy=g.endswith("@greedy")) for g, per in raw.items()}
-    fits = {g: analysis.model_fit(rows["spec"], plan.k, verify_cost)
+    results = {g: ratios.summarise_group(per, greedy=g.endswith("@greedy")) for g, per in raw.items()}
+    fits = {g: ratios.model_fit(rows["spec"], plan.k, verify_cost)
             for g, rows in results.items() if "spec" in rows}
     group = f"{plan.controlled_prompt}@greedy"
     controlled = timed("controlled acceptance sweep", measure_controlled, pair, plan, raw[group]["ar"],
                        verify_cost)
     roof = timed("bandwidth", measure_roofline, pair, results, cost)
     batched = timed("batched decoding", measure_batched, pair, plan)
-    engines = analysis.engine_vs_transformers(results)
+    engines = ratios.engine_vs_transformers(results)
     report = {
         "suite_version": SUITE_VERSION, "mode": plan.mode, "plan": asdict(plan),
         "environment": env, "prompts": prompt_table(pair),
@@ -370,13 +370,13 @@ def run_suite(pair, plan: Plan, say=print, static_cache: bool = False, load_s: f
         "ratios": {"engine_efficiency": engines["spec/hf-assisted"], "engine_vs_transformers": engines,
                    "model_fit": {g: f for g, f in fits.items() if f}, "roofline": roof},
         "cost_curve": cost["curve"],
-        "batch": {"k": plan.k, "tokens": plan.batch_tokens, "note": BATCH_NOTE, "rows": analysis.batch_rows(
+        "batch": {"k": plan.k, "tokens": plan.batch_tokens, "note": BATCH_NOTE, "rows": ratios.batch_rows(
             cost["batch"]["target"], cost["batch"]["draft"], batched, plan.k)},
-        "controlled": controlled, "ranking": analysis.ranking(results),
+        "controlled": controlled, "ranking": ratios.ranking(results),
     }
     report.update(wall_time_s=time.perf_counter() - started, load_s=load_s, section_s=sections)
     report["environment"]["loadavg_end"] = loadavg()
-    report["targets"] = analysis.targets(report)
+    report["targets"] = ratios.targets(report)
     return report
 
 
@@ -524,7 +524,7 @@ def _run(args) -> int:
     code = 0
     if args.check_against:
         previous = json.loads(Path(args.check_against).read_text())
-        check = analysis.compare_rankings(report["results"], previous["results"], args.tolerance)
+        check = ratios.compare_rankings(report["results"], previous["results"], args.tolerance)
         report["ranking_check"] = {"against": Path(args.check_against).name, **check}
         code = 0 if check["ok"] else 1
     prefix = Path(args.out or f"docs/benchmarks/suite-{file_name(pair.name)}-{plan.mode}")

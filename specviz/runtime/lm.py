@@ -1,17 +1,41 @@
-"""A model plus its KV cache, behind the three calls the engine needs: forward, crop, reset.
+"""A model plus its KV cache, behind the calls the engine needs (`Runner`): forward, crop, keep, reset.
 
 The cache always holds a prefix of the committed sequence. After each step the engine crops
 it back to the accepted prefix by position (no copying, no re-running the prefix), as in
-gpt-fast. Exact toy models (`specviz.teaching.toy`) provide the same interface.
+gpt-fast. Hugging Face models run as `CachedLM` (or `GraphLM` under CUDA graphs); any other
+model brings its own runner through `make_runner()`, as llama.cpp's (specviz.runtime.llamacpp.runner)
+and the exact toy tables (specviz.teaching.toy) do.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 import torch
 
 from specviz.errors import InputError
+
+
+class Runner(Protocol):
+    """What the engine asks of a model's runner (`runner_for(model)`); `CachedLM` documents each call."""
+
+    length: int  # tokens held in the cache: always a prefix of the committed sequence (plus, mid-step, the fed tree)
+    device: object
+
+    def forward(self, ids: list, last_only: bool = False, attend=None, positions=None, keep: int = 0,
+                hidden=False):
+        """Feed `ids` after the cache: float32 logits (T, V) (the last `keep` rows, or (1, V) if
+        `last_only`); with `hidden`, (logits, states) as well; `attend`/`positions`: a tree's mask."""
+
+    def crop(self, length: int) -> None:
+        """Keep the first `length` cached tokens."""
+
+    def keep(self, linear: int, slots: list) -> None:
+        """Keep the first `linear` cached tokens and the entries at `slots`, in order (a tree step's path)."""
+
+    def reset(self) -> None:
+        """Empty the cache."""
 
 
 class CachedLM:
@@ -232,9 +256,9 @@ def cuda_graphs_on(model) -> bool:
     return getattr(model, "_specviz_graph_len", None) is not None
 
 
-def runner_for(model):
-    """The cached runner of a model: toy models bring their own, HF models get a CachedLM, or a
-    GraphLM after `use_cuda_graphs(model)`."""
+def runner_for(model) -> Runner:
+    """The cached runner of a model: a model with `make_runner()` brings its own (llama.cpp's, the
+    toy tables), HF models get a CachedLM, or a GraphLM after `use_cuda_graphs(model)`."""
     make = getattr(model, "make_runner", None)
     if make is not None:
         return make()

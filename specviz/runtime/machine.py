@@ -1,7 +1,9 @@
 """The machine a measurement ran on: device, dtype, threads, library versions, the load average.
 
 Every benchmark and recording writes it into its report (bench.suite, bench.batched,
-bench.assisted, presets), so it lives apart from any one of them.
+bench.assisted, bench.recordings), so it lives apart from any one of them. Naming the machine
+loads no torch (bench.lab names it for the notebooks' timings); describing a pair's run does,
+and the caller has it loaded already.
 """
 
 from __future__ import annotations
@@ -10,17 +12,16 @@ import os
 import platform
 import time
 
-import torch
-
-from specviz.runtime.lm import cuda_graphs_on
-
 
 def dtype_name(pair) -> str:
     return str(pair.dtype).replace("torch.", "")
 
 
 def environment(pair, static_cache: bool) -> dict:
+    import torch
     import transformers
+
+    from specviz.runtime.lm import cuda_graphs_on
 
     device = torch.device(pair.device)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()

