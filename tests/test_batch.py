@@ -456,31 +456,6 @@ def test_the_policy_takes_the_runs_pass_times_from_its_first_steps():
     assert policy.scale_t == pytest.approx(1.0, abs=0.02)
 
 
-def test_a_shapes_first_pass_in_a_process_does_not_steer_the_plan():
-    # a table bound to a model (CostTable.of) knows the shapes this process has run: the first pass
-    # of a shape sets its kernels up, so it is taken as predicted, and the next ones as measured
-    target, draft = _avx2_b16()
-    assert target.first_pass(16, 1) is False  # a table with no model knows no process: never cold
-    target.warm, draft.warm = set(), set()  # as CostTable.of(model) has them, before any pass
-    policy = LoadK(target, draft, k_max=6)
-    policy.update(0, 0, 0, 16, 1, 3 * target(16, 1), 0.0, 0, prefill=False)  # cold: three times the table
-    assert policy.scale_t == 1.0 and policy.seen[(16, 1)] == pytest.approx(target(16, 1))
-    policy.update(0, 0, 0, 16, 1, 1.25 * target(16, 1), 0.0, 0, prefill=False)
-    assert policy.scale_t == pytest.approx(1.25)
-    # the draft's first passes likewise: its first drafting step teaches nothing, its next one does
-    drafting = draft(16, 2) + 3 * draft(16, 1)
-    policy.spec_steps = 1  # (after a speculative step: not the draft's catch-up, which never teaches it)
-    policy.update(4, 32, 40, 16, 5, target(16, 5), 5 * drafting, 64, prefill=False)
-    assert policy.draft_scale.weight == 0
-    policy.update(4, 32, 40, 16, 5, target(16, 5), 1.1 * drafting, 64, prefill=False)
-    assert policy.scale_d == pytest.approx(1.1)
-    # shapes the table measured in this process are warm already
-    measured = CostTable(object())
-    measured.warm.update({(16, 1)})
-    assert measured.first_pass(16, 1) is False and measured.first_pass(16, 2) is True
-    assert measured.first_pass(16, 2) is False
-
-
 def test_the_plan_counts_the_batchs_tail_and_pays_the_catch_up_once():
     # one row's pass costs 0.1 s, 16 rows' 0.4 s, flat in the width up to 8: a memory-bound pass
     target, draft = CostTable(None), CostTable(None)

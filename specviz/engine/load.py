@@ -59,9 +59,6 @@ class CostTable:
         self.path: Optional = None  # where the table is kept (CostTable.of), or None
         self.key: dict = {}
         self.say = say or _say
-        # the shapes this process has run on the model: the first pass of a shape in a process sets
-        # its kernels up and costs more than the machine's speed says (None: a table with no model)
-        self.warm: Optional[set] = set() if model is not None else None
 
     @classmethod
     def of(cls, model) -> "CostTable":
@@ -98,18 +95,8 @@ class CostTable:
             if left:
                 eta = (time.perf_counter() - start) / done * left
                 self.say(f"  {r} rows measured; ETA {eta:.0f} s")
-        if self.warm is not None:
-            self.warm.update(todo)
         self._write_saved()
         return todo
-
-    def first_pass(self, rows: int, width: int) -> bool:
-        """Whether this is the first pass of this shape the process runs on the model (then
-        counted as run); never for a table with no model."""
-        if self.warm is None or (rows, width) in self.warm:
-            return False
-        self.warm.add((rows, width))
-        return True
 
     def _settings(self) -> dict:
         return {"version": self.VERSION, "key": self.key}
@@ -492,28 +479,21 @@ class LoadK:
             return
         shape = (rows, width)
         table = self.target_cost(rows, min(width, self.k_max + 1))
-        # a shape's first pass in this process (a fresh process's first run) is slow for its
-        # kernels' set-up, not for the machine: taken as predicted, so that it does not steer the plan
-        cold = self.target_cost.first_pass(rows, width)
         # other work on the machine only adds time: one slow pass moves an estimate by a bounded
         # step (a lasting slowdown still shows, over a few steps), so a slow spell cannot switch
         # speculation off for the rest of the run
         expected = self.seen.get(shape, self.scale_t * table)
-        observed = expected if cold else min(verify_time, self.CLIP * expected) if expected > 0 else verify_time
+        observed = min(verify_time, self.CLIP * expected) if expected > 0 else verify_time
         self.seen[shape] = observed if shape not in self.seen else m * self.seen[shape] + (1 - m) * observed
-        if table > 0 and not cold:
+        if table > 0:
             self.target_scale.add(min(verify_time / table, self.CLIP * self.scale_t))
-        if not (drafted and k):
-            return
-        if self.draft_cost is not None and any([self.draft_cost.first_pass(rows, w) for w in (2, 1)]):
-            return  # the draft's passes (2 tokens, then 1 each) were cold too: they say nothing of drafting
-        if self.draft_cost is not None and catching_up and self.backlog > 1:
+        if drafted and k and self.draft_cost is not None and catching_up and self.backlog > 1:
             # what the catch-up took beyond a step's own drafting, against its prediction
             d = self.scale_d * (self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1))
             predicted = self.catch_up(rows, self.backlog) / self.scale_c
             if predicted > 0:
                 self.scale_c = 0.5 * self.scale_c + 0.5 * max(0.0, draft_time - d) / predicted
-        elif not catching_up:
+        elif drafted and k and not catching_up:
             if self.draft_cost is not None:
                 d = self.draft_cost(rows, 2) + (k - 1) * self.draft_cost(rows, 1)
                 if d > 0:
