@@ -31,8 +31,8 @@ llamacpp: $(VENV)/llama.cpp/specviz-build.txt
 $(VENV)/llama.cpp/specviz-build.txt: $(VENV)/.installed
 	$(PY) -m specviz llamacpp install
 
-test: setup
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+test: setup  # -rs: each skipped test's reason at the end (no llama.cpp built, no GPU, no Chromium)
+	$(PY) -m pytest -q -rs -n 2 --dist loadfile --no-loadscope-reorder
 
 # every notebook run on the real pair, saved as HTML under docs/notebooks/ (resumable; --force to redo)
 executed-notebooks: setup

@@ -40,7 +40,7 @@ from specviz import methods
 from specviz.errors import InputError, PairError
 
 VERSION = "0.3.36"  # llama-cpp-python, and the llama.cpp it vendors
-INSTALL_HINT = "python -m specviz llamacpp install (or make llamacpp)"
+INSTALL_HINT = "`python -m specviz llamacpp install` (or `make llamacpp`)"  # as a message says it
 N_CTX = 4096  # tokens one context holds: the app's prompt and output caps fit
 N_BATCH = 512  # tokens one llama_decode takes; a longer prompt is fed in slices
 
@@ -70,7 +70,7 @@ def binding():
         import llama_cpp
     except (ImportError, OSError, RuntimeError, FileNotFoundError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise LlamaCppMissing(f"llama.cpp is not installed ({first}): run `{INSTALL_HINT}`, "
+        raise LlamaCppMissing(f"llama.cpp is not installed ({first}): run {INSTALL_HINT}, "
                               "which builds it from source in a few minutes.") from None
     llama_cpp.llama_backend_init()
     # the binding prints llama.cpp's log to stderr, every load's warnings among them (its table of log

@@ -31,7 +31,7 @@ START_TIMEOUT_S = 120.0
 def missing() -> Optional[str]:
     """None when llama-server can run here, else why not."""
     if llamacpp.server_binary() is None:
-        return f"llama-server is not built: run `{llamacpp.INSTALL_HINT}`"
+        return f"llama-server is not built: run {llamacpp.INSTALL_HINT}"
     return None
 
 
