@@ -1,4 +1,6 @@
-"""What every drafter is: the protocol with its defaults, and the proposal it hands the verifier."""
+"""What every drafter is: the protocol with its defaults, and the proposal it hands the verifier;
+and what the batched engine asks of one (`BatchDrafter`: B rows at once, or `RowDrafters`, one
+single-sequence drafter per row)."""
 
 from __future__ import annotations
 

@@ -8,24 +8,25 @@ each row keeps its own result:
     row 1   [pending | x1 x2 x3 x4]   accepted 1 + residual    -> 2 tokens
     row 2   [pending | x1 x2 . .  ]   (drafted EOS) ...         rows are padded to the widest
 
-Acceptance is ragged: each row has its own accepted length, its own KV positions (`RowCache`:
-one buffer per layer and a write position per row, so cropping a row back after a rejection is
-setting a number) and its own sampling stream (a torch.Generator per row, seeded per row, drawn in
-the order a single-sequence run draws: a row's output does not depend on which prompts share its
-batch, and `generate(pair, prompt, seed=row_seed)` reproduces it). Rows that finish leave the
-batch and stop costing.
+Acceptance is ragged: each row has its own accepted length, its own KV positions
+(specviz.runtime.batch_lm's `RowCache`: one buffer per layer and a write position per row, so
+cropping a row back after a rejection is setting a number) and its own sampling stream (a
+torch.Generator per row, seeded per row, drawn in the order a single-sequence run draws: a row's
+output does not depend on which prompts share its batch, and `generate(pair, prompt,
+seed=row_seed)` reproduces it). Rows that finish leave the batch and stop costing.
 
-Why batching kills speculation: at batch 1 a forward is bound by reading the weights, so
-verifying k + 1 tokens costs about what one costs. A batch of B rows already feeds B tokens per
-pass; speculation multiplies that by k + 1, and once B(k + 1) tokens make the pass compute-bound,
-every rejected draft is paid for in full. `LoadK` (k="load") is what serving engines do about it:
-choose k each step from the running acceptance rate and the measured cost of a pass over
-B(k + 1) tokens, down to k = 0 (plain autoregressive steps) when the batch is large, plus a fixed
-switch-off batch size like vLLM's `speculative_disable_by_batch_size` (`spec_off_batch`).
+Why batching kills speculation: at batch 1 a forward is bound by reading the weights, so verifying
+k + 1 tokens costs about what one costs. A batch of B rows already feeds B tokens per pass;
+speculation multiplies that by k + 1, and once B(k + 1) tokens make the pass compute-bound, every
+rejected draft is paid for in full. `LoadK` (k="load", specviz.engine.load) is what serving engines
+do about it: choose k each step from the running acceptance rate and the measured cost of a pass
+over B(k + 1) tokens, down to k = 0 (plain autoregressive steps) when the batch is large, plus a
+fixed switch-off batch size like vLLM's `speculative_disable_by_batch_size` (`spec_off_batch`).
 
-Methods: ar, spec (k, "auto" per row, or "load"), pld, medusa and eagle chains. Trees are left to
-the single-sequence engine: a batch of trees needs a tree mask per row over one padded pass,
-which this module's per-row causal mask does not express.
+Methods: those the registry marks batch=True (specviz.methods): ar, spec (k, "auto" per row, or
+"load"), pld, and the heads' chains. Trees are left to the single-sequence engine: a batch of trees
+needs a tree mask per row over one padded pass, which the per-row causal mask of its runner does
+not express.
 """
 
 from __future__ import annotations
