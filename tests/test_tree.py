@@ -7,6 +7,7 @@ from test_distribution import RUNS, _first_tokens, _p_value, _target_joint, toy 
 from specviz import generate
 from specviz.analysis import metrics, trace
 from specviz.config import Warp
+from specviz.drafters.base import Drafter, Proposal
 from specviz.verifiers.draft_tree import ROOT, DraftTree, attention
 from specviz.verifiers.exact import RejectionVerifier
 
@@ -140,4 +141,30 @@ def test_reranking_sampled_trees_is_caught(toy):  # noqa: F811
     warp = Warp(1.0)
     counts, _ = _first_tokens(toy, warp, runs=RUNS // 2, method="tree",
                               drafter=Reranking(toy.draft, (), dynamic=True, budget=6, depth=3, width=3))
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) < 1e-4
+
+
+class CertainCandidates(Drafter):
+    """A drafter that proposes a fixed trie without sampling it (no q, as a lookup or a suffix
+    tree does): tokens 0 and 1 for the next position, 2 after either."""
+
+    name = "certain candidates"
+
+    def propose(self, committed, k, warp, generator):
+        tree = DraftTree()
+        for token, parent in [(0, ROOT), (1, ROOT), (2, 0), (2, 1)]:
+            tree.add(token, parent, 1.0)
+        return Proposal(tree, {}, shape="certain")
+
+
+def test_candidates_proposed_without_a_q_are_verified_exactly_under_sampling(toy):  # noqa: F811
+    # each is a proposal certain of itself (q = one-hot): accepted with p_i(x), the rest of p then
+    # renormalised; the first tokens follow the target's law, and zeroing nothing fails the test
+    warp = Warp(1.0)
+    counts, runs = _first_tokens(toy, warp, runs=RUNS // 2, method="tree", drafter=CertainCandidates())
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) > 1e-4
+    decisions = [e for events in runs for e in events if e.kind in ("token_accepted", "token_rejected")]
+    assert {e.q for e in decisions} == {1.0} and any(e.kind == "token_rejected" for e in decisions)
+    counts, _ = _first_tokens(toy, warp, runs=RUNS // 2, method="tree", drafter=CertainCandidates(),
+                              verifier=ResampleFromTargetAfterSibling())
     assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) < 1e-4

@@ -15,6 +15,11 @@ with children x_1..x_m drawn in that order from q without replacement:
 Each stage is single-draft speculative sampling of p_i with proposal q_i, so what it emits
 follows p_i exactly, and p_i's residual is what the next stage must produce: the emitted token
 follows p. With one child per node this is the chain rule above, draw for draw.
+
+Candidates not drawn from any q (q is None: lookups and tries that propose without sampling) are
+each a proposal that is certain of itself, q_i = one-hot(x_i): x_i is accepted with probability
+p_i(x_i), and on rejection p_{i+1} is p_i without x_i, renormalised. Asking "is it x_1? else is it
+x_2? ..." this way draws exactly from p.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ class RejectionVerifier(Verifier):
     name = "rejection"
 
     def judge(self, tree, node, children, p, q, generator, out: Verdict) -> Optional[int]:
+        if q is None and children:
+            return self._judge_certain(tree, node, children, p, generator, out)
         p_i, q_i, mass = p, q, 0.0
         for j, child in enumerate(children):
             x = tree.tokens[child]
@@ -86,6 +93,26 @@ class RejectionVerifier(Verifier):
         token = sampling.sample(p_i, Warp(1.0), generator)
         out.emit(node, token, "residual" if children else "bonus", p_i, mass, float(p[token]),
                  float(q[token]) if children else 0.0)
+        return None
+
+    def _judge_certain(self, tree, node, children, p, generator, out: Verdict) -> Optional[int]:
+        """Children proposed without a q (the module's docstring): each judged as a one-hot
+        proposal of itself against what the rejected ones before it left of p."""
+        p_i, mass = p, 0.0
+        for child in children:
+            x = tree.tokens[child]
+            one_hot = sampling.one_hot(x, p_i)
+            a = self.accept_probability(p_i, one_hot, x)
+            u = sampling.uniform(generator)
+            ok = u < a
+            out.decisions.append(Decision(
+                node=child, parent=node, index=tree.depth(child) - 1, token=x, p=float(p_i[x]), q=1.0,
+                accept_prob=a, u=u, accepted=ok, beta=self._beta(out, child, lambda: float(p_i[x]))))
+            if ok:
+                return child
+            p_i, mass = self.residual(p_i, one_hot)
+        token = sampling.sample(p_i, Warp(1.0), generator)
+        out.emit(node, token, "residual", p_i, mass, float(p[token]), 0.0)
         return None
 
     def accept_probability(self, p: torch.Tensor, q: torch.Tensor, x: int) -> float:
