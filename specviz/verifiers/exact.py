@@ -71,48 +71,27 @@ class RejectionVerifier(Verifier):
     name = "rejection"
 
     def judge(self, tree, node, children, p, q, generator, out: Verdict) -> Optional[int]:
-        if q is None and children:
-            return self._judge_certain(tree, node, children, p, generator, out)
         p_i, q_i, mass = p, q, 0.0
         for j, child in enumerate(children):
             x = tree.tokens[child]
-            a = self.accept_probability(p_i, q_i, x)
+            q_x = sampling.one_hot(x, p_i) if q is None else q_i  # no q: a proposal certain of itself
+            a = self.accept_probability(p_i, q_x, x)
             u = sampling.uniform(generator)
             ok = u < a
             out.decisions.append(Decision(
-                node=child, parent=node, index=tree.depth(child) - 1, token=x, p=float(p_i[x]), q=float(q_i[x]),
-                accept_prob=a, u=u, accepted=ok, beta=self._beta(out, child, lambda: sampling.overlap(p_i, q_i))))
+                node=child, parent=node, index=tree.depth(child) - 1, token=x, p=float(p_i[x]), q=float(q_x[x]),
+                accept_prob=a, u=u, accepted=ok, beta=self._beta(out, child, lambda: sampling.overlap(p_i, q_x))))
             if ok:
                 return child
-            p_i, mass = self.residual(p_i, q_i)
-            if j + 1 < len(children):  # the next sibling was drawn from q without x
+            p_i, mass = self.residual(p_i, q_x)
+            if q is not None and j + 1 < len(children):  # the next sibling was drawn from q without x
                 q_i = q_i.clone()
                 q_i[x] = 0.0
                 if float(q_i.sum()) > 0:
                     q_i = q_i / q_i.sum()
         token = sampling.sample(p_i, Warp(1.0), generator)
         out.emit(node, token, "residual" if children else "bonus", p_i, mass, float(p[token]),
-                 float(q[token]) if children else 0.0)
-        return None
-
-    def _judge_certain(self, tree, node, children, p, generator, out: Verdict) -> Optional[int]:
-        """Children proposed without a q (the module's docstring): each judged as a one-hot
-        proposal of itself against what the rejected ones before it left of p."""
-        p_i, mass = p, 0.0
-        for child in children:
-            x = tree.tokens[child]
-            one_hot = sampling.one_hot(x, p_i)
-            a = self.accept_probability(p_i, one_hot, x)
-            u = sampling.uniform(generator)
-            ok = u < a
-            out.decisions.append(Decision(
-                node=child, parent=node, index=tree.depth(child) - 1, token=x, p=float(p_i[x]), q=1.0,
-                accept_prob=a, u=u, accepted=ok, beta=self._beta(out, child, lambda: float(p_i[x]))))
-            if ok:
-                return child
-            p_i, mass = self.residual(p_i, one_hot)
-        token = sampling.sample(p_i, Warp(1.0), generator)
-        out.emit(node, token, "residual", p_i, mass, float(p[token]), 0.0)
+                 float(q[token]) if children and q is not None else 0.0)
         return None
 
     def accept_probability(self, p: torch.Tensor, q: torch.Tensor, x: int) -> float:
