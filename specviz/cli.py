@@ -82,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--heads", default="", help="medusa / eagle: a folder of trained heads "
                      "(what `train --out` wrote); default: the ones shipped for the pair")
     gen.add_argument("--jsonl", action="store_true", help="print one event per line instead")
-    tr = sub.add_parser("train", help="train Medusa heads or an EAGLE, EAGLE-3 or P-EAGLE layer for a pair (resumable)")
-    tr.add_argument("kind", choices=["medusa", "eagle", "eagle3", "peagle"])
+    tr = sub.add_parser("train", help="train Medusa heads, an EAGLE, EAGLE-3 or P-EAGLE layer or a DFlash block "
+                        "drafter for a pair (resumable)")
+    tr.add_argument("kind", choices=["medusa", "eagle", "eagle3", "peagle", "dflash"])
     tr.add_argument("--pair", default=None, help="preset name (default: $SPECVIZ_PAIR or qwen-coder)")
     tr.add_argument("--tokens", type=int, default=120_000, help="training data size in tokens (held-out split included)")
     tr.add_argument("--data", choices=["selfgen", "corpus"], default="selfgen",
@@ -104,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--targets", choices=["answers", "all"], default="answers",
                     help="EAGLE kinds on selfgen data: learn the answers' tokens only, or the prompts' too "
                          "(held-out accuracy is scored on answers either way)")
+    tr.add_argument("--block", type=int, default=16, help="dflash: positions per block, the last committed token "
+                    "and block - 1 masks (it drafts up to block - 1 tokens per forward)")
     tr.add_argument("--no-check", action="store_true", help="skip the greedy runs on the pair at the end")
     return parser
 
@@ -229,7 +232,7 @@ def cmd_train(args) -> int:
     heads, report = train(args.kind, args.pair or default_pair_name(), tokens=args.tokens, epochs=args.epochs,
                           out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check,
                           data=args.data, storage=args.storage, labels=args.labels,
-                          targets=args.targets)
+                          targets=args.targets, **({"block": args.block} if args.kind == "dflash" else {}))
     held = report["held_out"]
     print(f"{args.kind}: held-out top-1 per depth {held['accuracy']}; E[drafts accepted] of a full chain "
           f"{held['accepted']:.2f} (teacher-forced on held-out text)")

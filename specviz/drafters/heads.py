@@ -1,4 +1,4 @@
-"""Drafters that read the target's own hidden states: Medusa heads and EAGLE (specviz.runtime.head_nets).
+"""Drafters that read the target's own hidden states: Medusa heads, EAGLE and DFlash (specviz.runtime.head_nets).
 
 Both take the target's last hidden state of every committed token from the verification pass the
 engine already runs (`uses_features`), so drafting costs no extra target forward, only the
@@ -225,6 +225,49 @@ class ParallelEagleDrafter(EagleDrafter):
         return "peagle chain" if self.chain else "peagle static " + ",".join(map(str, self.shape))
 
 
+class DFlashDrafter(ParallelEagleDrafter):
+    """DFlash's block drafting (specviz.runtime.head_nets.DFlashNet): the target's states of the
+    tokens committed since the last step join the drafter's context (each layer's keys and values
+    of them, kept: the context is committed text only), then one forward of the block, the last
+    committed token and block - 1 masks at the positions after it, gives q for depths 1..k at
+    once, k at most block - 1. The whole trained block runs whatever k is (its masks see each
+    other: fewer would be another input than the one it learnt); only the k rows wanted are read
+    through the output head. As a chain (method `dflash`)."""
+
+    @property
+    def name(self) -> str:
+        return "DFlash"
+
+    def start(self, prompt_ids: list) -> None:
+        super().start(prompt_ids)
+        self.kv = None  # per layer (keys, values) of the `fed` committed positions' context
+
+    @torch.inference_mode()
+    def _root(self, committed, warp) -> torch.Tensor:
+        self.forwards += 1
+        net, device = self.heads.net, self.heads.device
+        feats = torch.cat(self.pending).to(self.heads.dtype)
+        self.pending = []
+        m = feats.shape[0]
+        assert self.fed + m == len(committed) - 1, "one target feature per committed token but the last"
+        new = net.context_kv(net.context(feats), torch.arange(self.fed, self.fed + m, device=device))
+        self.kv = new if self.kv is None else [(torch.cat([k0, k1], 1), torch.cat([v0, v1], 1))
+                                               for (k0, v0), (k1, v1) in zip(self.kv, new)]
+        self.fed += m
+        size = net.block_size  # the anchor (the last committed token, at position fed) and its masks
+        x = net.block(self.heads.embed(torch.tensor(committed[-1:], device=device)), size)
+        out = net(x, torch.arange(self.fed, self.fed + size, device=device), self.kv)
+        self.per_depth = self._q(out[1:1 + self.want], warp)  # (want, V): block rows 1..want
+        return self.per_depth[0]
+
+    def step_info(self) -> dict:
+        return {**super().step_info(), "block": self.heads.net.block_size}
+
+    @property
+    def kind(self) -> str:
+        return f"dflash chain (block {self.heads.net.block_size})"
+
+
 def build(pair, cfg, stop, policy=None) -> _FeatureDrafter:
     """The drafter of every method on trained heads (specviz.methods: medusa, medusa-tree, eagle,
     eagle-tree, eagle3, eagle3-tree, peagle), bound to the pair's target."""
@@ -238,6 +281,11 @@ def build(pair, cfg, stop, policy=None) -> _FeatureDrafter:
                             width=cfg.tree_width, sizer=sizer_for(pair, cfg))
     if method.heads == "peagle":
         return ParallelEagleDrafter(bound, stop, chain_k=cfg.k)
+    if method.heads == "dflash":
+        if isinstance(cfg.k, int) and cfg.k > heads.depth:
+            raise InputError(f"This DFlash drafter's blocks hold {heads.depth + 1} positions, so it drafts at most "
+                             f"{heads.depth} tokens a step: use k of at most {heads.depth}.")
+        return DFlashDrafter(bound, stop, chain_k=min(cfg.k, heads.depth) if isinstance(cfg.k, int) else heads.depth)
     shape = parse_shape(cfg.tree) if method.tree else [1] * cfg.k
     if len(shape) > heads.depth:
         what = f"a tree {len(shape)} deep" if method.tree else f"k={cfg.k}"

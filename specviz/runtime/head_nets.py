@@ -12,7 +12,15 @@ x_{t+2} from it. The next draft step feeds (predicted f_{t+1}, drafted x_{t+2}),
 small forward per depth. Its layer is narrower than the target's (`width`) so the shipped file
 stays small; the fc maps the target's width in and `out` maps back.
 
-Both read tokens through the target's frozen output head, restricted to a draft vocabulary: the
+DFlash (block diffusion drafting; arXiv 2602.06036, 2026). A block of B positions, the last committed
+token then B - 1 mask tokens, goes through a few decoder layers in ONE forward with
+bidirectional attention inside the block; every layer's attention also reads the target's
+context (its fused low, middle, high and last states of every committed position, projected to
+keys and values at each layer: "KV injection"), so what the block knows of the text comes from
+the target, not from a draft model's own reading of it. Position j of the block is its guess of
+the token j ahead; all B - 1 guesses come out of the same forward (DFlashNet).
+
+All of them read tokens through the target's frozen output head, restricted to a draft vocabulary: the
 `vocab` most frequent target argmaxes of the training data (FR-Spec, EAGLE-3). That is most of
 the saving: the full head (151,936 x 1,536 for the 1.5B target) costs about a sixth of a target
 forward on a CPU, the top 16k rows a tenth of that. Tokens outside get q = 0; when the target
@@ -41,7 +49,7 @@ from specviz import files
 from specviz.errors import SpecvizError
 from specviz.runtime.quant import fill_int8
 
-KINDS = ("medusa", "eagle", "eagle3", "peagle")
+KINDS = ("medusa", "eagle", "eagle3", "peagle", "dflash")
 PACKAGED = Path(__file__).resolve().parents[1] / "data" / "heads"  # <pair>/manifest.json + <kind>.safetensors
 
 
@@ -197,7 +205,102 @@ class Eagle3Net(EagleNet):
         return super().forward(self.features(f), e, positions, cache, mask)
 
 
-NETS = {"medusa": MedusaHeads, "eagle": EagleNet, "eagle3": Eagle3Net, "peagle": Eagle3Net}
+class DFlashLayer(nn.Module):
+    """One pre-norm decoder layer of DFlashNet: its queries are the block's positions, its keys and
+    values the target's context (projected by this layer's own key/value map) and then the
+    block's. Per-head RMS norms on queries and keys (Qwen3's), rotary positions on both."""
+
+    def __init__(self, width: int, heads: int, mlp: int, theta: float):
+        super().__init__()
+        self.width, self.n_heads, self.theta = width, heads, theta
+        dh = width // heads
+        self.norm_attn, self.norm_mlp = RMSNorm(width), RMSNorm(width)
+        self.q = nn.Linear(width, width, bias=False)
+        self.kv = nn.Linear(width, 2 * width, bias=False)
+        self.norm_q, self.norm_k = RMSNorm(dh), RMSNorm(dh)
+        self.o = nn.Linear(width, width, bias=False)
+        self.gate_up = nn.Linear(width, 2 * mlp, bias=False)
+        self.down = nn.Linear(mlp, width, bias=False)
+
+    def keys_values(self, x: torch.Tensor, positions: torch.Tensor) -> tuple:
+        """(T, width) normed inputs -> (keys, values), (heads, T, dh) each, keys rotated to `positions`."""
+        t, dh = x.shape[0], self.width // self.n_heads
+        k, v = self.kv(x).view(t, 2, self.n_heads, dh).permute(1, 2, 0, 3)
+        return _rope(self.norm_k(k), positions, self.theta), v
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, context: tuple,
+                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        t, dh = x.shape[0], self.width // self.n_heads
+        h = self.norm_attn(x)
+        q = _rope(self.norm_q(self.q(h).view(t, self.n_heads, dh).transpose(0, 1)), positions, self.theta)
+        k, v = self.keys_values(h, positions)
+        k, v = torch.cat([context[0], k], dim=1), torch.cat([context[1], v], dim=1)
+        attn = F.scaled_dot_product_attention(q[None], k[None], v[None],
+                                              attn_mask=None if mask is None else mask[None, None])[0]
+        x = x + self.o(attn.transpose(0, 1).reshape(t, self.width))
+        gate, up = self.gate_up(self.norm_mlp(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class DFlashNet(nn.Module):
+    """DFlash's block drafter: `n_layers` DFlashLayers of `width`, reading `slots` target states
+    per context position (EAGLE-3's low, middle and high layers and the last hidden state: all of
+    them come with the verification pass, so the context costs no extra target forward).
+
+    context(f): (T, slots, d) target states -> (T, width), each state RMS-normed, concatenated,
+    mapped and normed (DFlash's fc + hidden norm). context_kv(ctx, positions): each layer's keys
+    and values of those positions, a list of (keys, values); a drafter keeps them as its cache
+    of the committed text. block(anchors, size): the input rows of blocks, each the anchor token's
+    embedding (the target's own, mapped to `width`) and then size - 1 copies of the learnt mask
+    row. forward(x, positions, kv, mask): the block rows through the layers, every row seeing all
+    of `kv` and the whole block (mask None: one block; a training batch of several gives each
+    block its context and itself) -> (T, d) vectors the target's output head reads; row j of a
+    block is the guess of the token j positions after the anchor (row 0 is the anchor itself)."""
+
+    def __init__(self, hidden: int, width: int = 512, heads: int = 8, mlp: int = 1536, theta: float = 10000.0,
+                 slots: int = 4, n_layers: int = 2, block: int = 16):
+        super().__init__()
+        if block < 2:
+            raise ValueError(f"a DFlash block holds the anchor and at least one mask: block >= 2, got {block}")
+        self.width, self.slots, self.block_size = width, slots, block
+        self.norm_slots = nn.ModuleList(RMSNorm(hidden) for _ in range(slots))
+        self.fuse = nn.Linear(slots * hidden, width, bias=False)
+        self.norm_ctx = RMSNorm(width)
+        self.norm_e = RMSNorm(hidden)
+        self.embed_in = nn.Linear(hidden, width, bias=False)
+        self.mask = nn.Parameter(torch.randn(width) * 0.02)
+        self.layers = nn.ModuleList(DFlashLayer(width, heads, mlp, theta) for _ in range(n_layers))
+        self.norm_out = RMSNorm(width)
+        self.out = nn.Linear(width, hidden)
+
+    @property
+    def depths(self) -> int:
+        """The most tokens one block drafts."""
+        return self.block_size - 1
+
+    def context(self, f: torch.Tensor) -> torch.Tensor:
+        if f.dim() == 2:  # one state per position (a toy table's logits row): it fills every slot
+            f = f[:, None].expand(-1, self.slots, -1)
+        return self.norm_ctx(self.fuse(torch.cat([norm(f[:, i]) for i, norm in enumerate(self.norm_slots)], dim=-1)))
+
+    def context_kv(self, ctx: torch.Tensor, positions: torch.Tensor) -> list:
+        return [layer.keys_values(ctx, positions) for layer in self.layers]
+
+    def block(self, anchors: torch.Tensor, size: Optional[int] = None) -> torch.Tensor:
+        """(n, d) anchor-token embeddings -> (n * size, width) rows: each anchor, then size - 1 masks."""
+        size = size or self.block_size
+        first = self.embed_in(self.norm_e(anchors))
+        masks = self.mask.to(first.dtype).expand(first.shape[0], size - 1, -1)
+        return torch.cat([first[:, None], masks], dim=1).reshape(-1, self.width)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, kv: list,
+                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        for layer, context in zip(self.layers, kv):
+            x = layer(x, positions, context, mask)
+        return self.out(self.norm_out(x))
+
+
+NETS = {"medusa": MedusaHeads, "eagle": EagleNet, "eagle3": Eagle3Net, "peagle": Eagle3Net, "dflash": DFlashNet}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -249,6 +352,8 @@ class HeadSet:
         """How many tokens one draft may hold: Medusa's heads; EAGLE is limited by its caller."""
         if self.kind == "medusa":
             return self.net.heads
+        if self.kind == "dflash":
+            return self.net.depths
         return self.net.depths if getattr(self.net, "parallel", False) else 32
 
     @property

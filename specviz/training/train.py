@@ -1,10 +1,11 @@
-"""Training the drafters that read the target's hidden states: Medusa heads, EAGLE, EAGLE-3
-and P-EAGLE.
+"""Training the drafters that read the target's hidden states: Medusa heads, EAGLE, EAGLE-3,
+P-EAGLE and DFlash.
 
     python -m specviz train medusa --pair qwen-coder --tokens 120000
     python -m specviz train eagle  --pair qwen-coder --tokens 120000
     python -m specviz train eagle3 --pair qwen-coder --tokens 1000000   (data: specviz.training.selfgen)
     python -m specviz train peagle --pair qwen-coder --tokens 1000000
+    python -m specviz train dflash --pair qwen-coder --tokens 1000000
 
 Phases, each cached in a work folder (`work_dir`) and resumed where it stopped, each with a
 progress bar and an ETA on stderr:
@@ -50,7 +51,7 @@ def engine_check(pair, heads, tokens_seen: int, max_new_tokens: int = 48) -> lis
 
     attach_heads(pair, heads)
     out = []
-    k = heads.net.heads if heads.kind == "medusa" else 5
+    k = heads.depth if heads.kind in ("medusa", "dflash") else 5  # DFlash: its whole block
     for name in ENGINE_PROMPTS:
         prompt = PROMPTS[name]
         events = list(generate(pair, prompt.text, method=heads.kind, k=k, chat=prompt.chat,
@@ -103,6 +104,11 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
     out = Path(out) if out is not None else work / "heads"
     if kind in FUSED:  # EAGLE-3's recipe: no noise on the features, a deeper training-time test
         options = {"noise": 0.0, "unroll": 5, **options}
+    if kind == "dflash":  # its held-out score: every depth of the block
+        block = options.get("block", 16)
+        if not isinstance(block, int) or not 2 <= block <= 32:
+            raise InputError(f"block must be a whole number from 2 to 32, got {block!r}.")
+        options = {"depths": block - 1, **options}
     cfg = TrainConfig(kind, epochs=epochs, seed=seed, draft_vocab=draft_vocab, **options)
     if data == "selfgen":  # the target's own answers, with its states at several layers (made or resumed)
         folder = work / "selfgen"
@@ -136,7 +142,8 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
                                  f"--epochs {epochs:g} --seed {seed} --draft-vocab {draft_vocab} --data {data}"
                                  + (f" --storage {storage}" if storage != "bf16" else "")
                                  + (f" --labels {cfg.labels}" if cfg.labels != "hard" else "")
-                                 + (f" --targets {cfg.targets}" if cfg.targets != "answers" else ""))
+                                 + (f" --targets {cfg.targets}" if cfg.targets != "answers" else "")
+                                 + (f" --block {cfg.block}" if kind == "dflash" else ""))
     save_heads(heads, out, head_fingerprint(pair.target), storage)
     report["out"] = str(out)
     files.write_json(out / f"report-{kind}.json", report)

@@ -26,6 +26,7 @@ from specviz.training.progress import progress_bar as _progress
 # phase 4: training
 
 EVALUATIONS = 20  # held-out evaluations in a run (eval_every=0): its learning curve's points
+DFLASH_EVAL_STRIDE = 4  # DFlash's held-out blocks start at every 4th position (a block scores 15 depths at once)
 
 
 def eval_interval(steps: int, eval_every: int = 0) -> int:
@@ -37,7 +38,7 @@ def eval_interval(steps: int, eval_every: int = 0) -> int:
 
 @dataclass
 class TrainConfig:
-    kind: str  # "medusa" | "eagle" | "eagle3" | "peagle"
+    kind: str  # "medusa" | "eagle" | "eagle3" | "peagle" | "dflash"
     epochs: float = 3.0
     batch: int = 1024  # positions per step (EAGLE: windows x window length)
     window: int = 256  # EAGLE: positions per training sequence
@@ -59,18 +60,23 @@ class TrainConfig:
     depths: int = 5  # depths evaluated on held-out data
     seed: int = 0
     train_tokens: int = 0  # train on the first this many tokens of the training split only (0: all): the data curve
+    block: int = 16  # dflash: positions per block (the anchor and block - 1 masks: up to block - 1 drafts)
+    draft_layers: int = 2  # dflash: decoder layers of the block drafter
+    decay: float = 7.0  # dflash: block position j's loss weighs exp(-(j - 1) / decay) (DFlash's, for 16-blocks)
 
     def net_config(self, hidden: int, vocab: int, draft_vocab: int, layers: Optional[list] = None) -> dict:
         base = {"hidden": hidden, "vocab_size": vocab, "draft_vocab": draft_vocab}
         if self.kind == "medusa":
             return {**base, "heads": self.heads}
         net = {**base, "width": self.width, "heads": self.attn_heads, "mlp": self.mlp}
-        if self.kind in FUSED:
+        if self.kind == "dflash":  # every state selfgen keeps: the three layers and the last one
+            net.update(slots=len(layers) + 1, n_layers=self.draft_layers, block=self.block, layers=list(layers))
+        elif self.kind in FUSED:
             net.update(slots=len(layers), parallel=self.kind == "peagle", layers=list(layers))
         return net
 
 
-FUSED = ("eagle3", "peagle")  # kinds that read several target layers (selfgen data)
+FUSED = ("eagle3", "peagle", "dflash")  # kinds that read several target layers (selfgen data)
 
 
 class _Data:
@@ -297,11 +303,74 @@ class _Trainer:
                 ce[s] += float(scores[s][1]) * kept
         return (torch.cat(rows) if rows else torch.zeros(0, depths, dtype=torch.bool)), ce
 
+    # -- DFlash: blocks anchored in a window, each a forward of [anchor ; masks] over the context before it
+    def dflash_blocks(self, net, window: np.ndarray, anchors: np.ndarray) -> tuple:
+        """Block outputs for anchors `anchors` (indices into `window`, each >= 1 with a whole block
+        inside it): (n, block, d), row j of block i the guess of the token at anchors[i] + j, made
+        from the target's states of the window's positions before the anchor and the anchor token,
+        exactly as the drafter runs (one forward, every block its own context and itself)."""
+        f, tokens, _ = self.data.rows(window)
+        b, n, t = net.block_size, len(anchors), len(window)
+        positions = torch.arange(t, device=f.device)
+        kv = net.context_kv(net.context(f), positions)
+        at = torch.as_tensor(anchors, device=f.device)
+        x = net.block(self.embeddings(tokens[at]), b)
+        block_pos = (at[:, None] + torch.arange(b, device=f.device)[None]).reshape(-1)
+        owner = torch.arange(n, device=f.device).repeat_interleave(b)
+        mask = torch.cat([positions[None] < at[owner][:, None], owner[:, None] == owner[None]], dim=1)
+        return net(x, block_pos, kv, mask).view(n, b, -1)
+
+    def dflash_anchors(self, window_len: int, rng, count: int) -> np.ndarray:
+        hi = window_len - self.cfg.block  # anchor a needs positions a .. a + block - 1 inside the window
+        return np.sort(rng.choice(np.arange(1, hi + 1), size=min(count, hi), replace=False)) if hi >= 1 else np.zeros(0, int)
+
+    def dflash_loss(self, net, rng) -> torch.Tensor:
+        cfg = self.cfg
+        windows = self.data.windows(self.data.train_segments, cfg.window, rng, max(1, cfg.batch // cfg.window))
+        weights = torch.exp(-torch.arange(cfg.block - 1, dtype=torch.float32) / cfg.decay)
+        total, used = 0.0, 0
+        for window in windows:
+            anchors = self.dflash_anchors(len(window), rng, max(1, cfg.window // cfg.block))
+            if not len(anchors):
+                continue
+            out = self.dflash_blocks(net, window, anchors)
+            f, _, labels = self.data.rows(window)
+            keep = None if cfg.targets == "all" else self.data.keep(window)
+            soft = self.soft_targets(f)
+            loss = 0.0
+            for j in range(1, cfg.block):  # block row j guesses the target's choice after position a + j - 1
+                at = anchors + j - 1
+                loss = loss + weights[j - 1] * self.ce(out[:, j], labels[at], None if keep is None else keep[at],
+                                                      None if soft is None else soft[at])
+            total, used = total + loss / weights.sum(), used + 1
+        return total / max(1, used)
+
+    def dflash_depths(self, net, windows: list, depths: int) -> tuple:
+        """(B, depths) held-out hits of blocks anchored at every DFLASH_EVAL_STRIDE-th position of
+        each window (block row j, depth j), and the summed cross-entropy per depth."""
+        rows, ce = [], [0.0] * depths
+        for window in windows:
+            anchors = np.arange(1, len(window) - net.block_size + 1, DFLASH_EVAL_STRIDE)
+            keep = self.data.keep(window[anchors]) if len(anchors) else None
+            if not len(anchors) or (keep is not None and not bool(keep.any())):
+                continue
+            if keep is not None:  # blocks anchored in an answer only
+                anchors = anchors[keep.cpu().numpy()]
+            out = self.dflash_blocks(net, window, anchors)
+            labels = self.data.labels(window)
+            scores = [self.scores(out[:, j], labels[anchors + j - 1]) for j in range(1, depths + 1)]
+            rows.append(torch.stack([h for h, _ in scores], 1))
+            for j in range(depths):
+                ce[j] += float(scores[j][1]) * len(anchors)
+        return (torch.cat(rows) if rows else torch.zeros(0, depths, dtype=torch.bool)), ce
+
     def evaluate(self, net) -> dict:
         """Held-out top-1 per depth, and the expected tokens a chain of that many accepts."""
         net.eval()
         with torch.no_grad():
-            if self.cfg.kind == "medusa":
+            if self.cfg.kind == "dflash":
+                hits, ce = self.dflash_depths(net, self.held_windows, min(self.cfg.depths, net.depths))
+            elif self.cfg.kind == "medusa":
                 parts = [self.medusa_depths(net, chunk) for chunk in np.array_split(
                     self.held_positions, max(1, len(self.held_positions) // 2048))]
                 hits = torch.cat([h for h, _ in parts])
@@ -508,7 +577,8 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
     net.train()
     while step < steps:
         with autocast:
-            loss = trainer.medusa_loss(net, rng) if cfg.kind == "medusa" else trainer.eagle_loss(net, rng)
+            loss = (trainer.medusa_loss(net, rng) if cfg.kind == "medusa" else
+                    trainer.dflash_loss(net, rng) if cfg.kind == "dflash" else trainer.eagle_loss(net, rng))
         optim.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)

@@ -1,0 +1,152 @@
+"""DFlash, the block drafter (specviz.runtime.head_nets.DFlashNet), trained in seconds on the tiny
+pair's own generations: lossless greedy and sampled, a whole block drafted in one forward, and
+drafting at inference exactly what training trained."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
+
+from specviz import generate
+from specviz.analysis import metrics
+from specviz.config import Warp
+from specviz.errors import InputError
+from specviz.runtime.head_nets import DFlashNet, HeadSet, attach_heads, head_fingerprint, load_heads, save_heads
+from specviz.runtime.tiny_pair import build_tiny_pair
+from specviz.training.data import selfgen_features
+from specviz.training.selfgen import selfgen
+from specviz.training.trainer import TrainConfig, _Trainer, train_heads
+
+BLOCK = 8
+
+
+@pytest.fixture(scope="module")
+def tiny_dflash(tmp_path_factory):
+    pair = build_tiny_pair()
+    work = tmp_path_factory.mktemp("dflash-work")
+    features = selfgen_features(selfgen(pair, work / "selfgen", 6000, batch=8, max_new_tokens=48, progress=False))
+    cfg = TrainConfig("dflash", epochs=6, batch=256, window=64, eval_every=10_000, draft_vocab=60, lr=3e-3,
+                      width=32, attn_heads=4, mlp=64, block=BLOCK, depths=BLOCK - 1)
+    heads, report = train_heads(pair, features, cfg, work, progress=False)
+    attach_heads(pair, heads)
+    return pair, features, heads, report
+
+
+@pytest.mark.parametrize("prompt", ["def fibonacci(n):", "Hello, world! "])
+@pytest.mark.parametrize("k", [3, BLOCK - 1])
+def test_greedy_equals_ar(tiny_dflash, prompt, k):
+    pair = tiny_dflash[0]
+    ar = list(generate(pair, prompt, method="ar", max_new_tokens=40))[-1]
+    events = list(generate(pair, prompt, method="dflash", k=k, max_new_tokens=40))
+    assert events[-1].token_ids == ar.token_ids
+    steps = [e for e in events if e.kind == "step_finished" and e.drafted]
+    assert len(steps) > 3 and all(e.draft_forwards == 1 for e in steps)  # a whole block, one forward
+    assert all(e.drafted <= k for e in steps) and max(e.drafted for e in steps) == k
+
+
+def test_batched_rows_equal_their_own_ar(tiny_dflash):
+    pair = tiny_dflash[0]
+    prompts = ["def fibonacci(n):", "Hello, world! ", "import os\n", "x = 1"]
+    events = list(generate(pair, prompts, method="dflash", k=5, max_new_tokens=24))
+    rows = {e.row: e.token_ids for e in events if e.kind == "run_finished"}
+    for b, prompt in enumerate(prompts):
+        assert rows[b] == list(generate(pair, prompt, method="ar", max_new_tokens=24))[-1].token_ids, prompt
+
+
+def test_it_learns_every_depth_of_the_block(tiny_dflash):
+    pair, features, heads, report = tiny_dflash
+    assert heads.config["slots"] == 4 and heads.config["block"] == BLOCK and heads.depth == BLOCK - 1
+    before, after = report["curve"][0], report["curve"][-1]
+    assert len(after["accuracy"]) == BLOCK - 1
+    # every row of the block learns (held-out cross-entropy), the masks as well as the first
+    drops = [b - a for a, b in zip(after["loss"], before["loss"])]
+    assert min(drops) > 0.2 and np.mean(drops) > 0.5, (before["loss"], after["loss"])
+    # and the trained drafter's drafts are accepted where an untrained one's are not
+    untrained = HeadSet("dflash", DFlashNet(**{k: v for k, v in heads.config.items() if k in (
+        "hidden", "width", "heads", "mlp", "slots", "n_layers", "block")}), heads.vocab_ids, heads.config)
+    accepted = {}
+    for name, h in (("untrained", untrained), ("trained", heads)):
+        attach_heads(pair, h)
+        events = list(generate(pair, "def fibonacci(n):", method="dflash", k=BLOCK - 1, max_new_tokens=40))
+        accepted[name] = metrics.fold(events).accepted
+    assert accepted["trained"] >= max(3, 2 * accepted["untrained"]), accepted
+    with pytest.raises(InputError, match=f"at most {BLOCK - 1}"):
+        list(generate(pair, "x", method="dflash", k=BLOCK, max_new_tokens=4))
+
+
+def test_drafting_at_inference_is_what_training_trained():
+    """Each block the training batch holds (several per window, under one mask) equals the block
+    the drafter computes at inference from the context before its anchor, fed step by step as the
+    engine hands it over (the context cached in pieces, the block run alone). A mask that let a
+    block see the context at or after its anchor, or another block, fails here."""
+    torch.manual_seed(0)
+    d, n, block = 16, 24, 5
+    net = DFlashNet(d, width=16, heads=2, mlp=32, slots=4, n_layers=2, block=block).eval()
+    embed = torch.nn.Embedding(50, d)
+    f = torch.randn(n, 4, d)
+    tokens = torch.randint(0, 50, (n,))
+    trainer = _Trainer.__new__(_Trainer)
+    trainer.embeddings = lambda t: embed(t).float()
+    trainer.data = type("D", (), {"rows": staticmethod(lambda w: (f, tokens, None))})()
+    anchors = np.array([1, 4, 5, 11, n - block])
+    with torch.no_grad():
+        trained = trainer.dflash_blocks(net, np.arange(n), anchors)
+        for i, a in enumerate(anchors):
+            cut = [0, a // 2, a]  # the context arrives in two pieces, as after two steps
+            kv = None
+            for lo, hi in zip(cut, cut[1:]):
+                if hi > lo:
+                    new = net.context_kv(net.context(f[lo:hi]), torch.arange(lo, hi))
+                    kv = new if kv is None else [(torch.cat([k0, k1], 1), torch.cat([v0, v1], 1))
+                                                 for (k0, v0), (k1, v1) in zip(kv, new)]
+            out = net(net.block(embed(tokens[a:a + 1]).float(), block), torch.arange(a, a + block), kv)
+            assert torch.allclose(out, trained[i], atol=1e-5), a
+        # the mask is doing something: a block that saw its own anchor's state would differ
+        leaky = net.context_kv(net.context(f[:anchors[2] + 1]), torch.arange(anchors[2] + 1))
+        out = net(net.block(embed(tokens[anchors[2]:anchors[2] + 1]).float(), block),
+                  torch.arange(anchors[2], anchors[2] + block), leaky)
+        assert not torch.allclose(out, trained[2], atol=1e-3)
+
+
+def test_saved_and_loaded_it_drafts_the_same(tiny_dflash, tmp_path):
+    pair, _, heads, _ = tiny_dflash
+    save_heads(heads, tmp_path, head_fingerprint(pair.target))
+    loaded = load_heads("dflash", pair, tmp_path)
+    assert loaded.feature_layers == heads.feature_layers and loaded.net.block_size == BLOCK
+    rounded = copy.deepcopy(heads)  # the file holds bfloat16 weights
+    rounded.net.load_state_dict({k: v.to(torch.bfloat16).float() for k, v in heads.net.state_dict().items()})
+    drafts = []
+    for h in (rounded, loaded):
+        attach_heads(pair, h)
+        events = generate(pair, "def f(x):", method="dflash", k=4, max_new_tokens=16)
+        drafts.append([(e.token_id, round(e.q, 5)) for e in events if e.kind == "draft_proposed"])
+    assert drafts[0] and drafts[0] == drafts[1]
+    attach_heads(pair, heads)
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling on exact toy models: the toy target's "hidden state" is its logits row
+
+def _toy_dflash(pair, seed=0):
+    v = pair.target.vocab_size
+    torch.manual_seed(seed)
+    net = DFlashNet(v, width=8, heads=2, mlp=8, slots=4, n_layers=1, block=4)
+    attach_heads(pair, HeadSet("dflash", net, None, {"hidden": v, "vocab_size": v, "width": 8, "heads": 2, "mlp": 8,
+                                                     "slots": 4, "n_layers": 1, "block": 4}))
+
+
+def test_sampling_follows_the_target(toy):  # noqa: F811
+    _toy_dflash(toy)
+    warp = Warp(1.0)
+    counts, runs = _first_tokens(toy, warp, runs=RUNS // 2, method="dflash", k=3)
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) > 1e-4
+    assert sum(e.kind == "token_rejected" for events in runs for e in events) > RUNS // 20
+
+
+def test_a_broken_rule_fails_with_it_too(toy):  # noqa: F811
+    _toy_dflash(toy)
+    warp = Warp(1.0)
+    counts, _ = _first_tokens(toy, warp, runs=RUNS // 2, verifier=ResampleFromTarget(), method="dflash", k=2)
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) < 1e-4
