@@ -75,6 +75,8 @@ class RunConfig:
     lookahead_window: int = 5
     lookahead_pool: int = 5
     heads: str = ""  # medusa / eagle: a folder of trained heads (manifest.json); "": the ones shipped for the pair
+    suffix_min_prob: float = 0.1  # suffix decoding: a drafted token's estimated chance of acceptance, at least
+    suffix_session: str = ""  # suffix decoding: whose earlier outputs it drafts from (the app: one key per visitor)
     batch: int = 1  # sequences decoded together (specviz.engine.batch); a list of prompts sets it to its length
     spec_off_batch: int = 0  # batched runs: at or above this many live rows, steps are plain AR (vLLM's switch; 0: never)
     warp: Warp = field(init=False, repr=False, compare=False)  # temperature, top_k, top_p together
@@ -85,6 +87,7 @@ class RunConfig:
         fix("temperature", float(self.temperature))
         fix("top_p", float(self.top_p))
         fix("confidence", float(self.confidence))
+        fix("suffix_min_prob", float(self.suffix_min_prob))
         fix("chat", bool(self.chat))
         fix("ignore_eos", bool(self.ignore_eos))
         if "static" in methods.get(self.method).tree_forms and self.tree != "dynamic":
@@ -184,6 +187,12 @@ def _check(cfg: RunConfig) -> None:
         raise InputError(f"heads must be a folder path (or '' for the shipped heads), got {cfg.heads!r}.")
     if method == "lookahead":
         _check_lookahead(cfg)
+    if not _is_number(cfg.suffix_min_prob) or not 0.0 < cfg.suffix_min_prob <= 1.0:
+        raise InputError(f"suffix_min_prob must be in (0, 1], got {cfg.suffix_min_prob!r}.")
+    if not isinstance(cfg.suffix_session, str) or len(cfg.suffix_session) > 128:
+        raise InputError("suffix_session must be a string of at most 128 characters.")
+    if methods.get(method).shape == "candidate tree" and cfg.acceptance != "exact":
+        raise InputError(f"{method} verifies its tree exactly; typical acceptance is for chains.")
 
 
 def _check_lookahead(cfg: RunConfig) -> None:

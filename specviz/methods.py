@@ -147,5 +147,14 @@ for _method in (
            f"{_D}.heads:build", shape="draft tree", tree_forms=("dynamic",), heads="eagle3"),
     Method("peagle", "P-EAGLE: parallel drafting, all k tokens from one forward of an EAGLE-3 layer (placeholders)",
            "a P-EAGLE layer on the target", f"{_D}.heads:build", batch=True, load_k=True, heads="peagle"),
+    Method("suffix", "suffix decoding: the most frequent continuation of the text's ending in the session's "
+           "earlier outputs and the prompt, no draft model", "suffix trees of the session's outputs and the prompt",
+           f"{_D}.suffix:build", batch=True, load_k=True, llamacpp=True, options=(("min_prob", "suffix_min_prob"),)),
+    Method("suffix-tree", "suffix decoding as a tree: the frequent continuations of the text's ending, verified "
+           "with tree attention", "suffix trees of the session's outputs and the prompt", f"{_D}.suffix:build",
+           shape="candidate tree", options=(("min_prob", "suffix_min_prob"),)),
+    Method("dflash", "DFlash: a block of masks filled in one forward of a small drafter on the target's states "
+           "(block diffusion, trained here)", "a DFlash block drafter on the target", f"{_D}.heads:build",
+           batch=True, load_k=True, heads="dflash"),
 ):
     register(_method)
