@@ -44,6 +44,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--auto-rule", default="cost", help="with --k auto: cost | heuristic | confidence")
     gen.add_argument("--acceptance", default="exact", help="exact | typical (LOSSY)")
     gen.add_argument("--ngram", type=int, default=3, help="n-gram size (pld, cascade, lookahead)")
+    gen.add_argument("--min-prob", type=float, default=0.1, help="suffix, suffix-tree: draft a token only while its "
+                     "estimated chance of acceptance (from the counts) is at least this")
     gen.add_argument("--tree", default="3,2,1", help="tree shape like 3,2,1, or dynamic")
     gen.add_argument("--tree-budget", type=_budget, default=16,
                      help="dynamic trees (tree --tree dynamic, eagle-tree, eagle3-tree): nodes verified per step, "
@@ -176,7 +178,8 @@ def cmd_generate(args) -> int:
                        top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
                        ignore_eos=args.ignore_eos, record_topk=args.record_topk if args.jsonl else 0,
                        auto_rule=args.auto_rule, acceptance=args.acceptance, ngram=args.ngram, tree=args.tree,
-                       heads=args.heads, tree_budget=args.tree_budget, batch=batch, spec_off_batch=args.spec_off_batch)
+                       heads=args.heads, tree_budget=args.tree_budget, batch=batch, spec_off_batch=args.spec_off_batch,
+                       suffix_min_prob=args.min_prob)
     check_backend_method(check_backend(args.backend), cfg, batch > 1)  # before the weights load, too
     if methods.get(cfg.method).heads:  # a missing or corrupt heads file fails before the weights load
         check_heads_file(methods.get(cfg.method).heads, args.pair or default_pair_name(), args.heads or None)

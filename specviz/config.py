@@ -188,7 +188,7 @@ def _check(cfg: RunConfig) -> None:
     if method == "lookahead":
         _check_lookahead(cfg)
     if not _is_number(cfg.suffix_min_prob) or not 0.0 < cfg.suffix_min_prob <= 1.0:
-        raise InputError(f"suffix_min_prob must be in (0, 1], got {cfg.suffix_min_prob!r}.")
+        raise InputError(f"suffix_min_prob (--min-prob) must be in (0, 1], got {cfg.suffix_min_prob!r}.")
     if not isinstance(cfg.suffix_session, str) or len(cfg.suffix_session) > 128:
         raise InputError("suffix_session must be a string of at most 128 characters.")
     if methods.get(method).shape == "candidate tree" and cfg.acceptance != "exact":

@@ -103,3 +103,59 @@ SERVING_BANK = (
     'def rotate(items, k):\n    """Rotate a list to the right by k places."""\n',
     'def parse_csv_line(line: str) -> list:\n    """Split one CSV line on commas, stripping whitespace."""\n',
 )
+
+
+# Repeated work, for suffix decoding (specviz.drafters.suffix; the benchmark specviz.bench.repeated):
+# a task asked several times in a session, each turn a new request. "again": the same request
+# with a small change, nothing of the earlier answer in the prompt (what an agent re-running a
+# step, or the next user asking nearly the same, sends). "edit": an edit loop, each turn pasting
+# the previous turn's answer ({previous}) and asking for one more change (what an editor sends).
+@dataclass(frozen=True)
+class RepeatedTask:
+    name: str
+    kind: str  # "again" | "edit"
+    turns: tuple  # the requests in order; an edit turn's {previous} is the previous turn's answer
+    chat: bool = True
+
+
+REPEATED = (
+    RepeatedTask("column-stats", "again", (
+        "Write a Python function `column_stats(path, column)` that reads a CSV file with the csv module and "
+        "returns the minimum, maximum and mean of one numeric column.",
+        "Write a Python function `column_stats(path, column)` that reads a CSV file with the csv module and "
+        "returns the minimum, maximum and mean of one numeric column, skipping empty cells.",
+        "Write a Python function `column_stats(path, column)` that reads a CSV file with the csv module and "
+        "returns the minimum, maximum, mean and median of one numeric column.")),
+    RepeatedTask("retry", "again", (
+        "Write a Python decorator `retry(times)` that calls the decorated function again when it raises an "
+        "exception, up to `times` attempts in all.",
+        "Write a Python decorator `retry(times)` that calls the decorated function again when it raises an "
+        "exception, up to `times` attempts in all, waiting one second between attempts.",
+        "Write a Python decorator `retry(times)` that calls the decorated function again when it raises an "
+        "exception, up to `times` attempts in all, and re-raises the last exception when every attempt failed.")),
+    RepeatedTask("agent-step", "again", (
+        "You are a coding agent fixing the failing test `test_parse_date` in `dates.py`. Observation: "
+        "`AssertionError: parse_date('2024-02-30') should raise ValueError`. Reply with the next action as a "
+        'JSON object {"tool": ..., "args": ...} and one sentence saying why.',
+        "You are a coding agent fixing the failing test `test_parse_date` in `dates.py`. Observation: "
+        "`AssertionError: parse_date('2023-13-01') should raise ValueError`. Reply with the next action as a "
+        'JSON object {"tool": ..., "args": ...} and one sentence saying why.',
+        "You are a coding agent fixing the failing test `test_parse_date` in `dates.py`. Observation: "
+        "`TypeError: parse_date() missing 1 required positional argument: 'text'`. Reply with the next action "
+        'as a JSON object {"tool": ..., "args": ...} and one sentence saying why.')),
+    RepeatedTask("stack", "edit", (
+        "Write a Python class `Stack` with push, pop and peek methods that raises IndexError on an empty stack.",
+        "Here is my class:\n\n{previous}\n\nAdd a `__len__` method and an `is_empty` method; give the whole class.",
+        "Here is my class:\n\n{previous}\n\nAdd type hints to every method; give the whole class.")),
+    RepeatedTask("slugify", "edit", (
+        "Write a Python function `slugify(title)` that lowercases a title and replaces spaces with hyphens.",
+        "Here is my function:\n\n{previous}\n\nAlso remove every character that is not a letter, a digit or a "
+        "hyphen; give the whole function.",
+        "Here is my function:\n\n{previous}\n\nAlso collapse repeated hyphens into one; give the whole function.")),
+)
+
+
+def turn_text(task: RepeatedTask, turn: int, previous: str = "") -> str:
+    """Turn `turn` (0-based) of `task`, an edit turn holding the previous turn's answer."""
+    text = task.turns[turn]
+    return text.replace("{previous}", previous) if task.kind == "edit" else text

@@ -139,6 +139,20 @@ def test_a_typical_run_is_marked_lossy(client):
     assert "LOSSY" in final[11]
 
 
+def test_suffix_decoding_drafts_from_the_visitors_own_outputs_only(server, client):
+    """Two visitors (two API clients, two sessions): the one who asks the same thing again is
+    drafted their own first answer; the other, asking it for the first time, is not."""
+    from gradio_client import Client
+
+    ask = {**RUN, "method": "suffix", "k": 8, "temperature": 0.0, "max_new_tokens": 32,
+           "prompt": "def mean(values):\n    return"}
+    first = statuses(client.predict(**ask, api_name="/run")[0])
+    again = statuses(client.predict(**ask, api_name="/run")[0])
+    other = statuses(Client(server[1], verbose=False).predict(**ask, api_name="/run")[0])
+    assert again["accepted"] >= first["accepted"] + 16, (first, again)
+    assert other["accepted"] == first["accepted"], (first, other)
+
+
 @pytest.mark.parametrize("method, extra", [("tree", {}), ("cascade", {"auto_k": True, "auto_rule": "heuristic"}),
                                            ("spec", {"acceptance": "typical"})])
 def test_any_method_races_autoregressive(client, method, extra):

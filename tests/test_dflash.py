@@ -44,6 +44,12 @@ def test_greedy_equals_ar(tiny_dflash, prompt, k):
     steps = [e for e in events if e.kind == "step_finished" and e.drafted]
     assert len(steps) > 3 and all(e.draft_forwards == 1 for e in steps)  # a whole block, one forward
     assert all(e.drafted <= k for e in steps) and max(e.drafted for e in steps) == k
+    from specviz.render import panel
+    from specviz.render import steps as views
+    run = views.build([e.to_dict() for e in events])
+    step = next(s for s in run.steps if s.drafted)
+    assert any(f"one forward of a {BLOCK}-position block" in n for n in panel.step_notes(step, run.texts()))
+    assert all(t.source_note.startswith(f"row {i + 1} of DFlash's block") for i, t in enumerate(step.drafted))
 
 
 def test_batched_rows_equal_their_own_ar(tiny_dflash):

@@ -87,7 +87,7 @@ def q8_0_ar(q8_0):
 
 
 @needs_llamacpp
-@pytest.mark.parametrize("method,k", [("spec", 4), ("spec", 2), ("pld", 4), ("cascade", 4)])
+@pytest.mark.parametrize("method,k", [("spec", 4), ("spec", 2), ("pld", 4), ("cascade", 4), ("suffix", 8)])
 def test_speculative_greedy_equals_ar_token_for_token(q8_0, q8_0_ar, method, k):
     drafted = accepted = 0
     for prompt in PROMPTS:

@@ -154,3 +154,22 @@ def test_a_broken_rule_fails_with_it_too(toy, method):  # noqa: F811
     counts, _ = _first_tokens(toy, warp, runs=RUNS // 2, verifier=ResampleFromTarget(), method=method, k=4,
                               prompt=PROMPT, suffix_session=f"broken-{method}")
     assert _p_value(counts, _target_joint(toy, warp, PROMPT), RUNS // 2) < 1e-4
+
+
+def test_the_step_view_says_what_matched_where_and_each_draft_its_counts(tiny):
+    from specviz.render import panel, steps
+    from specviz.render.html import quoted
+
+    prompt = "def f(x): return x\ndef f(y): return y\ndef f("
+    events = [e.to_dict() for e in generate(tiny, prompt, method="suffix", k=8, max_new_tokens=16,
+                                            suffix_session="view")]
+    run = steps.build(events)
+    drafted = next(s for s in run.steps if s.drafted)
+    info = drafted.info["suffix"]
+    start, end = info["match"]
+    notes = panel.step_notes(drafted, run.texts())
+    assert any(f"last {info['match_len']} token" in n and quoted("".join(run.texts()[start:end])) in n for n in notes)
+    assert all(t.source_note.startswith("suffix decoding: came next") for t in drafted.drafted)
+    quiet = next((s for s in run.steps if not s.info["suffix"].get("tree")), None)
+    if quiet is not None:
+        assert any("nothing drafted" in n for n in panel.step_notes(quiet, run.texts()))

@@ -133,11 +133,12 @@ def check_request(pair_name, prompt, max_new_tokens, progress=None, draft_quant=
 
 def options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=False, auto_rule="cost",
             confidence=0.4, acceptance="exact", ngram=3, tree_shape="3,2,1", tree_dynamic=False,
-            tree_budget=16) -> RunConfig:
+            tree_budget=16, request=None) -> RunConfig:
     """The run the widgets ask for (whole numbers arrive as floats); a bad value is a gr.Error
     that says what is wrong. Controls hidden for the chosen method are not applied: "auto k"
     only where the engine offers it, the acceptance rule only for drafting chains (ar drafts
-    nothing, trees verify exactly)."""
+    nothing, trees verify exactly). `request` (Gradio's, for the visitor's session): suffix
+    decoding drafts from this visitor's earlier outputs only, never another's."""
     record = methods.find(method)
     auto = bool(auto_k) and record is not None and record.auto_k
     try:
@@ -147,9 +148,17 @@ def options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=Fa
                             acceptance="exact" if record is None or method == "ar" or record.tree else acceptance,
                             auto_rule=auto_rule, confidence=confidence, ngram=whole(ngram),
                             tree="dynamic" if tree_dynamic and method == "tree" else tree_shape,
-                            tree_budget="auto" if whole(tree_budget) == 0 else whole(tree_budget))
+                            tree_budget="auto" if whole(tree_budget) == 0 else whole(tree_budget),
+                            suffix_session=visitor(request))
     except SpecvizError as exc:
         raise gr.Error(str(exc)) from exc
+
+
+def visitor(request) -> str:
+    """The visitor's session key (Gradio's session hash), or "" for a call without one (the
+    process's own session, as for a script's runs)."""
+    key = getattr(request, "session_hash", None)
+    return f"app:{key}" if isinstance(key, str) and key else ""
 
 
 def whole(value):

@@ -71,6 +71,16 @@ HOW_IT_WORKS = """
   drafts all k tokens in one small forward: each depth after the first is a placeholder that
   cannot see the tokens drafted before it. The menu marks a method whose heads the pair lacks
   (train them with `python -m specviz train eagle3`).
+- **dflash** (block diffusion drafting): a small drafter of a few layers fills a whole block of
+  mask tokens (the last token, then up to 15 masks) in one forward, the masks attending to each
+  other and every layer reading the target's low, middle, high and last states. The step panel
+  says how big the block was; each draft's q is its own row of the block.
+- **suffix** / **suffix-tree** (SuffixDecoding, Oliaro et al. 2025; no model): every token this
+  session has produced, and this prompt, are kept in suffix trees with counts. The text's longest
+  ending seen before is matched, and what followed it most often is drafted, as a chain or a tree;
+  a longer match earns a longer draft, an unlikely continuation none. Ask the same task again and
+  it drafts from your earlier answer (your own session's only). The panel names the match; hover
+  a draft for its counts.
 - **auto k**: k is chosen every step by a rule (heuristic, confidence or cost); the step panel says why.
 - **typical acceptance** keeps a draft when the target finds it typical enough. It is **LOSSY**:
   the output no longer follows the target's distribution, and every view says so.

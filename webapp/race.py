@@ -32,14 +32,14 @@ def stream_race(pair_name: str, prompt: str, cfg, draft_quant: str = "none"):
 
 def race_run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=False,
              auto_rule="cost", confidence=0.4, acceptance="exact", ngram=3, tree_shape="3,2,1", tree_dynamic=False,
-             tree_budget=16, draft_quant="none", history=None, progress=gr.Progress()):
+             tree_budget=16, draft_quant="none", history=None, progress=gr.Progress(), request: gr.Request = None):
     """Autoregressive vs the selected method ("spec" when "ar" is selected), with all its settings
     (tree, prompt lookup, cascade, auto k, typical acceptance), streamed lane by lane on their own
     clocks."""
     history = history or []
     check_request(pair_name, prompt, max_new_tokens, progress, draft_quant)
     cfg = options("spec" if method == "ar" else method, k, temperature, top_p, max_new_tokens, seed, chat,
-                  auto_k, auto_rule, confidence, acceptance, ngram, tree_shape, tree_dynamic, tree_budget)
+                  auto_k, auto_rule, confidence, acceptance, ngram, tree_shape, tree_dynamic, tree_budget, request)
     lanes = {"ar": {"events": [], "busy": 0.0, "done": False}, "spec": {"events": [], "busy": 0.0, "done": False}}
     try:
         for update in stream_race(pair_name, prompt, cfg, draft_quant):

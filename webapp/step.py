@@ -69,12 +69,12 @@ def _position_choices(step) -> list:
 
 def run(prompt, pair_name, method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k=False,
         auto_rule="cost", confidence=0.4, acceptance="exact", ngram=3, tree_shape="3,2,1", tree_dynamic=False,
-        tree_budget=16, draft_quant="none", history=None, progress=gr.Progress()):
+        tree_budget=16, draft_quant="none", history=None, progress=gr.Progress(), request: gr.Request = None):
     """Stream one run: one update per engine step; charts and history when it ends."""
     history = history or []
     check_request(pair_name, prompt, max_new_tokens, progress, draft_quant)
     cfg = options(method, k, temperature, top_p, max_new_tokens, seed, chat, auto_k, auto_rule, confidence,
-                  acceptance, ngram, tree_shape, tree_dynamic, tree_budget)
+                  acceptance, ngram, tree_shape, tree_dynamic, tree_budget, request)
     events, busy = [], 0.0
     try:
         for update in stream_run(pair_name, prompt, cfg, draft_quant):

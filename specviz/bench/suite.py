@@ -15,6 +15,7 @@ Definitions of every number: specviz.bench.ratios and specviz.analysis.metrics (
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import shlex
@@ -79,7 +80,8 @@ class Lane:
 
 
 # Medusa: one token per head; EAGLE's drafts cost little, so it drafts deeper (P-EAGLE: all 5 in one forward)
-HEADS_K = {"medusa": 4, "eagle": 5, "eagle3": 5, "peagle": 5}
+HEADS_K = {"medusa": 4, "eagle": 5, "eagle3": 5, "peagle": 5, "dflash": 7}
+SUFFIX_K = 16  # suffix decoding drafts at most its match's length, and only what is likely: a high ceiling
 MEDUSA_TREE = "3,2,1,1"
 
 
@@ -107,6 +109,11 @@ def method_table(k: int, pld_k: int) -> dict:
         "eagle3-tree": Lane(run.replace(method="eagle3-tree")),
         "eagle3-tree-auto": Lane(run.replace(method="eagle3-tree", tree_budget="auto")),  # sized to the machine
         "peagle": Lane(run.replace(method="peagle", k=HEADS_K["peagle"])),
+        "dflash": Lane(run.replace(method="dflash", k=HEADS_K["dflash"])),
+        # no model: the prompt's and the session's suffix trees (a run of the bench starts an empty
+        # session unless its config names one: run_specviz)
+        "suffix": Lane(run.replace(method="suffix", k=SUFFIX_K)),
+        "suffix-tree": Lane(run.replace(method="suffix-tree", k=SUFFIX_K)),
         "hf": Lane(kind="plain"),
         "hf-assisted": Lane(kind="assisted", k=k),
         "hf-assisted-default": Lane(kind="assisted-default"),
@@ -202,12 +209,19 @@ def run_method(pair, table: dict, name: str, prompt_ids: list, temperature: floa
     return {**record, "cpu_linear": "aten" if stock else getattr(pair, "cpu_linear", "aten")}
 
 
+_FRESH_SESSIONS = itertools.count()
+
+
 def run_specviz(pair, cfg: RunConfig, prompt_ids: list, temperature: float, tokens: int, seed: int,
                 drafter=None, verifier=None) -> dict:
-    """One run's numbers: the outer wall clock for tokens/s, the run's metrics for the rest."""
+    """One run's numbers: the outer wall clock for tokens/s, the run's metrics for the rest. A run
+    whose config names no suffix session gets an empty one of its own: suffix decoding then drafts
+    from its prompt alone, never from the bench's other runs (specviz.bench.repeated names them)."""
+    session = cfg.suffix_session or f"bench:{next(_FRESH_SESSIONS)}"
     start = time.perf_counter()
     events = list(generate(pair, prompt_ids, cfg.replace(temperature=temperature, max_new_tokens=tokens,
-                                                         seed=seed), drafter=drafter, verifier=verifier))
+                                                         seed=seed, suffix_session=session),
+                           drafter=drafter, verifier=verifier))
     seconds = time.perf_counter() - start
     m = events[-1].metrics
     new = m["new_tokens"]

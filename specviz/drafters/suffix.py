@@ -24,7 +24,8 @@ in suffix trees with counts, and drafts what followed the text's current ending 
 its most likely path as a chain, so it also runs in a batch and on llama.cpp. The drafter does not
 sample: its candidates are proposals certain of themselves (q one-hot), and the rejection rule
 keeps each with probability p(x), replacing a rejected one from p without it. Lossless, greedy or
-sampled. Every node carries its tree, count and score in its source, and the step its match.
+sampled. Every node carries its tree, count and score in its source, and the step its match (the
+matched ending's positions [start, end) in the text) and which tree it came from.
 """
 
 from __future__ import annotations
@@ -244,7 +245,7 @@ class SuffixDrafter(Drafter):
             self.info = {"tree": None, "match_len": 0, "drafted": 0}
             return Proposal(shape=self.kind if self.tree else None, seconds=time.perf_counter() - start)
         name, length, rows, expected = best
-        self.info = {"tree": name, "match_len": length, "match": committed[len(committed) - length:],
+        self.info = {"tree": name, "match_len": length, "match": [len(committed) - length, len(committed)],
                      "expected": round(expected, 3), "drafted": len(rows),
                      "outputs": len(self.session_trie)}
         sources = [{"kind": "suffix", "tree": name, "count": count, "prob": prob, "score": score}

@@ -36,7 +36,7 @@ def step_panel(run: st.RunView, number: Optional[int] = None) -> Rendered:
     rows.append(_row(("3 · " if step.drafted or step.nodes else "") + "emitted", emitted))
     title = f"Step {step.step + 1} of {len(run.steps)}"
     lossy = ' <span class="sv-warn">· LOSSY (typical acceptance)</span>' if not run.lossless else ""
-    notes = "".join(f'<p class="sv-note">{text(line)}</p>' for line in step_notes(step))
+    notes = "".join(f'<p class="sv-note">{text(line)}</p>' for line in step_notes(step, run.texts()))
     return Rendered(f'<div class="sv-panel" data-step="{step.step}"><b>{title}</b>{lossy}{"".join(rows)}'
                     f'<p class="sv-explain">{text(sentence(step, run.greedy))}</p>{notes}</div>')
 
@@ -80,9 +80,10 @@ def _verify_detail(token: st.TokenView, greedy: bool) -> str:
     return f"p/q {num(token.ratio, 2)} u {num(token.u, 2)}"
 
 
-def step_notes(step: st.StepView) -> list:
+def step_notes(step: st.StepView, texts: Optional[list] = None) -> list:
     """Method-specific lines for a step: why k was chosen (k = auto), the cascade's n-gram counters,
-    where prompt-lookup copies came from."""
+    where prompt-lookup copies came from, what suffix decoding matched, DFlash's block. `texts`:
+    the run's token texts by position (RunView.texts())."""
     info, notes = step.info, []
     if "k_chosen" in info:
         drafted = (step.summary or {}).get("drafted")
@@ -107,11 +108,32 @@ def step_notes(step: st.StepView) -> list:
     counters = info.get("counters") or {}
     if counters:
         notes.append("cascade: " + _counter_words(counters))
+    suffix = info.get("suffix")
+    if suffix is not None:
+        start, end = (suffix.get("match") or [0, 0])[:2]
+        notes.append(suffix_words(suffix, "".join((texts or [])[start:end])))
+    if info.get("block"):
+        drafted = (step.summary or {}).get("drafted") or 0
+        notes.append(f"DFlash: one forward of a {info['block']}-position block (the last token, then "
+                     f"{info['block'] - 1} masks, attending to each other and to the target's states) "
+                     f"filled {drafted} draft{'s' if drafted != 1 else ''} at once")
     copies = [t for t in step.drafted if (t.source or {}).get("copied_from") is not None]
     if copies:
         notes.append(f"prompt lookup: {copies[0].source_note}" + (f" (and the next {len(copies) - 1})"
                                                                    if len(copies) > 1 else ""))
     return notes
+
+
+def suffix_words(info: dict, match_text: str) -> str:
+    """Suffix decoding's step in words: which ending of the text matched where, and what it earned."""
+    if not info.get("tree"):
+        return ("suffix decoding: no ending of the text was seen before with a continuation (or none likely "
+                "enough): nothing drafted, a plain target step")
+    where = "this prompt and answer" if info["tree"] == "prompt" else \
+        f"the session's outputs ({info.get('outputs', 0)} kept, this one so far included)"
+    return (f"suffix decoding: the text's last {info['match_len']} token{'s' if info['match_len'] != 1 else ''} "
+            f"{quoted(match_text)} matched in {where}; {info.get('drafted', 0)} drafted (at most the match's length), "
+            f"{num(info.get('expected'), 2)} expected accepted by their counts")
 
 
 def _counter_words(counters: dict) -> str:

@@ -81,6 +81,7 @@ class NodeView:
     status: str = "draft"  # draft (not judged yet) | accepted | rejected | wasted (never judged)
     decision: Optional[TokenView] = None
     order: Optional[int] = None  # 0-based: when the walk judged it
+    source_note: Optional[str] = None  # where the drafter got it, in words (suffix decoding: its counts)
 
 
 @dataclass
@@ -263,7 +264,20 @@ def source_note(source: dict, texts: list) -> Optional[str]:
     if kind == "peagle":
         return (f"drafted at depth {source.get('depth')} of P-EAGLE's one parallel forward (a placeholder "
                 "position: it does not see the tokens drafted before it)")
+    if kind == "dflash":
+        return (f"row {source.get('depth')} of DFlash's block: one forward filled every mask of the block at once "
+                "(each mask sees the others, not what they will become)")
+    if kind == "suffix":
+        where = "this prompt and answer" if source.get("tree") == "prompt" else "the session's earlier outputs"
+        count = source.get("count")
+        return (f"suffix decoding: came next {count} time{'s' if count != 1 else ''} in {where} "
+                f"({_percent(source.get('prob'))} of what followed there); estimated chance of acceptance "
+                f"{_percent(source.get('score'))}")
     return None
+
+
+def _percent(x) -> str:
+    return f"{100 * x:.0f}%" if isinstance(x, (int, float)) else "?"
 
 
 def _on_tree_built(run, data):
@@ -275,7 +289,8 @@ def _on_tree_built(run, data):
         step.nodes.append(NodeView(
             id=node.get("id", i), parent=-1 if parent is None else parent, depth=node.get("depth", 0),
             position=node.get("position"), token_id=node.get("token_id"),
-            text=str(node.get("token_text", node.get("token", ""))), q=node.get("q"), cum_q=node.get("cum_q")))
+            text=str(node.get("token_text", node.get("token", ""))), q=node.get("q"), cum_q=node.get("cum_q"),
+            source_note=source_note(node["source"], run.texts()) if isinstance(node.get("source"), dict) else None))
 
 
 def _on_scored(run, data):

@@ -71,7 +71,9 @@ def node_views(nodes: list, node_status: Optional[dict] = None) -> list:
         out.append(st.NodeView(id=node.get("id", i), parent=-1 if parent in ROOTS else parent,
                                depth=node.get("depth") or 0, position=node.get("position"),
                                token_id=node.get("token_id"), text=str(node.get("token_text", node.get("token", ""))),
-                               q=node.get("q"), cum_q=node.get("cum_q"), status=status.get(node.get("id", i), "draft")))
+                               q=node.get("q"), cum_q=node.get("cum_q"), status=status.get(node.get("id", i), "draft"),
+                               source_note=st.source_note(node["source"], []) if isinstance(node.get("source"), dict)
+                               else None))
     return out
 
 
@@ -157,6 +159,8 @@ def _node_tip(node: st.NodeView, greedy: bool) -> str:
              + (f" · position {node.position}" if node.position is not None else ""),
              f"q = {num(node.q)} (draft, at its parent) · cumulative q = {num(node.cum_q)}",
              f"p = {num(node.p)} (target, at its parent)"]
+    if node.source_note:
+        lines.append(node.source_note)
     if node.decision is not None:
         token = node.decision
         lines.append(f"judged {node.order + 1}{_nth(node.order + 1)} in the walk")
