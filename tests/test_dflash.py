@@ -28,7 +28,7 @@ def tiny_dflash(tmp_path_factory):
     work = tmp_path_factory.mktemp("dflash-work")
     features = selfgen_features(selfgen(pair, work / "selfgen", 6000, batch=8, max_new_tokens=48, progress=False))
     cfg = TrainConfig("dflash", epochs=6, batch=256, window=64, eval_every=10_000, draft_vocab=60, lr=3e-3,
-                      width=32, attn_heads=4, mlp=64, block=BLOCK, depths=BLOCK - 1)
+                      width=32, attn_heads=4, mlp=64, block=BLOCK, depths=BLOCK - 1, eval_stride=1)
     heads, report = train_heads(pair, features, cfg, work, progress=False)
     attach_heads(pair, heads)
     return pair, features, heads, report

@@ -26,7 +26,6 @@ from specviz.training.progress import progress_bar as _progress
 # phase 4: training
 
 EVALUATIONS = 20  # held-out evaluations in a run (eval_every=0): its learning curve's points
-DFLASH_EVAL_STRIDE = 4  # DFlash's held-out blocks start at every 4th position (a block scores 15 depths at once)
 
 
 def eval_interval(steps: int, eval_every: int = 0) -> int:
@@ -63,6 +62,7 @@ class TrainConfig:
     block: int = 16  # dflash: positions per block (the anchor and block - 1 masks: up to block - 1 drafts)
     draft_layers: int = 2  # dflash: decoder layers of the block drafter
     decay: float = 7.0  # dflash: block position j's loss weighs exp(-(j - 1) / decay) (DFlash's, for 16-blocks)
+    eval_stride: int = 8  # dflash: held-out blocks start at every this-many-th position (each scores every depth)
 
     def net_config(self, hidden: int, vocab: int, draft_vocab: int, layers: Optional[list] = None) -> dict:
         base = {"hidden": hidden, "vocab_size": vocab, "draft_vocab": draft_vocab}
@@ -346,11 +346,11 @@ class _Trainer:
         return total / max(1, used)
 
     def dflash_depths(self, net, windows: list, depths: int) -> tuple:
-        """(B, depths) held-out hits of blocks anchored at every DFLASH_EVAL_STRIDE-th position of
-        each window (block row j, depth j), and the summed cross-entropy per depth."""
+        """(B, depths) held-out hits of blocks anchored at every cfg.eval_stride-th position of each
+        window (block row j, depth j), and the summed cross-entropy per depth."""
         rows, ce = [], [0.0] * depths
         for window in windows:
-            anchors = np.arange(1, len(window) - net.block_size + 1, DFLASH_EVAL_STRIDE)
+            anchors = np.arange(1, len(window) - net.block_size + 1, self.cfg.eval_stride)
             keep = self.data.keep(window[anchors]) if len(anchors) else None
             if not len(anchors) or (keep is not None and not bool(keep.any())):
                 continue
