@@ -82,14 +82,15 @@ def test_it_learns_every_depth_of_the_block(tiny_dflash):
         list(generate(pair, "x", method="dflash", k=BLOCK, max_new_tokens=4))
 
 
-def test_drafting_at_inference_is_what_training_trained():
+@pytest.mark.parametrize("anchor_state", [False, True], ids=["kv-only", "anchor-state"])
+def test_drafting_at_inference_is_what_training_trained(anchor_state):
     """Each block the training batch holds (several per window, under one mask) equals the block
     the drafter computes at inference from the context before its anchor, fed step by step as the
     engine hands it over (the context cached in pieces, the block run alone). A mask that let a
     block see the context at or after its anchor, or another block, fails here."""
     torch.manual_seed(0)
     d, n, block = 16, 24, 5
-    net = DFlashNet(d, width=16, heads=2, mlp=32, slots=4, n_layers=2, block=block).eval()
+    net = DFlashNet(d, width=16, heads=2, mlp=32, slots=4, n_layers=2, block=block, anchor_state=anchor_state).eval()
     embed = torch.nn.Embedding(50, d)
     f = torch.randn(n, 4, d)
     tokens = torch.randint(0, 50, (n,))
@@ -104,15 +105,18 @@ def test_drafting_at_inference_is_what_training_trained():
             kv = None
             for lo, hi in zip(cut, cut[1:]):
                 if hi > lo:
-                    new = net.context_kv(net.context(f[lo:hi]), torch.arange(lo, hi))
+                    ctx = net.context(f[lo:hi])
+                    new = net.context_kv(ctx, torch.arange(lo, hi))
                     kv = new if kv is None else [(torch.cat([k0, k1], 1), torch.cat([v0, v1], 1))
                                                  for (k0, v0), (k1, v1) in zip(kv, new)]
-            out = net(net.block(embed(tokens[a:a + 1]).float(), block), torch.arange(a, a + block), kv)
+            x = net.block(embed(tokens[a:a + 1]).float(), block, ctx[-1:])  # the last piece's last row
+            out = net(x, torch.arange(a, a + block), kv)
             assert torch.allclose(out, trained[i], atol=1e-5), a
         # the mask is doing something: a block that saw its own anchor's state would differ
-        leaky = net.context_kv(net.context(f[:anchors[2] + 1]), torch.arange(anchors[2] + 1))
-        out = net(net.block(embed(tokens[anchors[2]:anchors[2] + 1]).float(), block),
-                  torch.arange(anchors[2], anchors[2] + block), leaky)
+        a = anchors[2]
+        ctx = net.context(f[:a + 1])
+        leaky = net.context_kv(ctx, torch.arange(a + 1))
+        out = net(net.block(embed(tokens[a:a + 1]).float(), block, ctx[a - 1:a]), torch.arange(a, a + block), leaky)
         assert not torch.allclose(out, trained[2], atol=1e-3)
 
 

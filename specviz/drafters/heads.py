@@ -250,12 +250,14 @@ class DFlashDrafter(ParallelEagleDrafter):
         self.pending = []
         m = feats.shape[0]
         assert self.fed + m == len(committed) - 1, "one target feature per committed token but the last"
-        new = net.context_kv(net.context(feats), torch.arange(self.fed, self.fed + m, device=device))
+        ctx = net.context(feats)
+        new = net.context_kv(ctx, torch.arange(self.fed, self.fed + m, device=device))
+        self.last_state = ctx[-1:]  # the fused state of the last position the target has read
         self.kv = new if self.kv is None else [(torch.cat([k0, k1], 1), torch.cat([v0, v1], 1))
                                                for (k0, v0), (k1, v1) in zip(self.kv, new)]
         self.fed += m
         size = net.block_size  # the anchor (the last committed token, at position fed) and its masks
-        x = net.block(self.heads.embed(torch.tensor(committed[-1:], device=device)), size)
+        x = net.block(self.heads.embed(torch.tensor(committed[-1:], device=device)), size, self.last_state)
         out = net(x, torch.arange(self.fed, self.fed + size, device=device), self.kv)
         self.per_depth = self._q(out[1:1 + self.want], warp)  # (want, V): block rows 1..want
         return self.per_depth[0]

@@ -255,11 +255,17 @@ class DFlashNet(nn.Module):
     row. forward(x, positions, kv, mask): the block rows through the layers, every row seeing all
     of `kv` and the whole block (mask None: one block; a training batch of several gives each
     block its context and itself) -> (T, d) vectors the target's output head reads; row j of a
-    block is the guess of the token j positions after the anchor (row 0 is the anchor itself)."""
+    block is the guess of the token j positions after the anchor (row 0 is the anchor itself).
+
+    anchor_state=True adds the context row before the anchor (the target's fused state of the last
+    token it read: what EAGLE's and P-EAGLE's rows start from) to every row of the block. Without
+    it (DFlash's own design) the block learns of the text through attention alone; with it the
+    block starts from what the target knows at its base (docs/heads.md measures both)."""
 
     def __init__(self, hidden: int, width: int = 512, heads: int = 8, mlp: int = 1536, theta: float = 10000.0,
-                 slots: int = 4, n_layers: int = 2, block: int = 16):
+                 slots: int = 4, n_layers: int = 2, block: int = 16, anchor_state: bool = False):
         super().__init__()
+        self.anchor_state = anchor_state
         if block < 2:
             raise ValueError(f"a DFlash block holds the anchor and at least one mask: block >= 2, got {block}")
         self.width, self.slots, self.block_size = width, slots, block
@@ -286,12 +292,17 @@ class DFlashNet(nn.Module):
     def context_kv(self, ctx: torch.Tensor, positions: torch.Tensor) -> list:
         return [layer.keys_values(ctx, positions) for layer in self.layers]
 
-    def block(self, anchors: torch.Tensor, size: Optional[int] = None) -> torch.Tensor:
-        """(n, d) anchor-token embeddings -> (n * size, width) rows: each anchor, then size - 1 masks."""
+    def block(self, anchors: torch.Tensor, size: Optional[int] = None, states: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(n, d) anchor-token embeddings -> (n * size, width) rows: each anchor, then size - 1 masks.
+        With anchor_state, `states` (n, width) are the context rows just before each anchor (the
+        target's fused state of the last token it has read), added to every row of its block."""
         size = size or self.block_size
         first = self.embed_in(self.norm_e(anchors))
         masks = self.mask.to(first.dtype).expand(first.shape[0], size - 1, -1)
-        return torch.cat([first[:, None], masks], dim=1).reshape(-1, self.width)
+        rows = torch.cat([first[:, None], masks], dim=1)
+        if self.anchor_state:
+            rows = rows + states[:, None].to(rows.dtype)
+        return rows.reshape(-1, self.width)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, kv: list,
                 mask: Optional[torch.Tensor] = None) -> torch.Tensor:

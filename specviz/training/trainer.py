@@ -63,6 +63,7 @@ class TrainConfig:
     draft_layers: int = 2  # dflash: decoder layers of the block drafter
     decay: float = 7.0  # dflash: block position j's loss weighs exp(-(j - 1) / decay) (DFlash's, for 16-blocks)
     eval_stride: int = 8  # dflash: held-out blocks start at every this-many-th position (each scores every depth)
+    anchor_state: bool = False  # dflash: add the target's fused state before the anchor to every block row
 
     def net_config(self, hidden: int, vocab: int, draft_vocab: int, layers: Optional[list] = None) -> dict:
         base = {"hidden": hidden, "vocab_size": vocab, "draft_vocab": draft_vocab}
@@ -70,7 +71,8 @@ class TrainConfig:
             return {**base, "heads": self.heads}
         net = {**base, "width": self.width, "heads": self.attn_heads, "mlp": self.mlp}
         if self.kind == "dflash":  # every state selfgen keeps: the three layers and the last one
-            net.update(slots=len(layers) + 1, n_layers=self.draft_layers, block=self.block, layers=list(layers))
+            net.update(slots=len(layers) + 1, n_layers=self.draft_layers, block=self.block, layers=list(layers),
+                       anchor_state=self.anchor_state)
         elif self.kind in FUSED:
             net.update(slots=len(layers), parallel=self.kind == "peagle", layers=list(layers))
         return net
@@ -312,9 +314,10 @@ class _Trainer:
         f, tokens, _ = self.data.rows(window)
         b, n, t = net.block_size, len(anchors), len(window)
         positions = torch.arange(t, device=f.device)
-        kv = net.context_kv(net.context(f), positions)
+        ctx = net.context(f)
+        kv = net.context_kv(ctx, positions)
         at = torch.as_tensor(anchors, device=f.device)
-        x = net.block(self.embeddings(tokens[at]), b)
+        x = net.block(self.embeddings(tokens[at]), b, ctx[at - 1])
         block_pos = (at[:, None] + torch.arange(b, device=f.device)[None]).reshape(-1)
         owner = torch.arange(n, device=f.device).repeat_interleave(b)
         mask = torch.cat([positions[None] < at[owner][:, None], owner[:, None] == owner[None]], dim=1)
