@@ -81,6 +81,18 @@ def test_every_method_greedy_equals_ar(qwen, ar, kw):
     assert events[-1].metrics["accepted"] > 0  # the method really drafted, and not in vain
 
 
+@pytest.mark.parametrize("method", ["suffix", "suffix-tree"])
+def test_suffix_decoding_keeps_greedy_output_and_drafts_a_repeat(qwen, ar, method):
+    """Suffix decoding on the real pair: AR's tokens the first time (little to draft from) and
+    the second time in the same session, when the first answer is drafted whole."""
+    n = 12
+    for _ in range(2):
+        events = list(generate(qwen, CHAT, method=method, k=16, max_new_tokens=n, chat=True,
+                               suffix_session=f"real-pair-{method}"))
+        assert events[-1].token_ids == ar[True].token_ids[:n]
+    assert events[-1].metrics["accepted"] >= n // 2
+
+
 @pytest.mark.parametrize("chat", [False, True], ids=["code", "chat"])
 def test_an_int8_draft_keeps_greedy_output_and_drafts_well(qwen, ar, chat):
     """The int8 draft (specviz.runtime.quant) on the real pair: the same greedy output as AR (the target
