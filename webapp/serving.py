@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 
 import gradio as gr
 
@@ -56,6 +57,8 @@ def lane_options(method: str, k) -> dict:
     """generate_batch's options for a serving method of the menu."""
     if method == "load":
         return {"method": "spec", "k": "load"}
+    if ("min_prob", "suffix_min_prob") in methods.get(method).options:  # suffix decoding: a session of its own
+        return {"method": method, "k": whole(k), "suffix_session": f"serving:{uuid.uuid4().hex}"}
     return {"method": method, "k": whole(k)}
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+import uuid
 from pathlib import Path
 
 from specviz import files
@@ -65,10 +66,10 @@ def analyse(report: dict) -> dict:
 
 
 def measure_turn(pair, table: dict, methods: list, task, turn: int, previous: str, tokens: int, repeats: int,
-                 rotate: int) -> dict:
+                 rotate: int, sitting: str = "") -> dict:
     """AR (timed: its text is the one every lane is held to), then every lane `repeats` times, the
-    order rotated; a lane's repeat r runs in the session ("repeated:<task>:<lane>:<r>") that holds
-    its own earlier turns of this task."""
+    order rotated; a lane's repeat r runs in the session ("repeated:<sitting>:<task>:<lane>:<r>")
+    that holds its own earlier turns of this task (`sitting`: unique to the run() measuring it)."""
     from specviz.bench.suite import run_method  # torch: reading and drawing a report need none
 
     text = turn_text(task, turn, previous)
@@ -82,7 +83,7 @@ def measure_turn(pair, table: dict, methods: list, task, turn: int, previous: st
         for name in methods[start:] + methods[:start]:
             lane = table[name]
             own = {**table, name: dataclasses.replace(
-                lane, config=lane.config.replace(suffix_session=f"repeated:{task.name}:{name}:{r}"))}
+                lane, config=lane.config.replace(suffix_session=f"repeated:{sitting}:{task.name}:{name}:{r}"))}
             run = run_method(pair, own, name, ids, 0.0, tokens, 0, script=ar["token_ids"])
             record["lanes"][name].append({"tokens": run["new_tokens"], "seconds": run["seconds"],
                                           "tau": run.get("tau"), "forced": run.get("forced", 0)})
@@ -102,8 +103,8 @@ def run(pair, table: dict, settings: dict, partial: Path, say, tasks=REPEATED) -
     report["environments"].append(environment(pair, False))
     methods = list(settings["methods"])
     done = {(t["task"], t["turn"]) for t in report["turns"]}
-    # a suffix lane's session is gone with the process that ran it: a task left half done is
-    # measured again from its first turn, so that every turn runs after its own earlier ones
+    # a sitting's suffix sessions are its own: a task left half done is measured again from its
+    # first turn, so that every turn runs after its own earlier ones
     half = {task.name for task in tasks if 0 < sum((task.name, t) in done for t in range(len(task.turns)))
             < len(task.turns)}
     if half:
@@ -117,6 +118,7 @@ def run(pair, table: dict, settings: dict, partial: Path, say, tasks=REPEATED) -
             "warming up")
         for name in ["ar", *methods]:
             run_method(pair, table, name, pair.encode("warm up"), 0.0, 4, 0)
+    sitting = uuid.uuid4().hex  # this sitting's sessions: none of an earlier run() in the process
     started, measured = time.perf_counter(), 0
     for task in tasks:
         previous = ""
@@ -125,7 +127,7 @@ def run(pair, table: dict, settings: dict, partial: Path, say, tasks=REPEATED) -
                 previous = next(t["answer"] for t in report["turns"] if (t["task"], t["turn"]) == (task.name, turn))
                 continue
             record = measure_turn(pair, table, methods, task, turn, previous, settings["tokens"],
-                                  settings["repeats"], rotate=len(report["turns"]))
+                                  settings["repeats"], rotate=len(report["turns"]), sitting=sitting)
             report["turns"].append(record)
             previous = record["answer"]
             files.write_json(partial, report, indent=None)

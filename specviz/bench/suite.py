@@ -81,7 +81,7 @@ class Lane:
 
 # Medusa: one token per head; EAGLE's drafts cost little, so it drafts deeper (P-EAGLE: all 5 in one forward)
 HEADS_K = {"medusa": 4, "eagle": 5, "eagle3": 5, "peagle": 5, "dflash": 5}
-SUFFIX_K = 16  # suffix decoding drafts at most its match's length, and only what is likely: a high ceiling
+SUFFIX_K = 16  # a ceiling: suffix decoding drafts at most its match's length (<= suffix.MAX_MATCH) and only what is likely
 MEDUSA_TREE = "3,2,1,1"
 
 

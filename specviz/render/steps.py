@@ -268,7 +268,8 @@ def source_note(source: dict, texts: list) -> Optional[str]:
         return (f"row {source.get('depth')} of DFlash's block: one forward filled every mask of the block at once "
                 "(each mask sees the others, not what they will become)")
     if kind == "suffix":
-        where = "this prompt and answer" if source.get("tree") == "prompt" else "the session's earlier outputs"
+        where = "this prompt and answer" if source.get("tree") == "prompt" else \
+            "the session's outputs (this answer so far included)"
         count = source.get("count")
         return (f"suffix decoding: came next {count} time{'s' if count != 1 else ''} in {where} "
                 f"({_percent(source.get('prob'))} of what followed there); estimated chance of acceptance "

@@ -360,7 +360,8 @@ class HeadSet:
 
     @property
     def depth(self) -> int:
-        """How many tokens one draft may hold: Medusa's heads; EAGLE is limited by its caller."""
+        """How many tokens one draft may hold: Medusa's heads, DFlash's masks (block - 1), P-EAGLE's
+        placeholders plus one; EAGLE is limited by its caller."""
         if self.kind == "medusa":
             return self.net.heads
         if self.kind == "dflash":

@@ -346,7 +346,7 @@ class _Trainer:
                 loss = loss + weights[j - 1] * self.ce(out[:, j], labels[at], None if keep is None else keep[at],
                                                       None if soft is None else soft[at])
             total, used = total + loss / weights.sum(), used + 1
-        return total / max(1, used)
+        return total / used if used else net.mask.sum() * 0.0  # no window held a whole block: nothing to learn
 
     def dflash_depths(self, net, windows: list, depths: int) -> tuple:
         """(B, depths) held-out hits of blocks anchored at every cfg.eval_stride-th position of each
