@@ -101,9 +101,8 @@ def on_method(method, auto_k, auto_rule, dynamic=False):
     both = len(forms) == 2  # the draft model's: static or dynamic, as the checkbox says
     dynamic = forms == ("dynamic",) or (both and bool(dynamic))
     chain = method != "ar" and not record.tree
-    candidates = record.shape == "candidate tree"  # lookahead, suffix-tree: k bounds the candidates
     return {ui.method_dd: gr.Dropdown(info=method_help(method)),
-            ui.k: gr.Slider(visible=chain or candidates, interactive=not auto),
+            ui.k: gr.Slider(visible=chain, interactive=not auto),
             ui.auto_k_box: gr.Checkbox(visible=auto_ok),
             ui.auto_rule_dd: gr.Dropdown(visible=auto),
             ui.confidence_sl: gr.Slider(visible=auto and auto_rule == "confidence"),

@@ -15,7 +15,8 @@ in suffix trees with counts, and drafts what followed the text's current ending 
            continuations): how often x followed s. A node deeper in the speculation scores the
            product along its path: an estimate of the chance that it is accepted.
   draft    best first, the nodes of highest score while they score at least `min_prob` and the
-           draft holds fewer than min(k, match length) tokens: a long match earns a long draft, a
+           draft holds fewer than min(k, match length) tokens (k: the chain's draft length; for
+           the tree, the room left before max_new_tokens, as for every tree method): a long match earns a long draft, a
            weak one a short draft or none (SuffixDecoding's adaptive speculation length,
            vLLM's max_spec_factor 1). Of the two trees' drafts the one whose scores sum higher
            (more tokens expected accepted) is proposed.
