@@ -231,7 +231,7 @@ def main(argv=None) -> int:
 def _run(args, say) -> int:
     import torch
 
-    from specviz.bench.suite import HEAD_LANES, INT8_METHODS, file_name, load, method_table, missing_heads
+    from specviz.bench.suite import INT8_METHODS, file_name, load, method_table, refuse_missing_heads, write_reports
 
     lanes = method_table(4, 8)
     methods = list(dict.fromkeys(args.methods + [args.baseline]))
@@ -249,23 +249,14 @@ def _run(args, say) -> int:
     if int8 and device != "cpu":
         raise InputError(f"{', '.join(int8)} run the int8 draft, a CPU kernel; on {device} choose other lanes "
                          "(e.g. --baseline spec)")
-    missing = missing_heads(pair.name)
-    lacking = [m for m in methods if HEAD_LANES.get(m) in missing]
-    if lacking:
-        raise InputError(f"no trained heads for {', '.join(lacking)} on {pair.name} "
-                         "(python -m specviz train <kind> --pair ... trains them)")
+    refuse_missing_heads(pair.name, methods)
     prefix = Path(args.out or f"docs/benchmarks/heldout-{file_name(pair.name)}")
     prefix.parent.mkdir(parents=True, exist_ok=True)
     settings = {"pair": pair.name, "kinds": list(args.kinds), "prompts_per_kind": args.prompts,
                 "tokens": args.tokens, "repeats": args.repeats, "methods": methods, "baseline": args.baseline}
     partial = prefix.with_name(prefix.name + ".partial.json")
     report = run(pair, lanes, settings, partial, say)
-    text = markdown(report)
-    files.write_json(prefix.with_name(prefix.name + ".json"), report)
-    files.write_text(prefix.with_name(prefix.name + ".md"), text)
-    partial.unlink(missing_ok=True)
-    print(text)
-    say(f"wrote {prefix}.json and {prefix}.md")
+    write_reports(prefix, report, markdown(report), partial, say)
     return 0
 
 

@@ -193,7 +193,7 @@ def main(argv=None) -> int:
 
 
 def _run(args, say) -> int:
-    from specviz.bench.suite import HEAD_LANES, file_name, load, method_table, missing_heads
+    from specviz.bench.suite import file_name, load, method_table, refuse_missing_heads, write_reports
 
     lanes = method_table(4, 8)
     methods = list(dict.fromkeys(args.methods))
@@ -204,23 +204,14 @@ def _run(args, say) -> int:
     if args.tokens < 1 or args.repeats < 1:
         raise InputError("--tokens and --repeats must be at least 1")
     pair = load(args.pair)
-    missing = missing_heads(pair.name)
-    lacking = [m for m in methods if HEAD_LANES.get(m) in missing]
-    if lacking:
-        raise InputError(f"no trained heads for {', '.join(lacking)} on {pair.name} "
-                         "(python -m specviz train <kind> --pair ... trains them)")
+    refuse_missing_heads(pair.name, methods)
     prefix = Path(args.out or f"docs/benchmarks/repeated-{file_name(pair.name)}")
     prefix.parent.mkdir(parents=True, exist_ok=True)
     settings = {"pair": pair.name, "tokens": args.tokens, "repeats": args.repeats, "methods": methods,
                 "tasks": [t.name for t in REPEATED]}
     partial = prefix.with_name(prefix.name + ".partial.json")
     report = run(pair, lanes, settings, partial, say)
-    text = markdown(report)
-    files.write_json(prefix.with_name(prefix.name + ".json"), report)
-    files.write_text(prefix.with_name(prefix.name + ".md"), text)
-    partial.unlink(missing_ok=True)
-    print(text)
-    say(f"wrote {prefix}.json and {prefix}.md")
+    write_reports(prefix, report, markdown(report), partial, say)
     return 0
 
 

@@ -27,6 +27,7 @@ from typing import Optional
 
 import torch
 
+from specviz import files
 from specviz import methods as registry
 from specviz.analysis import metrics, theory
 from specviz.argparsing import Parser
@@ -484,6 +485,25 @@ def load(spec: str, device=None, dtype=None, cpu_linear=None):
     if spec.startswith("random:"):
         return load_pair(random_pair(spec, device=device, dtype=dtype), cpu_linear=cpu_linear)
     return load_pair(spec, device=device, dtype=dtype, cpu_linear=cpu_linear)
+
+
+def refuse_missing_heads(pair_name: str, methods) -> None:
+    """An InputError naming the lanes of `methods` whose trained heads the pair lacks, if any
+    (the held-out and repeated-work benchmarks run every lane they are given)."""
+    missing = missing_heads(pair_name)
+    lacking = [m for m in methods if HEAD_LANES.get(m) in missing]
+    if lacking:
+        raise InputError(f"no trained heads for {', '.join(lacking)} on {pair_name} "
+                         "(python -m specviz train <kind> --pair ... trains them)")
+
+
+def write_reports(prefix: Path, report: dict, text: str, partial: Path, say) -> None:
+    """A finished benchmark's PREFIX.json and PREFIX.md (`text`, printed too); its partial file goes."""
+    files.write_json(prefix.with_name(prefix.name + ".json"), report)
+    files.write_text(prefix.with_name(prefix.name + ".md"), text)
+    partial.unlink(missing_ok=True)
+    print(text)
+    say(f"wrote {prefix}.json and {prefix}.md")
 
 
 def missing_heads(pair_name: str) -> set:

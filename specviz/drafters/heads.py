@@ -129,15 +129,21 @@ class EagleDrafter(_FeatureDrafter):
     def _cached(self) -> int:
         return self.fed
 
+    def _new_features(self, committed) -> torch.Tensor:
+        """The target's states handed over since the last step, in the heads' dtype (one per
+        committed token but the last, after the `fed` ones), taken out of `pending`."""
+        feats = torch.cat(self.pending).to(self.heads.dtype)
+        self.pending = []
+        assert self.fed + feats.shape[0] == len(committed) - 1, "one target feature per committed token but the last"
+        return feats
+
     @torch.inference_mode()
     def _root(self, committed, warp) -> torch.Tensor:
         """Feed the pairs the target produced since the last step; q after the last committed token."""
         self.forwards += 1
         net, device = self.heads.net, self.heads.device
-        feats = torch.cat(self.pending).to(self.heads.dtype)
-        self.pending = []
+        feats = self._new_features(committed)
         m = feats.shape[0]
-        assert self.fed + m == len(committed) - 1, "one target feature per committed token but the last"
         tokens = torch.tensor(committed[self.fed + 1:self.fed + 1 + m], device=device)
         positions = torch.arange(self.fed + 1, self.fed + 1 + m, device=device)
         out, self.cache = net(feats, self.heads.embed(tokens), positions, self.cache)
@@ -197,10 +203,8 @@ class ParallelEagleDrafter(EagleDrafter):
     def _root(self, committed, warp) -> torch.Tensor:
         self.forwards += 1
         net, device = self.heads.net, self.heads.device
-        feats = net.features(torch.cat(self.pending).to(self.heads.dtype))
-        self.pending = []
+        feats = net.features(self._new_features(committed))
         m, extra = feats.shape[0], self.want - 1
-        assert self.fed + m == len(committed) - 1, "one target feature per committed token but the last"
         tokens = torch.tensor(committed[self.fed + 1:self.fed + 1 + m], device=device)
         embeds = self.heads.embed(tokens)
         if extra:
@@ -246,11 +250,8 @@ class DFlashDrafter(ParallelEagleDrafter):
     def _root(self, committed, warp) -> torch.Tensor:
         self.forwards += 1
         net, device = self.heads.net, self.heads.device
-        feats = torch.cat(self.pending).to(self.heads.dtype)
-        self.pending = []
-        m = feats.shape[0]
-        assert self.fed + m == len(committed) - 1, "one target feature per committed token but the last"
-        ctx = net.context(feats)
+        ctx = net.context(self._new_features(committed))
+        m = ctx.shape[0]
         new = net.context_kv(ctx, torch.arange(self.fed, self.fed + m, device=device))
         self.last_state = ctx[-1:]  # the fused state of the last position the target has read
         self.kv = new if self.kv is None else [(torch.cat([k0, k1], 1), torch.cat([v0, v1], 1))

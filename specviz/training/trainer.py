@@ -230,11 +230,13 @@ class _Trainer:
         return torch.stack([h for h, _ in scores], 1), [float(c) * len(index) for _, c in scores]
 
     # -- EAGLE: one pass per depth, each on the layer's own predictions (training-time test)
-    def eagle_unroll(self, net, window: np.ndarray, steps: int, noise: float = 0.0) -> list:
+    def eagle_unroll(self, net, window: np.ndarray, steps: int, noise: float = 0.0,
+                     rows: Optional[tuple] = None) -> list:
         """Predicted features at every depth 1..steps for the pairs (f_i, x_{i+1}) of a window:
         out[s - 1][i] is depth s's guess of f_{i+1}, drafted from real features up to pair
-        i - s + 1 and the layer's own predictions after it, exactly as the drafter runs."""
-        f, tokens, _ = self.data.rows(window)
+        i - s + 1 and the layer's own predictions after it, exactly as the drafter runs. `rows`:
+        self.data.rows(window), when the caller has read them already."""
+        f, tokens, _ = rows if rows is not None else self.data.rows(window)
         if noise:
             f = f + (torch.rand_like(f) * 2 - 1) * noise * self.data.rms
         fused = getattr(net, "features", None)
@@ -267,8 +269,9 @@ class _Trainer:
         windows = self.data.windows(self.data.train_segments, cfg.window, rng, max(1, cfg.batch // cfg.window))
         total = 0.0
         for window in windows:
-            outs = self.eagle_unroll(net, window, cfg.unroll, cfg.noise)
-            f, _, labels = self.data.rows(window)
+            rows = self.data.rows(window)
+            outs = self.eagle_unroll(net, window, cfg.unroll, cfg.noise, rows)
+            f, _, labels = rows
             # answer positions only (prompts are context), unless the prompts are targets too
             keep = None if cfg.targets == "all" else self.data.keep(window[1:])
             soft = self.soft_targets(f[1:])
@@ -306,12 +309,13 @@ class _Trainer:
         return (torch.cat(rows) if rows else torch.zeros(0, depths, dtype=torch.bool)), ce
 
     # -- DFlash: blocks anchored in a window, each a forward of [anchor ; masks] over the context before it
-    def dflash_blocks(self, net, window: np.ndarray, anchors: np.ndarray) -> tuple:
+    def dflash_blocks(self, net, window: np.ndarray, anchors: np.ndarray, rows: Optional[tuple] = None) -> tuple:
         """Block outputs for anchors `anchors` (indices into `window`, each >= 1 with a whole block
         inside it): (n, block, d), row j of block i the guess of the token at anchors[i] + j, made
         from the target's states of the window's positions before the anchor and the anchor token,
-        exactly as the drafter runs (one forward, every block its own context and itself)."""
-        f, tokens, _ = self.data.rows(window)
+        exactly as the drafter runs (one forward, every block its own context and itself). `rows`:
+        self.data.rows(window), when the caller has read them already."""
+        f, tokens, _ = rows if rows is not None else self.data.rows(window)
         b, n, t = net.block_size, len(anchors), len(window)
         positions = torch.arange(t, device=f.device)
         ctx = net.context(f)
@@ -336,8 +340,9 @@ class _Trainer:
             anchors = self.dflash_anchors(len(window), rng, max(1, cfg.window // cfg.block))
             if not len(anchors):
                 continue
-            out = self.dflash_blocks(net, window, anchors)
-            f, _, labels = self.data.rows(window)
+            rows = self.data.rows(window)
+            out = self.dflash_blocks(net, window, anchors, rows)
+            f, _, labels = rows
             keep = None if cfg.targets == "all" else self.data.keep(window)
             soft = self.soft_targets(f)
             loss = 0.0
