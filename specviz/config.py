@@ -41,6 +41,8 @@ ACCEPTANCE = ("exact", "typical")
 MAX_K = 32
 MAX_NEW_TOKENS = 4096
 MAX_TOPK = 100
+MAX_FANOUT = 16  # SSD: outcomes prepared a step (each is one more row in every preparing forward)
+SSD_PREPARE = ("overlap", "full")
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,9 @@ class RunConfig:
     heads: str = ""  # medusa / eagle: a folder of trained heads (manifest.json); "": the ones shipped for the pair
     suffix_min_prob: float = 0.1  # suffix decoding: a drafted token's estimated chance of acceptance, at least
     suffix_session: str = ""  # suffix decoding: whose earlier outputs it drafts from (the app: one key per visitor)
+    ssd_fanout: int = 4  # SSD: verification outcomes prepared while the target verifies
+    ssd_prepare: str = "overlap"  # SSD: "overlap" stops preparing when the target's pass ends; "full" waits until all are k deep
+    ssd_threads: Union[int, str] = "auto"  # SSD on a CPU: cores the preparing drafter takes ("auto": a third, at least one)
     batch: int = 1  # sequences decoded together (specviz.engine.batch); a list of prompts sets it to its length
     spec_off_batch: int = 0  # batched runs: at or above this many live rows, steps are plain AR (vLLM's switch; 0: never)
     warp: Warp = field(init=False, repr=False, compare=False)  # temperature, top_k, top_p together
@@ -191,6 +196,12 @@ def _check(cfg: RunConfig) -> None:
         raise InputError(f"suffix_min_prob (--min-prob) must be in (0, 1], got {cfg.suffix_min_prob!r}.")
     if not isinstance(cfg.suffix_session, str) or len(cfg.suffix_session) > 128:
         raise InputError("suffix_session must be a string of at most 128 characters.")
+    if not _is_int(cfg.ssd_fanout) or not 1 <= cfg.ssd_fanout <= MAX_FANOUT:
+        raise InputError(f"ssd_fanout (--fanout) must be a whole number from 1 to {MAX_FANOUT}, got {cfg.ssd_fanout!r}.")
+    if cfg.ssd_prepare not in SSD_PREPARE:
+        raise InputError(f"ssd_prepare must be one of {', '.join(SSD_PREPARE)}, got {cfg.ssd_prepare!r}.")
+    if cfg.ssd_threads != "auto" and (not _is_int(cfg.ssd_threads) or not 1 <= cfg.ssd_threads <= 256):
+        raise InputError(f"ssd_threads must be 'auto' or a whole number of cores from 1, got {cfg.ssd_threads!r}.")
     if methods.get(method).shape == "candidate tree" and cfg.acceptance != "exact":
         raise InputError(f"{method} verifies its tree exactly; typical acceptance is for chains.")
 

@@ -31,7 +31,7 @@ def tokens(events, row=None):
 
 def test_every_list_of_methods_is_the_registrys():
     assert methods.names() == ("ar", "spec", "tree", "pld", "lookahead", "cascade", "medusa", "medusa-tree", "eagle",
-                               "eagle-tree", "eagle3", "eagle3-tree", "peagle", "suffix", "suffix-tree", "dflash")
+                               "eagle-tree", "eagle3", "eagle3-tree", "peagle", "suffix", "suffix-tree", "dflash", "ssd")
     assert methods.names(batch=True) == ("ar", "spec", "pld", "medusa", "eagle", "eagle3", "peagle", "suffix", "dflash")
     assert methods.names(load_k=True) == ("spec", "pld", "medusa", "eagle", "eagle3", "peagle", "suffix", "dflash")
     assert methods.names(auto_k=True) == ("spec", "cascade")

@@ -100,3 +100,37 @@ def expected_run_time(a: float, k: int, n: int, step_cost: Callable[[int], float
             total += p * memo[left - j - 1]
         memo[left] = total
     return memo[n]
+
+
+# ---------------------------------------------------------------------------------------------
+# speculative speculative decoding (SSD; Kumar, Dao and May 2026): drafting while the target verifies
+
+def ssd_step_cost(hit: float, k: int, c: float, slowdown: float = 1.0, ready: Optional[float] = None,
+                  wait: Optional[float] = None, overhead: float = 0.0, fan_cost: float = 1.0) -> float:
+    """One SSD step, in target passes. Plain speculation's step is c k + 1 + overhead: k draft
+    forwards (c each), one pass, the rest of the step. SSD's target pass runs while the drafter
+    prepares, so the step is
+
+        slowdown + wait + (1 - hit) c k + hit c (k - ready) + overhead
+
+    slowdown: the pass's cost while the drafter works beside it (1 when the draft has hardware of
+    its own; more when the two share cores); wait: after the pass, for the preparing forward
+    under way; hit: the share of steps whose outcome was prepared for (a miss drafts all k as
+    plain speculation does); ready: drafts prepared on a hit (default k: the rest is drafted on
+    the critical path). Without a measured wait, preparation's k + 1 forwards (x_K's, then one
+    per depth over every outcome, `fan_cost` times a one-row forward) are waited for where
+    they outlast the pass."""
+    ready = k if ready is None else ready
+    if wait is None:
+        wait = max(0.0, (k + 1) * c * fan_cost - slowdown)
+    return slowdown + wait + (1.0 - hit) * c * k + hit * c * (k - ready) + overhead
+
+
+def ssd_speedup(hit: float, k: int, c: float, slowdown: float = 1.0, ready: Optional[float] = None,
+                wait: Optional[float] = None, overhead: float = 0.0, fan_cost: float = 1.0) -> float:
+    """SSD's speedup over plain speculation at the same k. Both verify the same drafts' law, so a
+    step brings the same tokens on average (under greedy, the same tokens): the ratio is the
+    ratio of step costs, (c k + 1 + overhead) / ssd_step_cost(...). Its ceiling (every outcome
+    prepared, fully and in time, on hardware of its own) is 1 + c k / (1 + overhead): SSD hides
+    the drafting, never the pass."""
+    return (c * k + 1.0 + overhead) / ssd_step_cost(hit, k, c, slowdown, ready, wait, overhead, fan_cost)

@@ -67,6 +67,11 @@ class Drafter:
                                                  what the target kept: `path` (accepted nodes);
                                                  committed includes them and the next token
         step_info()                              extra facts for this step's event (JSON-safe)
+        ahead(committed, proposal, warp) / behind()
+                                                 the target's pass on `proposal` starts / has
+                                                 ended: a drafter that works while the target
+                                                 verifies (SSD, specviz.drafters.ssd) starts and
+                                                 stops there
 
     A drafter that reads the target's hidden states (Medusa heads, EAGLE) sets `uses_features`:
     the engine then asks the verification pass for them (no extra target forward) and hands it
@@ -94,6 +99,12 @@ class Drafter:
 
     def pass_timed(self, fed: int, drafted: int, seconds: float) -> None:
         """The target's verify pass of this step: `fed` tokens, `drafted` of them drafts, in `seconds`."""
+
+    def ahead(self, committed: list, proposal: Proposal, warp) -> None:
+        """The target's pass over `proposal` is about to run."""
+
+    def behind(self) -> None:
+        """The target's pass is over (before the verdict)."""
 
     def step_info(self) -> dict:
         return {}

@@ -5,6 +5,7 @@ Speculative decoding after Leviathan et al. 2023 (Algorithm 1) and Chen et al. 2
 
     draft    drafter.propose(committed, k)      -> a token tree (a chain is a one-path tree)
                                                    and the q each node's children came from
+             (drafter.ahead / behind bracket the target's pass: SSD drafts the next step meanwhile)
     score    one target pass over the uncached tail and every node -> p after the root and
              after each node (plain causal attention for a chain, tree attention otherwise)
     verify   verifier.verify(tree, q, p)         -> accepted path, then a residual or bonus token
@@ -102,7 +103,9 @@ class _Run:
         cached = self.target.length
         k, why = self._plan()
         proposal = self.drafter.propose(self.committed, k, self.cfg.warp, self.generator).end_at(self.eos)
+        self.drafter.ahead(self.committed, proposal, self.cfg.warp)  # SSD prepares the next step meanwhile
         target_probs, verify_time, fed, states = self._score(proposal.tree)
+        self.drafter.behind()
         self.drafter.pass_timed(fed, len(proposal.tree), verify_time)
         record = commit(step=step, k=k, why=why, proposal=proposal, target_probs=target_probs,
                         verify_time=verify_time, fed=fed, cached=cached, states=states, verifier=self.verifier,

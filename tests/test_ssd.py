@@ -1,0 +1,213 @@
+"""Speculative speculative decoding (specviz.drafters.ssd): the drafter prepares the next step for
+the likely verification outcomes while the target verifies. Verification is unchanged, so the
+output is the target's (greedy: token for token; sampled: chi-square on exact toy models, a
+broken rule failing it); a hit's draft really is the prepared one; the timeline and the summary
+read what the events say; the theory's ceiling and floor."""
+
+import threading
+
+import pytest
+import torch
+from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
+
+from specviz import generate
+from specviz.analysis import overlap, theory
+from specviz.config import RunConfig, Warp
+from specviz.drafters import ssd
+from specviz.errors import InputError
+from specviz.runtime.tiny_pair import build_tiny_pair
+
+PROMPTS = ["def fibonacci(n):", "Hello, world! ", "import os\nfor name in os.listdir('.'):"]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return build_tiny_pair()
+
+
+def _steps(events):
+    return [e for e in events if e.kind == "step_finished"]
+
+
+@pytest.mark.parametrize("prepare", ["full", "overlap"])
+@pytest.mark.parametrize("k,fanout", [(1, 1), (3, 4), (5, 8)])
+def test_greedy_equals_ar(tiny, prepare, k, fanout):
+    for prompt in PROMPTS:
+        ar = list(generate(tiny, prompt, method="ar", max_new_tokens=37))[-1]
+        run = list(generate(tiny, prompt, method="ssd", k=k, max_new_tokens=37, ssd_prepare=prepare,
+                            ssd_fanout=fanout))
+        assert run[-1].token_ids == ar.token_ids, (prompt, prepare, k)
+
+
+def test_a_hit_is_drafted_by_the_preparation_and_a_miss_from_scratch(tiny):
+    hits = 0
+    for prompt in PROMPTS:
+        steps = _steps(list(generate(tiny, prompt, method="ssd", k=4, max_new_tokens=48, ssd_prepare="full")))
+        for step, after in zip(steps, steps[1:]):
+            info, nxt = step.info["ssd"], after.info["ssd"]
+            outcome = (info["outcome"]["accepted"], info["outcome"]["token"])
+            # what the verdict was: this step's accepted count and the target's own token
+            assert outcome == (step.accepted, step.emitted_ids[-1])
+            prepared = {(p["accepted"], p["token"]) for p in info["prepared"]}
+            assert info["hit"] == (outcome in prepared)
+            if info["hit"]:
+                hits += 1
+                # prepared in full: the next step's draft is ready, no draft forward on the critical path
+                assert nxt["draft"]["from"] == "prepared" and after.draft_forwards == 0
+                assert nxt["draft"]["prepared"] == after.drafted
+            elif after.k:  # (the run's last step may have no room to draft)
+                assert nxt["draft"]["from"] == "drafted" and after.draft_forwards >= 1
+    assert hits >= 5  # the tiny pair's draft is its target's cousin: outcomes are predictable
+
+
+def test_the_first_step_drafts_from_scratch_and_the_fanout_bounds_the_outcomes(tiny):
+    steps = _steps(list(generate(tiny, PROMPTS[0], method="ssd", k=3, max_new_tokens=30, ssd_fanout=2,
+                                 ssd_prepare="full")))
+    assert steps[0].info["ssd"]["draft"]["from"] == "drafted"
+    assert all(len(s.info["ssd"]["prepared"]) <= 2 for s in steps)
+    assert any(len(s.info["ssd"]["prepared"]) == 2 for s in steps)
+
+
+def test_a_seeded_sampled_run_does_not_depend_on_how_far_preparation_got(tiny):
+    """Each prepared outcome draws from a generator of its own: the same tokens whether
+    preparation stopped at the verdict or ran to full depth."""
+    for seed in range(3):
+        runs = [list(generate(tiny, PROMPTS[1], method="ssd", k=3, max_new_tokens=40, temperature=1.0, seed=seed,
+                              ssd_prepare=prepare))[-1].token_ids for prepare in ("overlap", "full")]
+        assert runs[0] == runs[1]
+
+
+def test_the_preparation_runs_on_its_own_thread_with_its_share_of_the_cores(tiny, monkeypatch):
+    seen = {}
+    levels = ssd.SSDDrafter._levels
+
+    def spy(self, *args):
+        seen.setdefault("threads", set()).add((threading.current_thread().name.startswith("specviz-ssd"),
+                                               torch.get_num_threads()))
+        return levels(self, *args)
+
+    monkeypatch.setattr(ssd.SSDDrafter, "_levels", spy)
+    before = torch.get_num_threads()
+    list(generate(tiny, PROMPTS[0], method="ssd", k=3, max_new_tokens=20, ssd_threads=1))
+    assert seen["threads"] == {(True, 1)}
+    assert torch.get_num_threads() == before  # the target has every core back after each pass
+
+
+def test_bad_options_are_refused():
+    for bad, match in [(dict(ssd_fanout=0), "ssd_fanout"), (dict(ssd_fanout=17), "ssd_fanout"),
+                       (dict(ssd_prepare="later"), "ssd_prepare"), (dict(ssd_threads=0), "ssd_threads"),
+                       (dict(k="auto"), "k='auto'"), (dict(batch=2), "one sequence")]:
+        with pytest.raises(InputError, match=match):
+            RunConfig.of(method="ssd", **bad)
+
+
+# ---------------------------------------------------------------------------------------------
+# what the drafter expects of the outcome
+
+def test_the_outcome_model_prepares_where_acceptance_is_likely_to_end():
+    model = ssd.OutcomeModel()
+    for _ in range(50):  # every draft accepted: the bonus token's candidates come first
+        model.observe(4, 4, "bonus", 0)
+    plan = model.plan(4, 3)
+    assert [a for a, _, _ in plan] == [4, 4, 4] and [r for _, r, _ in plan] == [0, 1, 2]
+    model = ssd.OutcomeModel()
+    for _ in range(50):  # the first draft always rejected, the residual token its second best
+        model.observe(0, 4, "residual", 1)
+    plan = model.plan(4, 2)
+    assert [(a, r) for a, r, _ in plan] == [(0, 1), (0, 0)]
+    assert plan[0][2] > plan[1][2]
+
+
+def test_candidates_skip_the_rejected_draft():
+    q = torch.tensor([0.1, 0.5, 0.3, 0.1])
+    assert ssd.candidates(q, None, 2) == [1, 2]
+    assert ssd.candidates(q, 1, 2) == [2, 0] or ssd.candidates(q, 1, 2) == [2, 3]
+    assert ssd.rank_of(q, 1, 2) == 0 and ssd.rank_of(q, None, 2) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling on exact toy models
+
+@pytest.mark.parametrize("prepare", ["full", "overlap"])
+def test_sampling_follows_the_target(toy, prepare):  # noqa: F811
+    warp = Warp(1.0)
+    counts, runs = _first_tokens(toy, warp, runs=RUNS // 2, method="ssd", k=2, ssd_prepare=prepare)
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) > 1e-4
+    steps = [e for events in runs for e in events if e.kind == "step_finished"]
+    assert sum(s.info["ssd"]["draft"]["from"] == "prepared" for s in steps) > RUNS // 20  # hits happen
+    assert sum(e.kind == "token_rejected" for events in runs for e in events) > RUNS // 20
+
+
+def test_a_broken_rule_fails_with_it_too(toy):  # noqa: F811
+    warp = Warp(1.0)
+    counts, _ = _first_tokens(toy, warp, runs=RUNS // 2, verifier=ResampleFromTarget(), method="ssd", k=2,
+                              ssd_prepare="full")
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) < 1e-4
+
+
+# ---------------------------------------------------------------------------------------------
+# the timeline, the summary and the theory
+
+def _step(n, elapsed, draft, verify, ahead=None, wait=None, hit=None, prepared=2):
+    info = {"draft": {"from": "drafted", "start": 0.0, "end": draft, "forwards": 1},
+            "verify": {"start": draft, "end": draft + verify}, "prepared": [{}] * prepared,
+            "hit": hit, "alpha": 0.5, "outcome": {}}
+    if ahead:
+        info["ahead"] = {"start": ahead[0], "end": ahead[1], "levels": 2}
+    if wait:
+        info["wait"] = {"start": draft + verify, "end": draft + verify + wait}
+    return {"kind": "step_finished", "step": n, "elapsed": elapsed, "drafted": 2, "draft_time": draft,
+            "verify_time": verify, "info": {"ssd": info}}
+
+
+def test_the_summary_counts_hidden_and_exposed_drafting():
+    events = [{"kind": "run_started", "method": "ssd", "k": 2},
+              _step(0, 1.0, 0.2, 0.6, ahead=(0.25, 0.9), wait=0.1, hit=True),
+              _step(1, 1.9, 0.0, 0.6, ahead=(0.05, 0.5), hit=False)]
+    events[2]["info"]["ssd"]["draft"] = {"from": "prepared", "prepared": 2, "start": 0.0, "end": 0.0}
+    s = overlap.ssd_summary(events)
+    assert (s["steps"], s["verdicts"], s["hits"], s["hit_rate"], s["depth_on_hit"]) == (2, 2, 1, 0.5, 2)
+    assert s["hidden_s"] == pytest.approx(0.55 + 0.45)  # the parts of 0.65 s and 0.45 s under the passes
+    assert s["draft_s"] == pytest.approx(0.2 + 0.65 + 0.45)
+    assert s["wait_s"] == pytest.approx(0.1) and s["exposed_s"] == pytest.approx(0.2)
+    tl = overlap.timeline(events)
+    assert [(x["step"], x["kind"]) for x in tl["segments"]] == [
+        (0, "draft"), (0, "verify"), (0, "prepare"), (0, "wait"), (1, "verify"), (1, "prepare")]
+    assert tl["segments"][4]["start"] == pytest.approx(1.0)  # step 1 starts where step 0 ended
+    assert [o["hit"] for o in tl["outcomes"]] == [True, False]
+
+
+def test_plain_speculation_draws_draft_then_verify(tiny):
+    events = list(generate(tiny, PROMPTS[0], method="spec", k=3, max_new_tokens=20))
+    tl = overlap.timeline(events)
+    assert overlap.ssd_summary(events) is None and tl["outcomes"] == []
+    for a, b in zip(tl["segments"], tl["segments"][1:]):
+        assert b["start"] >= a["end"] - 1e-9  # one lane at a time
+
+
+def test_the_figure_marks_every_verdict(tiny):
+    from specviz.render.timeline import timeline_figure
+
+    events = list(generate(tiny, PROMPTS[0], method="ssd", k=3, max_new_tokens=30, ssd_prepare="full"))
+    tl = overlap.timeline(events)
+    fig = timeline_figure([("ssd", tl), ("spec", overlap.timeline(list(generate(tiny, PROMPTS[0], method="spec",
+                                                                               k=3, max_new_tokens=30))))])
+    marks = {t.name: len(t.x) for t in fig.data if t.type == "scatter"}
+    hits = sum(o["hit"] for o in tl["outcomes"])
+    assert marks.get("hit: next draft ready", 0) == hits
+    assert marks.get("miss: next draft from scratch", 0) == len(tl["outcomes"]) - hits
+    lanes = {y for t in fig.data if t.type == "bar" for y in t.y}
+    assert lanes == {"ssd · draft", "ssd · target", "spec · draft", "spec · target"}
+
+
+def test_the_theory_ceiling_and_floor():
+    c, k = 0.2, 4
+    # every outcome prepared in time, on hardware of its own: the drafting is gone from the step
+    assert theory.ssd_speedup(1.0, k, c, wait=0.0) == pytest.approx(1 + c * k)
+    assert theory.ssd_speedup(1.0, k, c, wait=0.0, overhead=0.25) == pytest.approx(1 + c * k / 1.25)
+    # never a hit: plain speculation's step
+    assert theory.ssd_speedup(0.0, k, c, wait=0.0) == pytest.approx(1.0)
+    # sharing the cores doubles the pass: the hidden drafting does not pay for it
+    assert theory.ssd_speedup(0.9, k, c, slowdown=2.0, wait=0.0) < 1.0
+    # preparation longer than the pass is waited for
+    assert theory.ssd_speedup(1.0, k, 0.5) == pytest.approx((0.5 * k + 1) / ((k + 1) * 0.5))
