@@ -56,6 +56,11 @@ from specviz.runtime.lm import synchronize
 from specviz.verifiers import sampling
 from specviz.verifiers.draft_tree import DraftTree, attention
 
+def draft_threads(threads="auto") -> int:
+    """The cores of PyTorch's pool the preparing drafter takes: "auto" is a third, at least one."""
+    return max(1, torch.get_num_threads() // 3) if threads == "auto" else int(threads)
+
+
 RANKS = 16  # candidate ranks the outcome model tracks; a token ranked lower counts as "beyond"
 
 
@@ -148,7 +153,7 @@ class SSDDrafter(ModelDrafter):
         self.k_next, self.fanout, self.prepare, self.seed = k, fanout, prepare, seed
         self.cuda = self.runner.device.type == "cuda" if hasattr(self.runner.device, "type") else False
         cores = torch.get_num_threads()
-        self.threads = max(1, cores // 3) if threads == "auto" else int(threads)
+        self.threads = draft_threads(threads)
         self.target_threads = max(1, cores - self.threads)
         self.cores = cores
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-ssd")

@@ -1,0 +1,351 @@
+"""Speculative speculative decoding against plain speculation and AR, with the theory beside it.
+
+On held-out prompts of each kind (code, chat), greedy, every lane held to AR's text
+(specviz.bench.held): AR, plain speculation (`spec`) at each k of --spec-k, and SSD (`ssd`,
+specviz.drafters.ssd) at each k of --ssd-k, lanes interleaved and rotated. Per kind:
+
+  lanes       tokens/s and speedup over AR; spec's and ssd's best k
+  ssd at k    the hit rate (verdicts whose outcome was prepared for), the hidden share (drafting
+              that ran while the target verified), drafts ready on a hit; SSD over spec at the
+              same k, measured (decoding steps: the prompt's pass left out of both) and predicted
+              by specviz.analysis.theory.ssd_speedup from the costs the runs measured (a draft
+              forward, the target's pass alone and beside the preparing drafter, the wait, the
+              rest of a step); and the prediction for a draft with hardware of its own
+              (the pass not slowed, preparation waited for where it outlasts the pass)
+  the split   the target's pass with every core, with its share alone, and with its share while
+              the draft model works on the other (what sharing the cores costs the target)
+
+Progress and an ETA go to stderr; every finished prompt is saved in OUT.partial.json and a rerun
+with the same settings resumes after it. Nothing else may share the cores while it runs.
+
+Usage: python -m specviz.bench.ssd [--pair qwen-coder] [--kinds code chat] [--prompts 6]
+       [--tokens 64] [--spec-k 2 3 4 5] [--ssd-k 1 2 3 4] [--fanout 4] [--out docs/benchmarks/ssd-qwen-coder]
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+from specviz import files
+from specviz.argparsing import Parser
+from specviz.errors import InputError, run_command
+
+SPLIT_CONTEXT = 128  # tokens of context behind the timed passes
+
+
+def _lanes(settings: dict) -> list:
+    return ([f"spec-k{k}" for k in settings["spec_k"]] + [f"ssd-k{k}" for k in settings["ssd_k"]])
+
+
+def _config(lane: str, settings: dict):
+    from specviz.config import RunConfig
+
+    method, k = lane.split("-k")
+    extra = {"ssd_fanout": settings["fanout"]} if method == "ssd" else {}
+    return RunConfig(method=method, k=int(k), record_topk=0, **extra)
+
+
+def timed_run(pair, cfg, ids: list, tokens: int, script=None) -> dict:
+    """One greedy run held to `script` (AR's tokens): its clock, and what the theory reads of its steps."""
+    from specviz import generate
+    from specviz.analysis import overlap
+    from specviz.bench.held import HeldVerifier
+
+    held = HeldVerifier(script) if script is not None and cfg.method != "ar" else None
+    start = time.perf_counter()
+    events = list(generate(pair, ids, cfg.replace(max_new_tokens=tokens, temperature=0.0), verifier=held))
+    seconds = time.perf_counter() - start
+    steps = [e for e in events if e.kind == "step_finished"]
+    decode = steps[1:]  # the first step's pass also reads the prompt
+    durations = [b.elapsed - a.elapsed for a, b in zip(steps, decode)]
+    out = {"tokens": len(events[-1].token_ids), "seconds": seconds, "token_ids": events[-1].token_ids,
+           "steps": len(steps), "forced": held.forced if held else 0,
+           "decode_tokens": sum(len(s.emitted_ids) for s in decode), "decode_s": sum(durations),
+           "draft_s": sum(s.draft_time for s in decode), "draft_forwards": sum(s.draft_forwards for s in decode),
+           "verify_s": sum(s.verify_time for s in decode)}
+    out["other_s"] = out["decode_s"] - out["draft_s"] - out["verify_s"]
+    if cfg.method == "ssd":
+        info = [s.info["ssd"] for s in decode]
+        ready = [i["draft"]["prepared"] for i in info if i["draft"]["from"] == "prepared"]
+        out["ssd"] = overlap.ssd_summary(events)
+        out["ready_steps"], out["ready_drafts"] = len(ready), sum(ready)
+        out["wait_s"] = sum(i["wait"]["end"] - i["wait"]["start"] for i in info if i.get("wait"))
+        out["other_s"] -= out["wait_s"]
+    return out
+
+
+def split_cost(pair, k: int, threads: int, repeats: int = 6) -> dict:
+    """The target's pass over k + 1 tokens with every core, with its share alone, and with its share
+    while the draft model runs forwards on a thread with the other `threads` cores; a draft
+    forward alone and beside the pass. Seconds, medians of `repeats`."""
+    import torch
+
+    from specviz.runtime.lm import runner_for
+
+    cores = torch.get_num_threads()
+    target, draft = runner_for(pair.target), runner_for(pair.draft)
+    text = pair.encode("def parse(line):\n    return [int(x) for x in line.split(',') if x.strip()]\n")
+    context = (text * SPLIT_CONTEXT)[:SPLIT_CONTEXT]
+
+    def passes(runner, n, reps):
+        runner.reset()
+        runner.forward(context)
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            runner.forward(context[:n])
+            times.append(time.perf_counter() - start)
+            runner.crop(len(context))
+        return sorted(times)[len(times) // 2]
+
+    out = {"cores": cores, "draft_threads": threads, "target_threads": max(1, cores - threads)}
+    try:
+        out["target_all"] = passes(target, k + 1, repeats)
+        torch.set_num_threads(out["target_threads"])
+        out["target_share"] = passes(target, k + 1, repeats)
+        out["draft_share_alone"] = _draft_beside(draft, context, threads, None)
+        stop, beside = threading.Event(), {}
+        worker = threading.Thread(target=lambda: beside.update(d=_draft_beside(draft, context, threads, stop)))
+        worker.start()
+        try:
+            out["target_beside_draft"] = passes(target, k + 1, repeats)
+        finally:
+            stop.set()
+            worker.join()
+        out["draft_beside_target"] = beside.get("d")
+    finally:
+        torch.set_num_threads(cores)
+    return out
+
+
+def _draft_beside(draft, context: list, threads: int, stop) -> float:
+    """Median seconds of a one-token draft forward on this thread with `threads` cores, until
+    `stop` is set (or 6 forwards when there is none)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    draft.reset()
+    draft.forward(context)
+    times = []
+    while (stop is None and len(times) < 6) or (stop is not None and not stop.is_set()):
+        start = time.perf_counter()
+        draft.forward(context[:1])
+        times.append(time.perf_counter() - start)
+        draft.crop(len(context))
+    return sorted(times)[len(times) // 2] if times else None
+
+
+def measure_prompt(pair, settings: dict, prompt, turn: int) -> dict:
+    ids = pair.encode(prompt.text, chat=prompt.chat)
+    ar = timed_run(pair, _ar(), ids, settings["tokens"])
+    record = {"kind": prompt.kind, "text": prompt.text, "ar": {k: ar[k] for k in ("tokens", "seconds")}, "lanes": {}}
+    lanes = _lanes(settings)
+    start = turn % len(lanes)
+    for lane in lanes[start:] + lanes[:start]:
+        run = timed_run(pair, _config(lane, settings), ids, settings["tokens"], script=ar["token_ids"])
+        run.pop("token_ids")
+        record["lanes"][lane] = run
+    return record
+
+
+def _ar():
+    from specviz.config import RunConfig
+
+    return RunConfig(method="ar", k=1, record_topk=0)
+
+
+def run(pair, settings: dict, partial: Path, say) -> dict:
+    from specviz.bench.heldout import bank_prompts
+    from specviz.runtime.machine import environment
+
+    report = files.read_partial(partial, settings, say)
+    if report is None:
+        report = {"settings": settings, "prompts": [], "sittings": 0, "environments": []}
+    else:
+        say(f"resuming: {len(report['prompts'])} prompt(s) already measured in {partial}")
+    report["sittings"] += 1
+    report["environments"].append(environment(pair, False))
+    todo = [p for kind in settings["kinds"] for p in bank_prompts(kind, settings["prompts"])]
+    done = {(p["kind"], p["text"]) for p in report["prompts"]}
+    todo = [p for p in todo if (p.kind, p.text) not in done]
+    if "split" not in report:
+        say("timing the target's pass with every core, with its share, and beside the preparing drafter")
+        from specviz.drafters.ssd import draft_threads
+
+        report["split"] = {str(k): split_cost(pair, k, draft_threads()) for k in settings["ssd_k"]}
+        files.write_json(partial, report, indent=None)
+    if todo:
+        say(f"{len(todo)} prompt(s) to measure: AR, then {len(_lanes(settings))} lanes; warming up")
+        warm = pair.encode("warm up")
+        for lane in ["ar", *_lanes(settings)]:
+            timed_run(pair, _ar() if lane == "ar" else _config(lane, settings), warm, 4)
+    started = time.perf_counter()
+    for i, prompt in enumerate(todo):
+        report["prompts"].append(measure_prompt(pair, settings, prompt, turn=len(report["prompts"])))
+        files.write_json(partial, report, indent=None)
+        spent = time.perf_counter() - started
+        say(f"{len(report['prompts'])}/{len(report['prompts']) + len(todo) - i - 1} prompts ({prompt.kind}); "
+            f"{spent:.0f} s so far, about {spent / (i + 1) * (len(todo) - i - 1):.0f} s left")
+    report["analysis"] = analyse(report)
+    report["date_utc"] = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# the analysis: pooled over a kind's prompts
+
+def _sum(runs: list, key: str) -> float:
+    return sum(r[key] for r in runs)
+
+
+def analyse(report: dict) -> dict:
+    from specviz.analysis import theory
+
+    s = report["settings"]
+    out = {}
+    for kind in s["kinds"]:
+        prompts = [p for p in report["prompts"] if p["kind"] == kind]
+        if not prompts:
+            continue
+        ar_rate = _sum([p["ar"] for p in prompts], "tokens") / _sum([p["ar"] for p in prompts], "seconds")
+        lanes = {}
+        for lane in _lanes(s):
+            runs = [p["lanes"][lane] for p in prompts]
+            rate = _sum(runs, "tokens") / _sum(runs, "seconds")
+            lanes[lane] = {"tokens_per_s": rate, "vs_ar": rate / ar_rate,
+                           "decode_rate": _sum(runs, "decode_tokens") / _sum(runs, "decode_s"),
+                           "forced": _sum(runs, "forced")}
+        best = {m: max((lane for lane in lanes if lane.startswith(m + "-")), key=lambda n: lanes[n]["tokens_per_s"])
+                for m in ("spec", "ssd")}
+        ssd = {}
+        for k in s["ssd_k"]:
+            runs, spec_lane = [p["lanes"][f"ssd-k{k}"] for p in prompts], f"spec-k{k}"
+            summaries = [r["ssd"] for r in runs]
+            verdicts = sum(x["verdicts"] for x in summaries)
+            draft_s = sum(x["draft_s"] for x in summaries)
+            row = {"hit_rate": sum(x["hits"] for x in summaries) / verdicts if verdicts else None,
+                   "hidden_share": sum(x["hidden_s"] for x in summaries) / draft_s if draft_s else None,
+                   "ready_on_hit": _sum(runs, "ready_drafts") / _sum(runs, "ready_steps")
+                   if _sum(runs, "ready_steps") else 0.0,
+                   "vs_ar": lanes[f"ssd-k{k}"]["vs_ar"]}
+            if spec_lane in lanes:
+                spec_runs = [p["lanes"][spec_lane] for p in prompts]
+                steps, ssd_steps = _sum(spec_runs, "steps") - len(prompts), _sum(runs, "steps") - len(prompts)
+                v = _sum(spec_runs, "verify_s") / steps  # the pass alone, every core
+                c = _sum(spec_runs, "draft_s") / _sum(spec_runs, "draft_forwards") / v
+                inputs = {"c": c, "slowdown": _sum(runs, "verify_s") / ssd_steps / v,
+                          "wait": _sum(runs, "wait_s") / ssd_steps / v,
+                          "overhead": _sum(spec_runs, "other_s") / steps / v,
+                          "hit": _sum(runs, "ready_steps") / ssd_steps, "ready": row["ready_on_hit"] or float(k)}
+                measured = lanes[f"ssd-k{k}"]["decode_rate"] / lanes[spec_lane]["decode_rate"]
+                predicted = theory.ssd_speedup(inputs["hit"], k, c, inputs["slowdown"], inputs["ready"],
+                                               inputs["wait"], inputs["overhead"])
+                own = theory.ssd_speedup(inputs["hit"], k, c, overhead=inputs["overhead"])
+                row.update(inputs=inputs, vs_spec_measured=measured, vs_spec_predicted=predicted,
+                           error=predicted / measured - 1.0, vs_spec_own_hardware=own,
+                           vs_spec_best=lanes[f"ssd-k{k}"]["tokens_per_s"] / lanes[best["spec"]]["tokens_per_s"])
+            ssd[str(k)] = row
+        out[kind] = {"prompts": len(prompts), "ar_tokens_per_s": ar_rate, "lanes": lanes, "best": best, "ssd": ssd}
+    return out
+
+
+def _x(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _pct(value) -> str:
+    return "-" if value is None else f"{100 * value:.0f}%"
+
+
+def markdown(report: dict) -> str:
+    s, env, a = report["settings"], (report.get("environments") or [{}])[0], report["analysis"]
+    lines = [f"# Speculative speculative decoding: `{s['pair']}`", "",
+             f"{env.get('device_name', '?')}, {env.get('dtype', '?')}, {env.get('threads', '?')} torch threads, "
+             f"torch {env.get('torch', '?')}; {report.get('date_utc', '?')} UTC; {report.get('sittings', 1)} sitting(s).",
+             "", f"{s['prompts']} held-out prompts per kind, up to {s['tokens']} greedy tokens, every lane held to AR's "
+             f"text, lanes rotated; SSD prepares {s['fanout']} outcomes a step. Speedups are tokens/s over AR's on the "
+             "same prompts; SSD over spec compares decoding steps (the prompt's pass left out of both).", ""]
+    split = report.get("split") or {}
+    if split:
+        k0 = next(iter(split))
+        sp = split[k0]
+        lines += ["## Sharing the cores", "",
+                  f"SSD's drafter prepares on {sp['draft_threads']} of the {sp['cores']} cores while the target's pass "
+                  f"runs on {sp['target_threads']}. The target's pass over {int(k0) + 1} tokens "
+                  f"({SPLIT_CONTEXT} tokens of context):", "",
+                  "| k + 1 tokens | every core | its share alone | its share, the draft working beside it | "
+                  "a draft forward alone | beside the pass |", "|---|---|---|---|---|---|"]
+        for k, sp in split.items():
+            lines.append(f"| {int(k) + 1} | {1000 * sp['target_all']:.0f} ms | {1000 * sp['target_share']:.0f} ms | "
+                         f"{1000 * sp['target_beside_draft']:.0f} ms | {1000 * (sp['draft_share_alone'] or 0):.0f} ms | "
+                         f"{1000 * (sp['draft_beside_target'] or 0):.0f} ms |")
+        lines.append("")
+    for kind, x in a.items():
+        lines += [f"## {kind} ({x['prompts']} prompts; AR {x['ar_tokens_per_s']:.2f} tok/s)", "",
+                  "| lane | tok/s | vs AR |", "|---|---|---|"]
+        for lane, y in x["lanes"].items():
+            mark = " (best)" if lane in x["best"].values() else ""
+            lines.append(f"| {lane}{mark} | {y['tokens_per_s']:.2f} | {_x(y['vs_ar'])} |")
+        lines += ["", "| ssd k | hit rate | hidden share of drafting | drafts ready on a hit | ssd / spec, measured | "
+                  "predicted | error | ssd / spec at its best k | predicted, draft on its own hardware |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for k, y in x["ssd"].items():
+            err = "-" if "error" not in y else f"{100 * y['error']:+.0f}%"
+            lines.append(f"| {k} | {_pct(y['hit_rate'])} | {_pct(y['hidden_share'])} | {y['ready_on_hit']:.2f} | "
+                         f"{_x(y.get('vs_spec_measured'))} | {_x(y.get('vs_spec_predicted'))} | {err} | "
+                         f"{_x(y.get('vs_spec_best'))} | {_x(y.get('vs_spec_own_hardware'))} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = Parser(prog="python -m specviz.bench.ssd", description=__doc__.splitlines()[0])
+    parser.add_argument("--pair", default="qwen-coder")
+    parser.add_argument("--kinds", nargs="+", default=["code", "chat"])
+    parser.add_argument("--prompts", type=int, default=6, help="held-out prompts per kind (default 6)")
+    parser.add_argument("--tokens", type=int, default=64, help="greedy new tokens per run (default 64)")
+    parser.add_argument("--spec-k", type=int, nargs="+", default=[2, 3, 4, 5])
+    parser.add_argument("--ssd-k", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--fanout", type=int, default=4)
+    parser.add_argument("--out", default=None, help="OUT.json and OUT.md (default docs/benchmarks/ssd-<pair>)")
+    parser.add_argument("--quiet", action="store_true")
+    args = parser.parse_args(argv)
+    say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+
+    def body() -> int:
+        try:
+            return _run(args, say)
+        except OSError as exc:
+            print(f"error: {exc.strerror or exc}: {exc.filename or args.out}", file=sys.stderr)
+            return 2
+
+    return run_command(body, "interrupted; the prompts measured so far are kept in the .partial.json beside --out, "
+                             "and the same command resumes there")
+
+
+def _run(args, say) -> int:
+    from specviz.bench.suite import file_name, load, write_reports
+    from specviz.config import RunConfig
+
+    if args.tokens < 1 or args.prompts < 1:
+        raise InputError("--tokens and --prompts must be at least 1")
+    if set(args.kinds) - {"code", "chat"}:
+        raise InputError("--kinds takes code and/or chat")
+    for k in args.spec_k + args.ssd_k:
+        RunConfig.of(method="ssd", k=k, ssd_fanout=args.fanout)  # the same checks as a run's, before loading
+    pair = load(args.pair)
+    prefix = Path(args.out or f"docs/benchmarks/ssd-{file_name(pair.name)}")
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    settings = {"pair": pair.name, "kinds": list(args.kinds), "prompts": args.prompts, "tokens": args.tokens,
+                "spec_k": list(args.spec_k), "ssd_k": list(args.ssd_k), "fanout": args.fanout}
+    partial = prefix.with_name(prefix.name + ".partial.json")
+    report = run(pair, settings, partial, say)
+    write_reports(prefix, report, markdown(report), partial, say)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
