@@ -46,6 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--ngram", type=int, default=3, help="n-gram size (pld, cascade, lookahead)")
     gen.add_argument("--min-prob", type=float, default=0.1, help="suffix, suffix-tree: draft a token only while its "
                      "estimated chance of acceptance (from the counts) is at least this")
+    gen.add_argument("--fanout", type=int, default=4, help="ssd: verification outcomes prepared a step while the "
+                     "target verifies")
+    gen.add_argument("--prepare", default="overlap", help="ssd: overlap (stop preparing when the target's pass "
+                     "ends) | full (wait until every outcome is k deep)")
     gen.add_argument("--tree", default="3,2,1", help="tree shape like 3,2,1, or dynamic")
     gen.add_argument("--tree-budget", type=_budget, default=16,
                      help="dynamic trees (tree --tree dynamic, eagle-tree, eagle3-tree): nodes verified per step, "
@@ -181,7 +185,7 @@ def cmd_generate(args) -> int:
                        ignore_eos=args.ignore_eos, record_topk=args.record_topk if args.jsonl else 0,
                        auto_rule=args.auto_rule, acceptance=args.acceptance, ngram=args.ngram, tree=args.tree,
                        heads=args.heads, tree_budget=args.tree_budget, batch=batch, spec_off_batch=args.spec_off_batch,
-                       suffix_min_prob=args.min_prob)
+                       suffix_min_prob=args.min_prob, ssd_fanout=args.fanout, ssd_prepare=args.prepare)
     check_backend_method(check_backend(args.backend), cfg, batch > 1)  # before the weights load, too
     if methods.get(cfg.method).heads:  # a missing or corrupt heads file fails before the weights load
         check_heads_file(methods.get(cfg.method).heads, args.pair or default_pair_name(), args.heads or None)
@@ -190,8 +194,9 @@ def cmd_generate(args) -> int:
     if cfg.batch > 1 or cfg.k == "load":
         return _print_batch(pair, prompts if len(prompts) > 1 else prompts[0], cfg, args.jsonl)
     stream = generate(pair, prompts[0], cfg)
-    ids, shown = [], ""
+    ids, shown, events = [], "", []
     for event in stream:
+        events.append(event)
         if args.jsonl:
             print(trace.dumps(event), flush=True)
         elif event.kind == "step_finished":
@@ -203,7 +208,19 @@ def cmd_generate(args) -> int:
         elif event.kind == "run_finished":
             print(event.text[len(shown):])
             print(RunStats(**event.metrics).line())
+            _print_ssd(events)
     return 0
+
+
+def _print_ssd(events: list) -> None:
+    """An SSD run's line: how often the next draft was prepared, and how much drafting hid."""
+    from specviz.analysis.overlap import ssd_summary
+
+    s = ssd_summary(events)
+    if s and s["verdicts"]:
+        print(f"ssd: {s['hits']} of {s['verdicts']} verdicts prepared for (hit rate {s['hit_rate']:.0%}); "
+              f"{s['hidden_share']:.0%} of the drafting ran while the target verified; "
+              f"{1000 * s['wait_per_step']:.0f} ms a step waited for the draft")
 
 
 def _print_batch(pair, prompt, cfg, jsonl: bool) -> int:

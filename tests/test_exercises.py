@@ -448,6 +448,7 @@ BY_HAND = [  # check, extra arguments, the solution's answer, a wrong answer
     (ex06.check_lookup_by_hand, (), nb06.my_proposal, ["a", "b"]),
     (ex07.check_break_even, (), nb07.my_alpha, 0.5),
     (ex08.check_paper_speedup, (), nb08.my_speedup, 3.5),
+    (ex08.check_ssd_speedup, (), nb08.my_ssd_speedup, 1.3),
     (ex09.check_amortised_itl, (), nb09.my_itl_ms, 520),
     (ex09.check_share_at_depth, (), nb09.my_share, 0.8),
     (ex09.check_half_width, ([{"tau": t} for t in (2.1, 2.6, 1.9, 3.0)],),

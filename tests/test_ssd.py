@@ -211,3 +211,64 @@ def test_the_theory_ceiling_and_floor():
     assert theory.ssd_speedup(0.9, k, c, slowdown=2.0, wait=0.0) < 1.0
     # preparation longer than the pass is waited for
     assert theory.ssd_speedup(1.0, k, 0.5) == pytest.approx((0.5 * k + 1) / ((k + 1) * 0.5))
+
+
+def test_the_step_panel_says_what_was_prepared_and_how_the_check_ended(tiny):
+    from specviz.render import panel, steps
+
+    events = [e.to_dict() for e in generate(tiny, PROMPTS[0], method="ssd", k=3, max_new_tokens=30,
+                                           ssd_prepare="full")]
+    run = steps.build(events)
+    notes = {s.step: " / ".join(panel.step_notes(s, run.texts())) for s in run.steps}
+    for s in run.steps:
+        info = s.info["ssd"]
+        if info.get("prepared"):
+            assert f"{len(info['prepared'])} outcome(s) were prepared" in notes[s.step]
+            assert ("a hit: the next step's draft is ready" in notes[s.step]) == info["hit"]
+        if s.step and info["draft"]["from"] == "prepared":
+            assert "this step's draft was ready" in notes[s.step]
+    html = panel.step_panel(run, run.steps[1].step).html
+    assert "outcome(s) were prepared" in html
+
+
+def test_the_app_shows_ssd_beside_the_spec_run_on_the_same_prompt(tiny):
+    from specviz.render import charts, timeline
+
+    spec = [e.to_dict() for e in generate(tiny, PROMPTS[0], method="spec", k=3, max_new_tokens=20)]
+    other = [e.to_dict() for e in generate(tiny, PROMPTS[1], method="spec", k=3, max_new_tokens=20)]
+    ssd_run = [e.to_dict() for e in generate(tiny, PROMPTS[0], method="ssd", k=3, max_new_tokens=20)]
+    history = [charts.summarize(spec), charts.summarize(other)]
+    runs = timeline.beside(ssd_run, history)
+    assert [label for label, _ in runs] == ["ssd k=3", "spec k=3"]
+    assert runs[1][1] == history[0]["timeline"]  # the spec run on the same prompt, not the latest one
+    assert [label for label, _ in timeline.beside(other, history)] == ["spec k=3"]  # no ssd run on that prompt
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_preparation_runs_on_a_second_stream_and_stays_exact(monkeypatch):
+    pair = build_tiny_pair(device="cuda", dtype="float32")
+    streams = set()
+    levels = ssd.SSDDrafter._levels
+
+    def spy(self, *args):
+        streams.add(torch.cuda.current_stream().cuda_stream)
+        return levels(self, *args)
+
+    monkeypatch.setattr(ssd.SSDDrafter, "_levels", spy)
+    for prompt in PROMPTS:
+        ar = list(generate(pair, prompt, method="ar", max_new_tokens=32))[-1]
+        run = list(generate(pair, prompt, method="ssd", k=3, max_new_tokens=32))
+        assert run[-1].token_ids == ar.token_ids
+        assert run[1].info["ssd"]["threads"] == "cuda streams"
+    assert streams and torch.cuda.default_stream().cuda_stream not in streams
+
+
+def test_with_an_int8_draft_greedy_is_still_ar(tiny):
+    from specviz.runtime.quant import quantize_draft
+
+    q = quantize_draft(tiny, "int8")
+    for prompt in PROMPTS:
+        ar = list(generate(tiny, prompt, method="ar", max_new_tokens=30))[-1]
+        run = list(generate(q, prompt, method="ssd", k=3, max_new_tokens=30))
+        assert run[-1].token_ids == ar.token_ids
+        assert run[0].draft_quant == "int8"

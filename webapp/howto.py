@@ -81,6 +81,12 @@ HOW_IT_WORKS = """
   a longer match earns a longer draft, an unlikely continuation none. Ask the same task again and
   it drafts from your earlier answer (your own session's only). The panel names the match; hover
   a draft for its counts.
+- **ssd** (speculative speculative decoding, Kumar, Dao and May 2026): while the target checks
+  this step's guesses, the draft model guesses how the check will end, its outcome (how many
+  kept, which token the target adds), and drafts the next step for the likeliest few outcomes.
+  When the real outcome is one of them (a hit) the next guesses are ready at once. The step
+  panel lists the outcomes prepared and marks the hit or the miss; the timeline under the charts shows both
+  sides at work, with a plain spec run on the same prompt beside it.
 - **auto k**: k is chosen every step by a rule (heuristic, confidence or cost); the step panel says why.
 - **typical acceptance** keeps a draft when the target finds it typical enough. It is **LOSSY**:
   the output no longer follows the target's distribution, and every view says so.

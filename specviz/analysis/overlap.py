@@ -109,3 +109,46 @@ def ssd_summary(events) -> Optional[dict]:
             "hidden_share": hidden / draft_s if draft_s else None, "exposed_s": exposed, "wait_s": wait,
             "verify_s": verify, "draft_per_step": draft_s / n, "verify_per_step": verify / n,
             "wait_per_step": wait / n, "exposed_per_step": exposed / n}
+
+
+def decode_costs(events) -> dict:
+    """The sums the SSD theory reads from one run's decoding steps (the first step, which also
+    reads the prompt, left out): steps, tokens, seconds, draft seconds and forwards, the target's
+    passes, SSD's wait, the rest of the steps, and for SSD the steps whose draft was prepared and
+    how many drafts were ready in them."""
+    _, steps = _steps(events)
+    decode = steps[1:]
+    seconds = sum(b["elapsed"] - a["elapsed"] for a, b in zip(steps, decode))
+    out = {"steps": len(decode), "tokens": sum(len(s["emitted_ids"]) for s in decode), "seconds": seconds,
+           "draft_s": sum(s["draft_time"] for s in decode), "draft_forwards": sum(s["draft_forwards"] for s in decode),
+           "verify_s": sum(s["verify_time"] for s in decode), "wait_s": 0.0, "ready_steps": 0, "ready_drafts": 0}
+    for s in decode:
+        ssd = (s.get("info") or {}).get("ssd") or {}
+        if ssd.get("wait"):
+            out["wait_s"] += ssd["wait"]["end"] - ssd["wait"]["start"]
+        if (ssd.get("draft") or {}).get("from") == "prepared":
+            out["ready_steps"] += 1
+            out["ready_drafts"] += ssd["draft"]["prepared"]
+    out["other_s"] = seconds - out["draft_s"] - out["verify_s"] - out["wait_s"]
+    return out
+
+
+def theory_inputs(spec: list, ssd: list) -> Optional[dict]:
+    """specviz.analysis.theory.ssd_speedup's inputs, in target passes, from `decode_costs` of plain
+    speculation's runs and SSD's at the same k (pooled): c (a draft forward), slowdown (SSD's
+    pass beside the preparing drafter, over the pass alone), wait, overhead (the rest of a step),
+    hit (the share of SSD's steps whose draft was prepared), ready (drafts ready on such a step);
+    and `measured`, SSD's decoding tokens/s over spec's. None when either has no decoding step."""
+    def total(runs, key):
+        return sum(r[key] for r in runs)
+
+    steps, ssd_steps = total(spec, "steps"), total(ssd, "steps")
+    if not steps or not ssd_steps or not total(spec, "draft_forwards"):
+        return None
+    v = total(spec, "verify_s") / steps
+    ready_steps = total(ssd, "ready_steps")
+    return {"c": total(spec, "draft_s") / total(spec, "draft_forwards") / v,
+            "slowdown": total(ssd, "verify_s") / ssd_steps / v, "wait": total(ssd, "wait_s") / ssd_steps / v,
+            "overhead": total(spec, "other_s") / steps / v, "hit": ready_steps / ssd_steps,
+            "ready": total(ssd, "ready_drafts") / ready_steps if ready_steps else 0.0,
+            "measured": (total(ssd, "tokens") / total(ssd, "seconds")) / (total(spec, "tokens") / total(spec, "seconds"))}

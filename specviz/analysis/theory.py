@@ -115,9 +115,9 @@ def ssd_step_cost(hit: float, k: int, c: float, slowdown: float = 1.0, ready: Op
 
     slowdown: the pass's cost while the drafter works beside it (1 when the draft has hardware of
     its own; more when the two share cores); wait: after the pass, for the preparing forward
-    under way; hit: the share of steps whose outcome was prepared for (a miss drafts all k as
-    plain speculation does); ready: drafts prepared on a hit (default k: the rest is drafted on
-    the critical path). Without a measured wait, preparation's k + 1 forwards (x_K's, then one
+    under way; hit: the share of steps whose draft was prepared (the hits counted over all
+    steps; any other step drafts all k as plain speculation does); ready: drafts prepared on
+    such a step (default k: the rest is drafted on the critical path). Without a measured wait, preparation's k + 1 forwards (x_K's, then one
     per depth over every outcome, `fan_cost` times a one-row forward) are waited for where
     they outlast the pass."""
     ready = k if ready is None else ready

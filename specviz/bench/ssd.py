@@ -58,23 +58,23 @@ def timed_run(pair, cfg, ids: list, tokens: int, script=None) -> dict:
     start = time.perf_counter()
     events = list(generate(pair, ids, cfg.replace(max_new_tokens=tokens, temperature=0.0), verifier=held))
     seconds = time.perf_counter() - start
-    steps = [e for e in events if e.kind == "step_finished"]
-    decode = steps[1:]  # the first step's pass also reads the prompt
-    durations = [b.elapsed - a.elapsed for a, b in zip(steps, decode)]
+    costs = overlap.decode_costs(events)  # the first step's pass also reads the prompt: left out
     out = {"tokens": len(events[-1].token_ids), "seconds": seconds, "token_ids": events[-1].token_ids,
-           "steps": len(steps), "forced": held.forced if held else 0,
-           "decode_tokens": sum(len(s.emitted_ids) for s in decode), "decode_s": sum(durations),
-           "draft_s": sum(s.draft_time for s in decode), "draft_forwards": sum(s.draft_forwards for s in decode),
-           "verify_s": sum(s.verify_time for s in decode)}
-    out["other_s"] = out["decode_s"] - out["draft_s"] - out["verify_s"]
+           "steps": costs["steps"] + 1, "forced": held.forced if held else 0,
+           "decode_tokens": costs["tokens"], "decode_s": costs["seconds"],
+           **{key: costs[key] for key in ("draft_s", "draft_forwards", "verify_s", "other_s")}}
     if cfg.method == "ssd":
-        info = [s.info["ssd"] for s in decode]
-        ready = [i["draft"]["prepared"] for i in info if i["draft"]["from"] == "prepared"]
         out["ssd"] = overlap.ssd_summary(events)
-        out["ready_steps"], out["ready_drafts"] = len(ready), sum(ready)
-        out["wait_s"] = sum(i["wait"]["end"] - i["wait"]["start"] for i in info if i.get("wait"))
-        out["other_s"] -= out["wait_s"]
+        out.update({key: costs[key] for key in ("ready_steps", "ready_drafts", "wait_s")})
     return out
+
+
+def _costs(run: dict) -> dict:
+    """A stored run as specviz.analysis.overlap.decode_costs gives it."""
+    return {"steps": run["steps"] - 1, "tokens": run["decode_tokens"], "seconds": run["decode_s"],
+            "draft_s": run["draft_s"], "draft_forwards": run["draft_forwards"], "verify_s": run["verify_s"],
+            "other_s": run["other_s"], "wait_s": run.get("wait_s", 0.0), "ready_steps": run.get("ready_steps", 0),
+            "ready_drafts": run.get("ready_drafts", 0)}
 
 
 def split_cost(pair, k: int, threads: int, repeats: int = 6) -> dict:
@@ -202,7 +202,7 @@ def _sum(runs: list, key: str) -> float:
 
 
 def analyse(report: dict) -> dict:
-    from specviz.analysis import theory
+    from specviz.analysis import overlap, theory
 
     s = report["settings"]
     out = {}
@@ -231,19 +231,13 @@ def analyse(report: dict) -> dict:
                    "ready_on_hit": _sum(runs, "ready_drafts") / _sum(runs, "ready_steps")
                    if _sum(runs, "ready_steps") else 0.0,
                    "vs_ar": lanes[f"ssd-k{k}"]["vs_ar"]}
-            if spec_lane in lanes:
-                spec_runs = [p["lanes"][spec_lane] for p in prompts]
-                steps, ssd_steps = _sum(spec_runs, "steps") - len(prompts), _sum(runs, "steps") - len(prompts)
-                v = _sum(spec_runs, "verify_s") / steps  # the pass alone, every core
-                c = _sum(spec_runs, "draft_s") / _sum(spec_runs, "draft_forwards") / v
-                inputs = {"c": c, "slowdown": _sum(runs, "verify_s") / ssd_steps / v,
-                          "wait": _sum(runs, "wait_s") / ssd_steps / v,
-                          "overhead": _sum(spec_runs, "other_s") / steps / v,
-                          "hit": _sum(runs, "ready_steps") / ssd_steps, "ready": row["ready_on_hit"] or float(k)}
-                measured = lanes[f"ssd-k{k}"]["decode_rate"] / lanes[spec_lane]["decode_rate"]
-                predicted = theory.ssd_speedup(inputs["hit"], k, c, inputs["slowdown"], inputs["ready"],
-                                               inputs["wait"], inputs["overhead"])
-                own = theory.ssd_speedup(inputs["hit"], k, c, overhead=inputs["overhead"])
+            inputs = overlap.theory_inputs([_costs(p["lanes"][spec_lane]) for p in prompts],
+                                           [_costs(r) for r in runs]) if spec_lane in lanes else None
+            if inputs is not None:
+                measured = inputs.pop("measured")
+                predicted = theory.ssd_speedup(inputs["hit"], k, inputs["c"], inputs["slowdown"],
+                                               inputs["ready"] or float(k), inputs["wait"], inputs["overhead"])
+                own = theory.ssd_speedup(inputs["hit"], k, inputs["c"], overhead=inputs["overhead"])
                 row.update(inputs=inputs, vs_spec_measured=measured, vs_spec_predicted=predicted,
                            error=predicted / measured - 1.0, vs_spec_own_hardware=own,
                            vs_spec_best=lanes[f"ssd-k{k}"]["tokens_per_s"] / lanes[best["spec"]]["tokens_per_s"])
@@ -274,8 +268,8 @@ def markdown(report: dict) -> str:
         sp = split[k0]
         lines += ["## Sharing the cores", "",
                   f"SSD's drafter prepares on {sp['draft_threads']} of the {sp['cores']} cores while the target's pass "
-                  f"runs on {sp['target_threads']}. The target's pass over {int(k0) + 1} tokens "
-                  f"({SPLIT_CONTEXT} tokens of context):", "",
+                  f"runs on {sp['target_threads']}. The target's pass over k + 1 tokens ({SPLIT_CONTEXT} tokens of "
+                  "context), medians:", "",
                   "| k + 1 tokens | every core | its share alone | its share, the draft working beside it | "
                   "a draft forward alone | beside the pass |", "|---|---|---|---|---|---|"]
         for k, sp in split.items():
@@ -283,6 +277,7 @@ def markdown(report: dict) -> str:
                          f"{1000 * sp['target_beside_draft']:.0f} ms | {1000 * (sp['draft_share_alone'] or 0):.0f} ms | "
                          f"{1000 * (sp['draft_beside_target'] or 0):.0f} ms |")
         lines.append("")
+    lines += _reading(a)
     for kind, x in a.items():
         lines += [f"## {kind} ({x['prompts']} prompts; AR {x['ar_tokens_per_s']:.2f} tok/s)", "",
                   "| lane | tok/s | vs AR |", "|---|---|---|"]
@@ -301,6 +296,55 @@ def markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
+def figures(pair, report: dict, prefix: Path, say) -> list:
+    """PREFIX-timeline.png (one held-out code prompt, spec and ssd at SSD's best k there: who works
+    when) and PREFIX-theory.png (theory.ssd_speedup with the report's measured points)."""
+    from specviz import generate
+    from specviz.analysis import overlap
+    from specviz.bench.heldout import bank_prompts
+    from specviz.render.timeline import ssd_theory_figure, theory_points, timeline_figure
+
+    s, a = report["settings"], report["analysis"]
+    kind = "code" if "code" in a else next(iter(a))
+    k = int(a[kind]["best"]["ssd"].split("-k")[1])
+    prompt = bank_prompts(kind, 1)[0]
+    ids = pair.encode(prompt.text, chat=prompt.chat)
+    say(f"drawing the timeline: spec and ssd at k = {k} on the first held-out {kind} prompt")
+    runs = {m: list(generate(pair, ids, _config(f"{m}-k{k}", s).replace(max_new_tokens=s["tokens"])))
+            for m in ("ssd", "spec")}
+    env = (report.get("environments") or [{}])[0]
+    where = f"{s['pair']} on {env.get('device_name', '?')}, {env.get('dtype', '?')}"
+    timeline = timeline_figure([(f"{m} k={k}", overlap.timeline(runs[m])) for m in ("ssd", "spec")],
+                               title=f"Who works when: {where}, a held-out {kind} prompt")
+    theory = ssd_theory_figure(theory_points(a), title=f"SSD over plain speculation: theory and measurement ({where})")
+    out = [prefix.with_name(prefix.name + "-timeline.png"), prefix.with_name(prefix.name + "-theory.png")]
+    timeline.write_image(str(out[0]), width=1300, height=440)
+    theory.write_image(str(out[1]), width=1100, height=520)
+    return out
+
+
+def _reading(a: dict) -> list:
+    """What the tables say, in words, every number from them."""
+    lines = ["## Reading it", ""]
+    for kind, x in a.items():
+        rows = {k: y for k, y in x["ssd"].items() if "inputs" in y}
+        if not rows:
+            continue
+        k, y = max(rows.items(), key=lambda kv: kv[1]["vs_spec_measured"])
+        own_k, own = max(rows.items(), key=lambda kv: kv[1]["vs_spec_own_hardware"])
+        spec, ssd = x["lanes"][x["best"]["spec"]], x["lanes"][x["best"]["ssd"]]
+        lines.append(
+            f"- **{kind}**: at k = {k} SSD's drafter had prepared the outcome of {_pct(y['hit_rate'])} of the checks "
+            f"and ran {_pct(y['hidden_share'])} of its drafting while the target verified, yet the target's pass, on its "
+            f"share of the cores beside the working drafter, took {y['inputs']['slowdown']:.2f}x as long as spec's with every core: SSD ran at "
+            f"{_x(y['vs_spec_measured'])} spec's speed at the same k (the formula: {_x(y['vs_spec_predicted'])}). "
+            f"At their best k, spec reached {_x(spec['vs_ar'])} AR and SSD {_x(ssd['vs_ar'])}. With the drafter on "
+            f"hardware of its own (the pass not slowed) the formula gives SSD {_x(own['vs_spec_own_hardware'])} spec's "
+            f"speed at k = {own_k}: here a draft forward costs {own['inputs']['c']:.2f} of a target pass, so k + 1 "
+            "forwards of preparation outlast the pass as k grows.")
+    return lines + [""]
+
+
 def main(argv=None) -> int:
     parser = Parser(prog="python -m specviz.bench.ssd", description=__doc__.splitlines()[0])
     parser.add_argument("--pair", default="qwen-coder")
@@ -311,13 +355,15 @@ def main(argv=None) -> int:
     parser.add_argument("--ssd-k", type=int, nargs="+", default=[1, 2, 3, 4])
     parser.add_argument("--fanout", type=int, default=4)
     parser.add_argument("--out", default=None, help="OUT.json and OUT.md (default docs/benchmarks/ssd-<pair>)")
+    parser.add_argument("--figures", action="store_true", help="only draw OUT-timeline.png and OUT-theory.png "
+                        "from a finished OUT.json (one more spec and ssd run on the pair)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
 
     def body() -> int:
         try:
-            return _run(args, say)
+            return _figures(args, say) if args.figures else _run(args, say)
         except OSError as exc:
             print(f"error: {exc.strerror or exc}: {exc.filename or args.out}", file=sys.stderr)
             return 2
@@ -344,6 +390,23 @@ def _run(args, say) -> int:
     partial = prefix.with_name(prefix.name + ".partial.json")
     report = run(pair, settings, partial, say)
     write_reports(prefix, report, markdown(report), partial, say)
+    for path in figures(pair, report, prefix, say):
+        say(f"wrote {path}")
+    return 0
+
+
+def _figures(args, say) -> int:
+    import json
+
+    from specviz.bench.suite import file_name, load
+
+    pair = load(args.pair)
+    prefix = Path(args.out or f"docs/benchmarks/ssd-{file_name(pair.name)}")
+    path = prefix.with_name(prefix.name + ".json")
+    if not path.exists():
+        raise InputError(f"no finished report at {path}: run the benchmark first (without --figures)")
+    for out in figures(pair, json.loads(path.read_text(encoding="utf-8")), prefix, say):
+        say(f"wrote {out}")
     return 0
 
 

@@ -226,11 +226,13 @@ class SSDDrafter(ModelDrafter):
         end = time.perf_counter() - self.t0
         if self.prepare == "overlap":
             self.stop.set()
-        self.job.result()  # re-raises what went wrong over there
-        if self.cuda:
-            torch.cuda.current_stream(self.runner.device).wait_stream(self.stream)
-        else:
-            torch.set_num_threads(self.cores)
+        try:
+            self.job.result()  # re-raises what went wrong over there
+        finally:
+            if self.cuda:
+                torch.cuda.current_stream(self.runner.device).wait_stream(self.stream)
+            else:
+                torch.set_num_threads(self.cores)  # the target has every core again
         joined = time.perf_counter() - self.t0
         self.job = None
         self.info["verify"] = {"start": self.verify_start, "end": end}

@@ -15,7 +15,7 @@ from typing import Optional
 
 import plotly.graph_objects as go
 
-from specviz.analysis import metrics, theory
+from specviz.analysis import metrics, overlap, theory
 from specviz.analysis.metrics import percentile
 from specviz.render import steps as st
 from specviz.render.html import num, text
@@ -55,6 +55,7 @@ def summarize(events, compute_s: Optional[float] = None, label: str = "", baseli
               "device": started.get("device"), "dtype": started.get("dtype"),
               "cpu_linear": started.get("cpu_linear", "aten"), "cpu_share": m.get("cpu_share"),
               "verify_spread": m.get("verify_spread")}
+    record["timeline"] = overlap.timeline(events)  # the lanes, for the timeline view beside a later run
     record["timing_note"] = metrics.judge_timing(record["cpu_share"], record["verify_spread"],
                                                  record["device"], m.get("wall_time")).note
     if baseline and baseline.get("tokens_per_s") and record["tokens_per_s"]:

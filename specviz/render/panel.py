@@ -80,6 +80,33 @@ def _verify_detail(token: st.TokenView, greedy: bool) -> str:
     return f"p/q {num(token.ratio, 2)} u {num(token.u, 2)}"
 
 
+def _ordinal(n: int) -> str:
+    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
+
+
+def ssd_words(ssd: dict, emitted: list) -> list:
+    """SSD's step in words: where this step's draft came from, what was prepared during the check
+    and how the check ended (specviz.drafters.ssd's info)."""
+    draft, lines = ssd.get("draft") or {}, []
+    if draft.get("from") == "prepared":
+        lines.append(f"SSD: this step's draft was ready: {draft.get('prepared')} draft(s) prepared during the last "
+                     f"check" + (f", {draft.get('forwards')} more drafted now" if draft.get("forwards") else ""))
+    elif draft.get("forwards"):
+        lines.append("SSD: this step's draft was drafted now, waited for (the last check ended in an outcome not "
+                     "prepared for, or it is the first step)")
+    prepared, outcome = ssd.get("prepared") or [], ssd.get("outcome") or {}
+    if prepared:
+        guesses = ", ".join(f"{p['accepted']} kept, then the draft's {_ordinal(p['rank'] + 1)} candidate"
+                            for p in prepared)
+        lines.append(f"while the target checked, {len(prepared)} outcome(s) were prepared: {guesses}")
+    if outcome and prepared:
+        b = emitted[-1] if emitted else ""
+        verdict = ("a hit: the next step's draft is ready" if ssd.get("hit")
+                   else "a miss: the next step drafts from scratch")
+        lines.append(f"the check ended: {outcome.get('accepted')} kept, then {quoted(b)}: {verdict}")
+    return lines
+
+
 def step_notes(step: st.StepView, texts: Optional[list] = None) -> list:
     """Method-specific lines for a step: why k was chosen (k = auto), the cascade's n-gram counters,
     where prompt-lookup copies came from, what suffix decoding matched, DFlash's block. `texts`:
@@ -117,6 +144,8 @@ def step_notes(step: st.StepView, texts: Optional[list] = None) -> list:
         notes.append(f"DFlash: one forward of a {info['block']}-position block (the last token, then "
                      f"{info['block'] - 1} masks, attending to each other and to the target's states) "
                      f"filled {drafted} draft{'s' if drafted != 1 else ''} at once")
+    if info.get("ssd"):
+        notes += ssd_words(info["ssd"], (step.summary or {}).get("emitted_texts") or [])
     copies = [t for t in step.drafted if (t.source or {}).get("copied_from") is not None]
     if copies:
         notes.append(f"prompt lookup: {copies[0].source_note}" + (f" (and the next {len(copies) - 1})"

@@ -90,3 +90,74 @@ def _opening(runs: list, first_steps: Optional[int]) -> Optional[float]:
         return None
     ends = [max((s["end"] for s in run["segments"] if s["step"] < first_steps), default=0.0) for _, run in runs]
     return max(ends, default=0.0) or None
+
+
+def beside(events, history: list) -> list:
+    """The latest run's timeline (from its events) and, for SSD or plain speculation, the latest
+    earlier run of the other on the same prompt from the session's `history` (chart records,
+    specviz.render.charts.summarize): [(label, timeline), ...] for `timeline_figure`."""
+    from specviz.analysis import overlap
+
+    current = overlap.timeline(events)
+    started = next((e if isinstance(e, dict) else e.to_dict() for e in events
+                    if (e.get("kind") if isinstance(e, dict) else e.kind) == "run_started"), {})
+    runs = [(_label(current), current)]
+    other = {"ssd": "spec", "spec": "ssd"}.get(current["method"])
+    match = [r for r in reversed(history) if r.get("timeline") and r["method"] == other
+             and r.get("prompt") == started.get("prompt")]
+    match.sort(key=lambda r: r["timeline"]["k"] != current["k"])  # the same k first, else the latest
+    if match:
+        runs.append((_label(match[0]["timeline"]), match[0]["timeline"]))
+    return runs
+
+
+def _label(run: dict) -> str:
+    return f"{run['method']} k={run['k']}" if isinstance(run.get("k"), int) and run["method"] != "ar" else run["method"]
+
+
+K_COLORS = {1: "#94a3b8", 2: "#0ea5e9", 3: "#16a34a", 4: "#7c3aed", 5: "#db2777", 6: "#ea580c"}
+KIND_SYMBOLS = {"code": "circle", "chat": "diamond"}
+
+
+def theory_points(analysis: dict) -> list:
+    """The measured SSD points of a specviz.bench.ssd report's analysis: one per kind and k."""
+    return [{"kind": kind, "k": int(k), "hit": row["inputs"]["hit"], "measured": row["vs_spec_measured"],
+             "predicted": row["vs_spec_predicted"], "inputs": row["inputs"]}
+            for kind, x in analysis.items() for k, row in x["ssd"].items() if "inputs" in row]
+
+
+def ssd_theory_figure(points: list, title: str = "SSD over plain speculation: theory and measurement") -> go.Figure:
+    """specviz.analysis.theory.ssd_speedup against the hit rate, at each k with the costs measured
+    on this machine (solid: the cores shared as they were) and with the draft on hardware of its
+    own (dotted: the pass not slowed), the measured runs as points (`theory_points`)."""
+    from specviz.analysis import theory
+
+    fig = go.Figure()
+    hits = [i / 50 for i in range(51)]
+    for k in sorted({p["k"] for p in points}):
+        mine = [p for p in points if p["k"] == k]
+        mean = {key: sum(p["inputs"][key] for p in mine) / len(mine) for key in ("c", "slowdown", "wait", "overhead")}
+        ready = sum(p["inputs"]["ready"] for p in mine) / len(mine)
+        color = K_COLORS.get(k, "#334155")
+        fig.add_trace(go.Scatter(x=hits, y=[theory.ssd_speedup(h, k, mean["c"], mean["slowdown"], ready, mean["wait"],
+                                                               mean["overhead"]) for h in hits],
+                                 mode="lines", line=dict(color=color, width=2), name=f"k={k}, this machine"))
+        fig.add_trace(go.Scatter(x=hits, y=[theory.ssd_speedup(h, k, mean["c"], overhead=mean["overhead"]) for h in hits],
+                                 mode="lines", line=dict(color=color, width=2, dash="dot"),
+                                 name=f"k={k}, draft on its own hardware"))
+        for kind in sorted({p["kind"] for p in mine}):
+            here = [p for p in mine if p["kind"] == kind]
+            fig.add_trace(go.Scatter(
+                x=[p["hit"] for p in here], y=[p["measured"] for p in here], mode="markers",
+                marker=dict(color=color, size=13, symbol=KIND_SYMBOLS.get(kind, "square"), line=dict(width=1, color="white")),
+                name=f"measured: {kind}, k={k}",
+                customdata=[[p["predicted"]] for p in here],
+                hovertemplate=f"{kind}, k={k}<br>hit %{{x:.0%}}: measured %{{y:.2f}}x, theory %{{customdata[0]:.2f}}x<extra></extra>"))
+    fig.add_hline(y=1.0, line=dict(color="#64748b", dash="dash"), annotation_text="plain speculation",
+                  annotation_position="bottom right")
+    fig.update_layout(title=text(title), height=460, font=dict(size=14), plot_bgcolor="white",
+                      margin=dict(l=60, r=20, t=60, b=60), xaxis_title="hit rate (steps whose draft was prepared)",
+                      yaxis_title="SSD's speed over spec's, same k", legend=dict(font=dict(size=12)))
+    fig.update_xaxes(range=[0, 1], tickformat=".0%", gridcolor="#e2e8f0")
+    fig.update_yaxes(gridcolor="#e2e8f0")
+    return fig
