@@ -110,6 +110,27 @@ def test_run_streams_one_update_per_step(server, client):
     assert final[6]["visible"] is False and "LOSSY" not in final[0] + final[1] + final[2]  # chain, lossless
 
 
+def _timeline(outputs) -> tuple:
+    """The timeline plot among a run's outputs: (its lanes, its traces' names)."""
+    figures = [json.loads(o["plot"]) for o in outputs if isinstance(o, dict) and o.get("type") == "plotly"]
+    timelines = [f for f in figures if any(str(y).endswith("· target") for t in f["data"] for y in t.get("y") or [])]
+    assert len(timelines) == 1
+    data = timelines[0]["data"]
+    return {y for t in data if t["type"] == "bar" for y in t["y"]}, {t.get("name") for t in data}
+
+
+def test_the_timeline_sets_an_ssd_run_beside_the_spec_run_on_the_same_prompt(server):
+    from gradio_client import Client
+
+    client = Client(server[1], verbose=False)  # a session of its own: no earlier run to set beside
+    ask = {**RUN, "temperature": 0.0, "max_new_tokens": 12}
+    lanes, _ = _timeline(client.predict(**{**ask, "method": "ssd"}, api_name="/run"))
+    assert lanes == {"ssd k=4 · draft", "ssd k=4 · target"}
+    lanes, names = _timeline(client.predict(**{**ask, "method": "spec"}, api_name="/run"))
+    assert lanes == {"spec k=4 · draft", "spec k=4 · target", "ssd k=4 · draft", "ssd k=4 · target"}
+    assert "drafting ahead (while the target verifies)" in names  # the ssd run, beside this session's spec run
+
+
 def test_a_tree_run_streams_its_tree_and_mask_every_step(server, client):
     import specviz
 
@@ -185,7 +206,7 @@ def test_an_int8_draft_races_the_same_target(server, client):
 
 def test_race_returns_both_lanes_and_a_verdict(client):
     job = client.submit(PROMPT, "tiny", "spec", 4, 0.0, 1.0, 16, 0, False, api_name="/race")
-    ar_lane, spec_lane, verdict, speedup, tau, positions, explained = job.result(timeout=120)
+    ar_lane, spec_lane, verdict, speedup, tau, positions, explained, timeline = job.result(timeout=120)
     for lane, name in ((ar_lane, "autoregressive"), (spec_lane, "speculative")):
         assert f'data-lane="{name}"' in lane and 'data-done="1"' in lane
     tokens = [int(re.search(r'data-tokens="(\d+)"', lane).group(1)) for lane in (ar_lane, spec_lane)]
@@ -194,6 +215,7 @@ def test_race_returns_both_lanes_and_a_verdict(client):
     assert re.search(VERDICT, verdict) and "own compute clock" in verdict
     assert "Same text as autoregressive: yes" in verdict
     assert "measured (race)" in speedup["plot"] and "Tokens per target forward" in tau["plot"]
+    assert _timeline([timeline])[0] == {"spec k=4 · draft", "spec k=4 · target"}
     n_updates = len(job.outputs())
     assert n_updates >= 2  # lane by lane, step by step
 

@@ -620,6 +620,7 @@ FORM = "the answer's form"
 TOLERANCES = {  # what each numeric check accepts around the right value, as the module states it
     "check_cost_ratio": 0.05, "check_speedup_by_hand": 0.02, "check_max_tokens": 0.0, "check_best_k": 0.0,
     "check_accepted_per_drafted": 0.005, "check_break_even": 0.011, "check_paper_speedup": 0.02,
+    "check_ssd_speedup": 0.02,
     "check_amortised_itl": 0.5, "check_share_at_depth": 0.005, "check_half_width": 1e-3,
     "check_cost_by_hand": 0.05, "check_compute_bound_ratio": 0.01,
 }

@@ -8,12 +8,14 @@ import threading
 
 import pytest
 import torch
-from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
+from test_distribution import (N_TOKENS, RUNS, ResampleFromTarget, _first_tokens, _p_value,  # noqa: F401
+                               _target_joint, toy)
 
 from specviz import generate
 from specviz.analysis import overlap, theory
 from specviz.config import RunConfig, Warp
 from specviz.drafters import ssd
+from specviz.engine import sequence
 from specviz.errors import InputError
 from specviz.runtime.tiny_pair import build_tiny_pair
 
@@ -68,29 +70,73 @@ def test_the_first_step_drafts_from_scratch_and_the_fanout_bounds_the_outcomes(t
     assert any(len(s.info["ssd"]["prepared"]) == 2 for s in steps)
 
 
+def _capped(pair, cap, **kw):
+    """An SSD drafter whose preparation stops after `cap` levels, as if the pass had ended there:
+    partly prepared branches, and bonus branches (one level behind) with nothing drafted yet."""
+    drafter = ssd.build(pair, RunConfig(method="ssd", **kw), pair.eos_token_ids)
+    drafter.levels_cap = cap
+    return drafter
+
+
+@pytest.mark.parametrize("cap", [1, 2])
+def test_partly_prepared_branches_are_drafted_on_exactly(tiny, cap):
+    for prompt in PROMPTS:
+        ar = list(generate(tiny, prompt, method="ar", max_new_tokens=40))[-1]
+        run = list(generate(tiny, prompt, method="ssd", k=4, max_new_tokens=40,
+                            drafter=_capped(tiny, cap, k=4, ssd_prepare="full")))
+        assert run[-1].token_ids == ar.token_ids
+        ready = [s.info["ssd"]["draft"] for s in _steps(run) if s.info["ssd"]["draft"]["from"] == "prepared"]
+        assert ready and all(d["prepared"] <= cap for d in ready)
+        assert any(d["forwards"] > 0 for d in ready)  # drafted on, on the critical path
+
+
+def test_greedy_drafts_what_plain_speculation_drafts(tiny):
+    """Preparing changes when a draft is made, not what it is: step for step the same drafts as spec's."""
+    for prompt in PROMPTS:
+        spec = _steps(list(generate(tiny, prompt, method="spec", k=3, max_new_tokens=40)))
+        run = _steps(list(generate(tiny, prompt, method="ssd", k=3, max_new_tokens=40, ssd_prepare="full")))
+        assert [(s.drafted, s.accepted, s.emitted_ids) for s in run] == [(s.drafted, s.accepted, s.emitted_ids)
+                                                                        for s in spec]
+        assert any(s.info["ssd"]["draft"]["from"] == "prepared" for s in run)
+
+
 def test_a_seeded_sampled_run_does_not_depend_on_how_far_preparation_got(tiny):
     """Each prepared outcome draws from a generator of its own: the same tokens whether
     preparation stopped at the verdict or ran to full depth."""
     for seed in range(3):
         runs = [list(generate(tiny, PROMPTS[1], method="ssd", k=3, max_new_tokens=40, temperature=1.0, seed=seed,
                               ssd_prepare=prepare))[-1].token_ids for prepare in ("overlap", "full")]
-        assert runs[0] == runs[1]
+        runs += [list(generate(tiny, PROMPTS[1], method="ssd", k=3, max_new_tokens=40, temperature=1.0, seed=seed,
+                               drafter=_capped(tiny, cap, k=3, seed=seed, temperature=1.0)))[-1].token_ids
+                 for cap in (0, 1, 2)]
+        assert all(r == runs[0] for r in runs)
 
 
 def test_the_preparation_runs_on_its_own_thread_with_its_share_of_the_cores(tiny, monkeypatch):
-    seen = {}
-    levels = ssd.SSDDrafter._levels
+    if "OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("thread counts are per thread on PyTorch's OpenMP builds only")
+    seen = {"draft": set(), "target": set()}
+    levels, score = ssd.SSDDrafter._levels, sequence._Run._score
 
-    def spy(self, *args):
-        seen.setdefault("threads", set()).add((threading.current_thread().name.startswith("specviz-ssd"),
-                                               torch.get_num_threads()))
+    def spy_levels(self, *args):
+        seen["draft"].add((threading.current_thread().name.startswith("specviz-ssd"), torch.get_num_threads()))
         return levels(self, *args)
 
-    monkeypatch.setattr(ssd.SSDDrafter, "_levels", spy)
-    before = torch.get_num_threads()
-    list(generate(tiny, PROMPTS[0], method="ssd", k=3, max_new_tokens=20, ssd_threads=1))
-    assert seen["threads"] == {(True, 1)}
-    assert torch.get_num_threads() == before  # the target has every core back after each pass
+    def spy_score(self, tree):  # the target's pass, while the drafter prepares beside it (or not)
+        seen["target"].add((torch.get_num_threads(), self.drafter.job is not None))
+        return score(self, tree)
+
+    monkeypatch.setattr(ssd.SSDDrafter, "_levels", spy_levels)
+    monkeypatch.setattr(sequence._Run, "_score", spy_score)
+    original = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        list(generate(tiny, PROMPTS[0], method="ssd", k=3, max_new_tokens=20, ssd_threads=1))
+        assert seen["draft"] == {(True, 1)}  # 1 of 3 cores prepares ...
+        assert (2, True) in seen["target"] and all(t == (2 if preparing else 3) for t, preparing in seen["target"])
+        assert torch.get_num_threads() == 3  # the target has every core back after each pass
+    finally:
+        torch.set_num_threads(original)
 
 
 def test_bad_options_are_refused():
@@ -136,6 +182,34 @@ def test_sampling_follows_the_target(toy, prepare):  # noqa: F811
     steps = [e for events in runs for e in events if e.kind == "step_finished"]
     assert sum(s.info["ssd"]["draft"]["from"] == "prepared" for s in steps) > RUNS // 20  # hits happen
     assert sum(e.kind == "token_rejected" for events in runs for e in events) > RUNS // 20
+
+
+class MisreportedQ(ssd.SSDDrafter):
+    """Broken: a prepared draft reports a q other than the one it was drawn from (uniform)."""
+
+    def _from_branch(self, branch, k, warp, committed):
+        proposal = super()._from_branch(branch, k, warp, committed)
+        flat = {node: torch.full_like(q, 1.0 / q.numel()) for node, q in proposal.dists.items()}
+        return type(proposal).chain(proposal.tokens, [flat[i - 1] for i in range(len(proposal.tokens))],
+                                    proposal.forwards, proposal.seconds)
+
+
+def test_a_drafter_that_misreports_q_fails_the_same_test(toy):  # noqa: F811
+    warp = Warp(1.0)
+    counts, runs = {}, RUNS // 2
+    for seed in range(runs):
+        drafter = MisreportedQ(toy.draft, (), k=1, prepare="full", seed=seed)  # k = 1: the second step decides
+        events = list(generate(toy, [0], method="ssd", k=1, temperature=1.0, max_new_tokens=N_TOKENS, seed=seed,
+                               record_topk=0, drafter=drafter))
+        key = tuple(events[-1].token_ids[:N_TOKENS])
+        counts[key] = counts.get(key, 0) + 1
+    assert _p_value(counts, _target_joint(toy, warp), runs) < 1e-4
+
+
+def test_a_fanout_wider_than_the_vocabulary_prepares_what_there_is(toy):  # noqa: F811
+    for seed in range(20):
+        list(generate(toy, [0, 1], method="ssd", k=2, temperature=1.0, max_new_tokens=8, seed=seed, ssd_fanout=16,
+                      ssd_prepare="full"))
 
 
 def test_a_broken_rule_fails_with_it_too(toy):  # noqa: F811

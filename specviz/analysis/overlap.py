@@ -45,7 +45,7 @@ def timeline(events) -> dict:
         ssd = (step.get("info") or {}).get("ssd")
         segs = _ssd_segments(ssd, begin) if ssd and "verify" in ssd else _plain_segments(step, begin)
         out["segments"] += [{"step": step["step"], **s} for s in segs]
-        if ssd and "verify" in ssd and "hit" in ssd and ssd.get("prepared") is not None:
+        if ssd and "verify" in ssd and ssd.get("prepared"):  # a verdict it had prepared for, or missed
             out["outcomes"].append({"step": step["step"], "time": begin + ssd["verify"]["end"],
                                     "hit": bool(ssd["hit"]), "prepared": len(ssd["prepared"])})
         begin = step["elapsed"]
@@ -136,8 +136,8 @@ def decode_costs(events) -> dict:
 def theory_inputs(spec: list, ssd: list) -> Optional[dict]:
     """specviz.analysis.theory.ssd_speedup's inputs, in target passes, from `decode_costs` of plain
     speculation's runs and SSD's at the same k (pooled): c (a draft forward), slowdown (SSD's
-    pass beside the preparing drafter, over the pass alone), wait, overhead (the rest of a step),
-    hit (the share of SSD's steps whose draft was prepared), ready (drafts ready on such a step);
+    pass beside the preparing drafter, over the pass alone), wait, overhead and ssd_overhead (the
+    rest of a step of each: SSD's includes planning and keeping its branches), hit (the share of SSD's steps whose draft was prepared), ready (drafts ready on such a step);
     and `measured`, SSD's decoding tokens/s over spec's. None when either has no decoding step."""
     def total(runs, key):
         return sum(r[key] for r in runs)
@@ -149,6 +149,7 @@ def theory_inputs(spec: list, ssd: list) -> Optional[dict]:
     ready_steps = total(ssd, "ready_steps")
     return {"c": total(spec, "draft_s") / total(spec, "draft_forwards") / v,
             "slowdown": total(ssd, "verify_s") / ssd_steps / v, "wait": total(ssd, "wait_s") / ssd_steps / v,
-            "overhead": total(spec, "other_s") / steps / v, "hit": ready_steps / ssd_steps,
+            "overhead": total(spec, "other_s") / steps / v, "ssd_overhead": total(ssd, "other_s") / ssd_steps / v,
+            "hit": ready_steps / ssd_steps,
             "ready": total(ssd, "ready_drafts") / ready_steps if ready_steps else 0.0,
             "measured": (total(ssd, "tokens") / total(ssd, "seconds")) / (total(spec, "tokens") / total(spec, "seconds"))}

@@ -106,7 +106,8 @@ def expected_run_time(a: float, k: int, n: int, step_cost: Callable[[int], float
 # speculative speculative decoding (SSD; Kumar, Dao and May 2026): drafting while the target verifies
 
 def ssd_step_cost(hit: float, k: int, c: float, slowdown: float = 1.0, ready: Optional[float] = None,
-                  wait: Optional[float] = None, overhead: float = 0.0, fan_cost: float = 1.0) -> float:
+                  wait: Optional[float] = None, overhead: float = 0.0, fan_cost: float = 1.0,
+                  ssd_overhead: Optional[float] = None) -> float:
     """One SSD step, in target passes. Plain speculation's step is c k + 1 + overhead: k draft
     forwards (c each), one pass, the rest of the step. SSD's target pass runs while the drafter
     prepares, so the step is
@@ -119,18 +120,22 @@ def ssd_step_cost(hit: float, k: int, c: float, slowdown: float = 1.0, ready: Op
     steps; any other step drafts all k as plain speculation does); ready: drafts prepared on
     such a step (default k: the rest is drafted on the critical path). Without a measured wait, preparation's k + 1 forwards (x_K's, then one
     per depth over every outcome, `fan_cost` times a one-row forward) are waited for where
-    they outlast the pass."""
+    they outlast the pass. `ssd_overhead`: SSD's own rest of a step, where measured (else
+    plain speculation's)."""
     ready = k if ready is None else ready
+    overhead = overhead if ssd_overhead is None else ssd_overhead
     if wait is None:
         wait = max(0.0, (k + 1) * c * fan_cost - slowdown)
     return slowdown + wait + (1.0 - hit) * c * k + hit * c * (k - ready) + overhead
 
 
 def ssd_speedup(hit: float, k: int, c: float, slowdown: float = 1.0, ready: Optional[float] = None,
-                wait: Optional[float] = None, overhead: float = 0.0, fan_cost: float = 1.0) -> float:
+                wait: Optional[float] = None, overhead: float = 0.0, fan_cost: float = 1.0,
+                ssd_overhead: Optional[float] = None) -> float:
     """SSD's speedup over plain speculation at the same k. Both verify the same drafts' law, so a
     step brings the same tokens on average (under greedy, the same tokens): the ratio is the
     ratio of step costs, (c k + 1 + overhead) / ssd_step_cost(...). Its ceiling (every outcome
     prepared, fully and in time, on hardware of its own) is 1 + c k / (1 + overhead): SSD hides
     the drafting, never the pass."""
-    return (c * k + 1.0 + overhead) / ssd_step_cost(hit, k, c, slowdown, ready, wait, overhead, fan_cost)
+    return (c * k + 1.0 + overhead) / ssd_step_cost(hit, k, c, slowdown, ready, wait, overhead, fan_cost,
+                                                    ssd_overhead)

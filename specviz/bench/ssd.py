@@ -50,9 +50,9 @@ def _config(lane: str, settings: dict):
 
 def timed_run(pair, cfg, ids: list, tokens: int, script=None) -> dict:
     """One greedy run held to `script` (AR's tokens): its clock, and what the theory reads of its steps."""
-    from specviz import generate
     from specviz.analysis import overlap
     from specviz.bench.held import HeldVerifier
+    from specviz.engine.sequence import generate
 
     held = HeldVerifier(script) if script is not None and cfg.method != "ar" else None
     start = time.perf_counter()
@@ -236,8 +236,10 @@ def analyse(report: dict) -> dict:
             if inputs is not None:
                 measured = inputs.pop("measured")
                 predicted = theory.ssd_speedup(inputs["hit"], k, inputs["c"], inputs["slowdown"],
-                                               inputs["ready"] or float(k), inputs["wait"], inputs["overhead"])
-                own = theory.ssd_speedup(inputs["hit"], k, inputs["c"], overhead=inputs["overhead"])
+                                               inputs["ready"] or float(k), inputs["wait"], inputs["overhead"],
+                                               ssd_overhead=inputs["ssd_overhead"])
+                own = theory.ssd_speedup(inputs["hit"], k, inputs["c"], overhead=inputs["overhead"],
+                                         ssd_overhead=inputs["ssd_overhead"])
                 row.update(inputs=inputs, vs_spec_measured=measured, vs_spec_predicted=predicted,
                            error=predicted / measured - 1.0, vs_spec_own_hardware=own,
                            vs_spec_best=lanes[f"ssd-k{k}"]["tokens_per_s"] / lanes[best["spec"]]["tokens_per_s"])
@@ -278,6 +280,9 @@ def markdown(report: dict) -> str:
                          f"{1000 * (sp['draft_beside_target'] or 0):.0f} ms |")
         lines.append("")
     lines += _reading(a)
+    stem = report.get("stem") or f"ssd-{s['pair']}"
+    lines += [f"![Who works when: spec and ssd on one held-out prompt]({stem}-timeline.png)", "",
+              f"![SSD over plain speculation: theory and measurement]({stem}-theory.png)", ""]
     for kind, x in a.items():
         lines += [f"## {kind} ({x['prompts']} prompts; AR {x['ar_tokens_per_s']:.2f} tok/s)", "",
                   "| lane | tok/s | vs AR |", "|---|---|---|"]
@@ -299,9 +304,9 @@ def markdown(report: dict) -> str:
 def figures(pair, report: dict, prefix: Path, say) -> list:
     """PREFIX-timeline.png (one held-out code prompt, spec and ssd at SSD's best k there: who works
     when) and PREFIX-theory.png (theory.ssd_speedup with the report's measured points)."""
-    from specviz import generate
     from specviz.analysis import overlap
     from specviz.bench.heldout import bank_prompts
+    from specviz.engine.sequence import generate
     from specviz.render.timeline import ssd_theory_figure, theory_points, timeline_figure
 
     s, a = report["settings"], report["analysis"]
@@ -389,6 +394,7 @@ def _run(args, say) -> int:
                 "spec_k": list(args.spec_k), "ssd_k": list(args.ssd_k), "fanout": args.fanout}
     partial = prefix.with_name(prefix.name + ".partial.json")
     report = run(pair, settings, partial, say)
+    report["stem"] = prefix.name  # the figures' names, for the Markdown's links
     write_reports(prefix, report, markdown(report), partial, say)
     for path in figures(pair, report, prefix, say):
         say(f"wrote {path}")

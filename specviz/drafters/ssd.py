@@ -31,12 +31,16 @@ its distribution. The draft after each verdict draws from q with a generator of 
 by the run's seed, the step and the outcome (a, b): a prepared branch draws from it, a hit goes
 on drawing from it, a miss drafts from scratch with it. So the draft a step verifies does not
 depend on how far preparation got before the verdict, and a seeded run gives the same tokens
-however the threads were timed.
+however the threads were timed, up to floating point: a prepared branch's q comes from a batched
+tree-attention forward, a miss's from one-token forwards, which may differ in their last bits.
 
 Concurrency: on a CPU the preparation runs on a thread of its own with `threads` cores of
 PyTorch's pool (default: a third of the cores, at least one) while the target's pass runs on the
-rest; outside the overlap the target and a miss's drafting use every core. On CUDA it runs on a
-second stream. Each step's `info["ssd"]` says what was prepared, what happened, and when each
+rest; outside the overlap the target and a miss's drafting use every core. (PyTorch's OpenMP
+builds, the usual ones, keep a thread count per thread; on a build with another thread pool the
+count is the process's, so the two share the pool instead, and the step info says so.) On CUDA
+it runs on a second stream, ordered after the work queued before the pass by an event, its cache
+tensors marked as used by that stream. Each step's `info["ssd"]` says what was prepared, what happened, and when each
 side ran (the timeline view draws it: specviz.render.timeline).
 """
 
@@ -156,6 +160,9 @@ class SSDDrafter(ModelDrafter):
         self.threads = draft_threads(threads)
         self.target_threads = max(1, cores - self.threads)
         self.cores = cores
+        # OpenMP keeps the thread count per thread; another pool's count is the process's own
+        self.split = not self.cuda and "OpenMP" in torch.__config__.parallel_info()
+        self.levels_cap: Optional[int] = None  # tests: stop preparing after this many levels, as if the pass ended
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-ssd")
         self.stream = torch.cuda.Stream(device=self.runner.device) if self.cuda else None
 
@@ -170,8 +177,9 @@ class SSDDrafter(ModelDrafter):
 
     def propose(self, committed: list, k: int, warp, generator) -> Proposal:
         self.t0 = time.perf_counter()
-        self.info = {"step": self.step, "threads": {"target": self.target_threads, "draft": self.threads,
-                                                    "cores": self.cores} if not self.cuda else "cuda streams"}
+        self.info = {"step": self.step, "threads": "cuda streams" if self.cuda else (
+            {"target": self.target_threads, "draft": self.threads, "cores": self.cores} if self.split
+            else "one pool shared")}
         branch, self.hit = self.hit, None
         if branch is None or k <= 0:  # drawn as the prepared branch of this outcome would have been
             proposal = super().propose(committed, k, warp, self._generator(*self.verdict))
@@ -212,10 +220,13 @@ class SSDDrafter(ModelDrafter):
             return
         self.stop = threading.Event()
         plan = self.outcomes.plan(len(proposal), self.fanout)
-        main = torch.cuda.current_stream(self.runner.device) if self.cuda else None
-        if not self.cuda:
+        queued = None
+        if self.cuda:  # the side stream starts after what the main stream queued so far (the draft)
+            queued = torch.cuda.Event()
+            queued.record(torch.cuda.current_stream(self.runner.device))
+        elif self.split:
             torch.set_num_threads(self.target_threads)
-        self.job = self.pool.submit(self._prepare, list(committed), proposal, warp, plan, main)
+        self.job = self.pool.submit(self._prepare, list(committed), proposal, warp, plan, queued)
 
     def behind(self) -> None:
         """The target's pass is over: stop preparing (at the end of the forward under way) and
@@ -231,7 +242,7 @@ class SSDDrafter(ModelDrafter):
         finally:
             if self.cuda:
                 torch.cuda.current_stream(self.runner.device).wait_stream(self.stream)
-            else:
+            elif self.split:
                 torch.set_num_threads(self.cores)  # the target has every core again
         joined = time.perf_counter() - self.t0
         self.job = None
@@ -239,14 +250,29 @@ class SSDDrafter(ModelDrafter):
         self.info["wait"] = {"start": end, "end": max(end, joined)}
         self.info["ahead"] = dict(self.prep)
 
-    def _prepare(self, committed: list, proposal: Proposal, warp, plan: list, main) -> None:
+    def _prepare(self, committed: list, proposal: Proposal, warp, plan: list, queued) -> None:
         """On the drafter's thread (or stream): the preparation tree, level by level."""
         if self.cuda:
             with torch.cuda.stream(self.stream):
-                self.stream.wait_stream(main)
+                self.stream.wait_event(queued)
+                for layer in getattr(getattr(self.runner, "cache", None), "layers", ()):
+                    for t in (getattr(layer, "keys", None), getattr(layer, "values", None)):
+                        if isinstance(t, torch.Tensor) and t.is_cuda:
+                            t.record_stream(self.stream)  # freed here, not reused under the target's pass
                 return self._levels(committed, proposal, warp, plan)
-        torch.set_num_threads(self.threads)
+        if self.split:
+            torch.set_num_threads(self.threads)
         return self._levels(committed, proposal, warp, plan)
+
+    def _stopped(self, feed: list) -> bool:
+        """Stop preparing: the pass is over (overlap), the test's cap is reached, or the next
+        level would not fit the draft's cache."""
+        if self.prepare == "overlap" and self.stop.is_set():
+            return True
+        if self.levels_cap is not None and self.prep["levels"] >= self.levels_cap:
+            return True
+        room = getattr(self.runner, "max_len", None)
+        return room is not None and self.runner.length + len(feed) > room
 
     def _levels(self, committed: list, proposal: Proposal, warp, plan: list) -> None:
         start = time.perf_counter() - self.t0
@@ -263,12 +289,14 @@ class SSDDrafter(ModelDrafter):
                     self._branch(tree, a, options[rank], prob, rank, a - 1)
         bonus = [(a, rank, prob) for a, rank, prob in plan if a == K]
         feed = ([K - 1] if bonus else []) + [br.pending for br in self.branches]  # x_K, for q_(K+1)
-        while feed and not (self.prepare == "overlap" and self.stop.is_set()):
+        while feed and not self._stopped(feed):
             q_of = self._forward(tree, feed, linear, slots, warp)
             if K - 1 in q_of:  # the bonus token's candidates: the draft's best after x_K
                 self.q_after = q_of.pop(K - 1)
                 for a, rank, prob in bonus:
-                    self._branch(tree, a, candidates(self.q_after, None, rank + 1)[rank], prob, rank, K - 1)
+                    options = candidates(self.q_after, None, rank + 1)
+                    if len(options) > rank:
+                        self._branch(tree, a, options[rank], prob, rank, K - 1)
             feed = []
             for branch in self.branches:
                 if branch.pending in q_of:  # fed this level: draw the branch's next token
@@ -298,7 +326,7 @@ class SSDDrafter(ModelDrafter):
         slots.update(new_slots)
         positions = [linear - 1 + tree.depth(n) for n in nodes]
         logits = self.runner.forward([tree.tokens[n] for n in nodes], attend=attend, positions=positions)
-        synchronize(self.runner.device)
+        synchronize(self.runner.device)  # this thread's stream only: the target's pass runs on another
         self.prep["levels"] += 1
         return {n: sampling.warp(logits[i], warp) for i, n in enumerate(nodes)}
 

@@ -104,8 +104,10 @@ class _Run:
         k, why = self._plan()
         proposal = self.drafter.propose(self.committed, k, self.cfg.warp, self.generator).end_at(self.eos)
         self.drafter.ahead(self.committed, proposal, self.cfg.warp)  # SSD prepares the next step meanwhile
-        target_probs, verify_time, fed, states = self._score(proposal.tree)
-        self.drafter.behind()
+        try:
+            target_probs, verify_time, fed, states = self._score(proposal.tree)
+        finally:  # a pass that fails still stops the drafter's work and gives the target its cores back
+            self.drafter.behind()
         self.drafter.pass_timed(fed, len(proposal.tree), verify_time)
         record = commit(step=step, k=k, why=why, proposal=proposal, target_probs=target_probs,
                         verify_time=verify_time, fed=fed, cached=cached, states=states, verifier=self.verifier,

@@ -136,13 +136,16 @@ def ssd_theory_figure(points: list, title: str = "SSD over plain speculation: th
     hits = [i / 50 for i in range(51)]
     for k in sorted({p["k"] for p in points}):
         mine = [p for p in points if p["k"] == k]
-        mean = {key: sum(p["inputs"][key] for p in mine) / len(mine) for key in ("c", "slowdown", "wait", "overhead")}
+        mean = {key: sum(p["inputs"][key] for p in mine) / len(mine)
+                for key in ("c", "slowdown", "wait", "overhead", "ssd_overhead")}
         ready = sum(p["inputs"]["ready"] for p in mine) / len(mine)
         color = K_COLORS.get(k, "#334155")
         fig.add_trace(go.Scatter(x=hits, y=[theory.ssd_speedup(h, k, mean["c"], mean["slowdown"], ready, mean["wait"],
-                                                               mean["overhead"]) for h in hits],
+                                                               mean["overhead"], ssd_overhead=mean["ssd_overhead"])
+                                            for h in hits],
                                  mode="lines", line=dict(color=color, width=2), name=f"k={k}, this machine"))
-        fig.add_trace(go.Scatter(x=hits, y=[theory.ssd_speedup(h, k, mean["c"], overhead=mean["overhead"]) for h in hits],
+        fig.add_trace(go.Scatter(x=hits, y=[theory.ssd_speedup(h, k, mean["c"], overhead=mean["overhead"],
+                                                               ssd_overhead=mean["ssd_overhead"]) for h in hits],
                                  mode="lines", line=dict(color=color, width=2, dash="dot"),
                                  name=f"k={k}, draft on its own hardware"))
         for kind in sorted({p["kind"] for p in mine}):

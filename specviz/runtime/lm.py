@@ -218,7 +218,9 @@ class GraphLM:
                     self._set_length(length)
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.state.pool):
+            # thread_local: another thread's CUDA work (SSD's drafter on its own stream) does not
+            # break this capture
+            with torch.cuda.graph(graph, pool=self.state.pool, capture_error_mode="thread_local"):
                 out = self.model(input_ids=static_ids, past_key_values=self.cache, use_cache=True,
                                  logits_to_keep=rows).logits
             self._set_length(length)  # the capture recorded the update without running it
@@ -267,9 +269,11 @@ def runner_for(model) -> Runner:
 
 
 def synchronize(device) -> None:
-    """Wait for queued GPU work so wall-clock timings measure compute, not launches."""
+    """Wait for the calling thread's queued GPU work (its current stream) so wall-clock timings
+    measure compute, not launches; work another thread queued on another stream (SSD's drafter,
+    specviz.drafters.ssd) is not waited for."""
     if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+        torch.cuda.current_stream(device).synchronize()
 
 
 AUTO_GRAPH_LEN = 4096  # tokens a run may hold when graphs were chosen automatically (the app's prompt and output caps fit)
