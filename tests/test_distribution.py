@@ -40,12 +40,15 @@ def toy():
     return toy_pair(target, draft)
 
 
-def _first_tokens(pair, warp: Warp, verifier=None, runs=RUNS, k=2, method="spec", prompt=(0,), **kw):
+def _first_tokens(pair, warp: Warp, verifier=None, runs=RUNS, k=2, method="spec", prompt=(0,), make_drafter=None,
+                  **kw):
+    """`make_drafter(seed)`: a drafter of each run's own in place of the method's (a broken one)."""
     counts, runs_events = {}, []
     for seed in range(runs):
         events = list(generate(pair, list(prompt), method=method, k=k, temperature=warp.temperature,
                                top_k=warp.top_k, top_p=warp.top_p, max_new_tokens=N_TOKENS, seed=seed,
-                               record_topk=0, verifier=verifier, **kw))
+                               record_topk=0, verifier=verifier,
+                               **({"drafter": make_drafter(seed)} if make_drafter else {}), **kw))
         key = tuple(events[-1].token_ids[:N_TOKENS])
         counts[key] = counts.get(key, 0) + 1
         runs_events.append(events)

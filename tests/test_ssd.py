@@ -8,8 +8,7 @@ import threading
 
 import pytest
 import torch
-from test_distribution import (N_TOKENS, RUNS, ResampleFromTarget, _first_tokens, _p_value,  # noqa: F401
-                               _target_joint, toy)
+from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
 
 from specviz import generate
 from specviz.analysis import overlap, theory
@@ -196,14 +195,9 @@ class MisreportedQ(ssd.SSDDrafter):
 
 def test_a_drafter_that_misreports_q_fails_the_same_test(toy):  # noqa: F811
     warp = Warp(1.0)
-    counts, runs = {}, RUNS // 2
-    for seed in range(runs):
-        drafter = MisreportedQ(toy.draft, (), k=1, prepare="full", seed=seed)  # k = 1: the second step decides
-        events = list(generate(toy, [0], method="ssd", k=1, temperature=1.0, max_new_tokens=N_TOKENS, seed=seed,
-                               record_topk=0, drafter=drafter))
-        key = tuple(events[-1].token_ids[:N_TOKENS])
-        counts[key] = counts.get(key, 0) + 1
-    assert _p_value(counts, _target_joint(toy, warp), runs) < 1e-4
+    counts, _ = _first_tokens(toy, warp, runs=RUNS // 2, method="ssd", k=1,  # k = 1: the second step decides
+                              make_drafter=lambda seed: MisreportedQ(toy.draft, (), k=1, prepare="full", seed=seed))
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) < 1e-4
 
 
 def test_a_fanout_wider_than_the_vocabulary_prepares_what_there_is(toy):  # noqa: F811

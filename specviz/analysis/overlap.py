@@ -17,13 +17,10 @@ from typing import Optional
 LANES = ("draft", "target")
 
 
-def _dicts(events) -> list:
-    return [e if isinstance(e, dict) else e.to_dict() for e in events]
-
-
-def _steps(events) -> tuple:
-    """(run_started, [step_finished, ...]) of one single-sequence run."""
-    events = _dicts(events)
+def run_steps(events) -> tuple:
+    """(run_started, [step_finished, ...]) of one single-sequence run, as dicts (from event
+    objects or their dicts)."""
+    events = [e if isinstance(e, dict) else e.to_dict() for e in events]
     started = next((e for e in events if e.get("kind") == "run_started"), {})
     return started, [e for e in events if e.get("kind") == "step_finished"]
 
@@ -37,7 +34,7 @@ def timeline(events) -> dict:
     kinds: "draft" (drafting on the critical path), "verify" (the target's pass), "prepare"
     (SSD's drafting while the target verifies), "wait" (SSD: the target's pass is over, the
     preparing forward under way is finished before the verdict is used)."""
-    started, steps = _steps(events)
+    started, steps = run_steps(events)
     out = {"method": started.get("method"), "k": started.get("k"), "steps": len(steps), "segments": [],
            "outcomes": []}
     begin = 0.0
@@ -87,7 +84,7 @@ def ssd_summary(events) -> Optional[dict]:
         ran), hidden_share (hidden_s / draft_s), exposed_s (drafting on the critical path),
         wait_s (after the pass, for the preparing forward under way), verify_s (the target's
         passes), per step: draft_per_step, verify_per_step, wait_per_step, exposed_per_step."""
-    _, steps = _steps(events)
+    _, steps = run_steps(events)
     infos = [(s.get("info") or {}).get("ssd") for s in steps]
     if not steps or not all(infos):
         return None
@@ -116,7 +113,7 @@ def decode_costs(events) -> dict:
     reads the prompt, left out): steps, tokens, seconds, draft seconds and forwards, the target's
     passes, SSD's wait, the rest of the steps, and for SSD the steps whose draft was prepared and
     how many drafts were ready in them."""
-    _, steps = _steps(events)
+    _, steps = run_steps(events)
     decode = steps[1:]
     seconds = sum(b["elapsed"] - a["elapsed"] for a, b in zip(steps, decode))
     out = {"steps": len(decode), "tokens": sum(len(s["emitted_ids"]) for s in decode), "seconds": seconds,

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from specviz import files
 from specviz.argparsing import Parser
-from specviz.errors import InputError, run_command
+from specviz.bench import run_resumable
+from specviz.errors import InputError
 from specviz.runtime.machine import environment
 from specviz.training.prompt_bank import held_out, prompt_bank
 
@@ -215,17 +216,8 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="OUT.json and OUT.md (default docs/benchmarks/heldout-<pair>)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-
-    def body() -> int:
-        try:
-            return _run(args, say)
-        except OSError as exc:  # the report's folder cannot be written
-            print(f"error: {exc.strerror or exc}: {exc.filename or args.out}", file=sys.stderr)
-            return 2
-
-    return run_command(body, "interrupted; the prompts measured so far are kept in the .partial.json beside --out, "
-                             "and the same command resumes there")
+    return run_resumable(args, _run, "interrupted; the prompts measured so far are kept in the .partial.json "
+                         "beside --out, and the same command resumes there")
 
 
 def _run(args, say) -> int:

@@ -31,7 +31,8 @@ from pathlib import Path
 
 from specviz import files
 from specviz.argparsing import Parser
-from specviz.errors import InputError, run_command
+from specviz.bench import run_resumable
+from specviz.errors import InputError
 
 SPLIT_CONTEXT = 128  # tokens of context behind the timed passes
 
@@ -58,23 +59,12 @@ def timed_run(pair, cfg, ids: list, tokens: int, script=None) -> dict:
     start = time.perf_counter()
     events = list(generate(pair, ids, cfg.replace(max_new_tokens=tokens, temperature=0.0), verifier=held))
     seconds = time.perf_counter() - start
-    costs = overlap.decode_costs(events)  # the first step's pass also reads the prompt: left out
     out = {"tokens": len(events[-1].token_ids), "seconds": seconds, "token_ids": events[-1].token_ids,
-           "steps": costs["steps"] + 1, "forced": held.forced if held else 0,
-           "decode_tokens": costs["tokens"], "decode_s": costs["seconds"],
-           **{key: costs[key] for key in ("draft_s", "draft_forwards", "verify_s", "other_s")}}
+           "forced": held.forced if held else 0,
+           "costs": overlap.decode_costs(events)}  # the first step's pass also reads the prompt: left out
     if cfg.method == "ssd":
         out["ssd"] = overlap.ssd_summary(events)
-        out.update({key: costs[key] for key in ("ready_steps", "ready_drafts", "wait_s")})
     return out
-
-
-def _costs(run: dict) -> dict:
-    """A stored run as specviz.analysis.overlap.decode_costs gives it."""
-    return {"steps": run["steps"] - 1, "tokens": run["decode_tokens"], "seconds": run["decode_s"],
-            "draft_s": run["draft_s"], "draft_forwards": run["draft_forwards"], "verify_s": run["verify_s"],
-            "other_s": run["other_s"], "wait_s": run.get("wait_s", 0.0), "ready_steps": run.get("ready_steps", 0),
-            "ready_drafts": run.get("ready_drafts", 0)}
 
 
 def split_cost(pair, k: int, threads: int, repeats: int = 6) -> dict:
@@ -216,23 +206,24 @@ def analyse(report: dict) -> dict:
             runs = [p["lanes"][lane] for p in prompts]
             rate = _sum(runs, "tokens") / _sum(runs, "seconds")
             lanes[lane] = {"tokens_per_s": rate, "vs_ar": rate / ar_rate,
-                           "decode_rate": _sum(runs, "decode_tokens") / _sum(runs, "decode_s"),
+                           "decode_rate": _sum([r["costs"] for r in runs], "tokens")
+                           / _sum([r["costs"] for r in runs], "seconds"),
                            "forced": _sum(runs, "forced")}
         best = {m: max((lane for lane in lanes if lane.startswith(m + "-")), key=lambda n: lanes[n]["tokens_per_s"])
                 for m in ("spec", "ssd")}
         ssd = {}
         for k in s["ssd_k"]:
             runs, spec_lane = [p["lanes"][f"ssd-k{k}"] for p in prompts], f"spec-k{k}"
-            summaries = [r["ssd"] for r in runs]
+            summaries, costs = [r["ssd"] for r in runs], [r["costs"] for r in runs]
             verdicts = sum(x["verdicts"] for x in summaries)
             draft_s = sum(x["draft_s"] for x in summaries)
             row = {"hit_rate": sum(x["hits"] for x in summaries) / verdicts if verdicts else None,
                    "hidden_share": sum(x["hidden_s"] for x in summaries) / draft_s if draft_s else None,
-                   "ready_on_hit": _sum(runs, "ready_drafts") / _sum(runs, "ready_steps")
-                   if _sum(runs, "ready_steps") else 0.0,
+                   "ready_on_hit": _sum(costs, "ready_drafts") / _sum(costs, "ready_steps")
+                   if _sum(costs, "ready_steps") else 0.0,
                    "vs_ar": lanes[f"ssd-k{k}"]["vs_ar"]}
-            inputs = overlap.theory_inputs([_costs(p["lanes"][spec_lane]) for p in prompts],
-                                           [_costs(r) for r in runs]) if spec_lane in lanes else None
+            inputs = overlap.theory_inputs([p["lanes"][spec_lane]["costs"] for p in prompts],
+                                           costs) if spec_lane in lanes else None
             if inputs is not None:
                 measured = inputs.pop("measured")
                 predicted = theory.ssd_speedup(inputs["hit"], k, inputs["c"], inputs["slowdown"],
@@ -364,17 +355,8 @@ def main(argv=None) -> int:
                         "from a finished OUT.json (one more spec and ssd run on the pair)")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    say = (lambda *_: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
-
-    def body() -> int:
-        try:
-            return _figures(args, say) if args.figures else _run(args, say)
-        except OSError as exc:
-            print(f"error: {exc.strerror or exc}: {exc.filename or args.out}", file=sys.stderr)
-            return 2
-
-    return run_command(body, "interrupted; the prompts measured so far are kept in the .partial.json beside --out, "
-                             "and the same command resumes there")
+    return run_resumable(args, _figures if args.figures else _run, "interrupted; the prompts measured so far are kept in the .partial.json "
+                         "beside --out, and the same command resumes there")
 
 
 def _run(args, say) -> int:

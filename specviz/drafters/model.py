@@ -42,18 +42,25 @@ class ModelDrafter(Drafter):
             return Proposal()
         start = time.perf_counter()
         logits = self.runner.forward(committed[self.runner.length:], last_only=True)[-1]
-        tokens, probs, forwards = [], [], 1
+        tokens, probs = [], []
+        forwards = 1 + self.draft_on(tokens, probs, logits, k, warp, generator)
+        synchronize(self.runner.device)
+        return Proposal.chain(tokens, probs, forwards, time.perf_counter() - start)
+
+    def draft_on(self, tokens: list, probs: list, logits, k: int, warp: Warp, generator: torch.Generator) -> int:
+        """Draw from `logits` (after the last token fed), feed each draw and draw again until the
+        stop rule: `tokens` and `probs` grow in place. Returns the forwards it ran (one fewer than
+        the draws: the last draw is not fed)."""
+        forwards = 0
         while True:
             q = sampling.warp(logits, warp)
             token = sampling.sample(q, warp, generator)
             tokens.append(token)
             probs.append(q)
             if stops(len(tokens), k, token, q, self.eos, self.stop_below):
-                break
+                return forwards
             logits = self.runner.forward([token], last_only=True)[-1]
             forwards += 1
-        synchronize(self.runner.device)
-        return Proposal.chain(tokens, probs, forwards, time.perf_counter() - start)
 
     def observe(self, committed: list, proposal, path, target_probs) -> None:
         self.runner.crop(min(self.runner.length, len(committed) - 1))

@@ -198,14 +198,9 @@ class SSDDrafter(ModelDrafter):
         tokens, dists, forwards = branch.tokens[:k], branch.dists[:k], 0
         if len(branch.tokens) > k:  # less room than prepared for (the run's end is near)
             self.runner.crop(committed + k - 1)
-        while len(tokens) < k and not branch.done:
-            q = sampling.warp(self.runner.forward([tokens[-1]], last_only=True)[-1], warp)
-            forwards += 1
-            token = sampling.sample(q, warp, branch.generator)
-            tokens.append(token)
-            dists.append(q)
-            if stops(len(tokens), k, token, q, self.eos, None):
-                break
+        if len(tokens) < k and not branch.done:  # feed the last prepared draw, then draft as spec does
+            logits = self.runner.forward([tokens[-1]], last_only=True)[-1]
+            forwards = 1 + self.draft_on(tokens, dists, logits, k, warp, branch.generator)
         synchronize(self.runner.device)
         return Proposal.chain(tokens, torch.stack(dists), forwards, time.perf_counter() - start)
 

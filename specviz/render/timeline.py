@@ -16,6 +16,7 @@ from typing import Optional
 
 import plotly.graph_objects as go
 
+from specviz.render import charts
 from specviz.render.html import text
 
 COLORS = {"draft": "#0ea5e9", "verify": "#7c3aed", "prepare": "#7dd3fc", "wait": "#f59e0b"}
@@ -99,8 +100,7 @@ def beside(events, history: list) -> list:
     from specviz.analysis import overlap
 
     current = overlap.timeline(events)
-    started = next((e if isinstance(e, dict) else e.to_dict() for e in events
-                    if (e.get("kind") if isinstance(e, dict) else e.kind) == "run_started"), {})
+    started, _ = overlap.run_steps(events)
     runs = [(_label(current), current)]
     other = {"ssd": "spec", "spec": "ssd"}.get(current["method"])
     match = [r for r in reversed(history) if r.get("timeline") and r["method"] == other
@@ -115,7 +115,7 @@ def _label(run: dict) -> str:
     return f"{run['method']} k={run['k']}" if isinstance(run.get("k"), int) and run["method"] != "ar" else run["method"]
 
 
-K_COLORS = {1: "#94a3b8", 2: "#0ea5e9", 3: "#16a34a", 4: "#7c3aed", 5: "#db2777", 6: "#ea580c"}
+K_COLORS = {**charts.K_COLORS, 3: "#16a34a", 5: "#db2777", 6: "#ea580c"}  # the speedup chart's, and the k between
 KIND_SYMBOLS = {"code": "circle", "chat": "diamond"}
 
 
