@@ -61,8 +61,29 @@ def test_speculation_is_best_first_by_frequency_and_stops_where_it_is_unlikely()
     assert [r[0] for r in speculate(node, budget=8, min_prob=0.3, room=4)] == [3, 4]  # unlikely ones left out
     assert [r[0] for r in speculate(node, budget=2, min_prob=0.1, room=4)] == [3, 4]  # the budget
     assert [r[0] for r in speculate(node, budget=8, min_prob=0.1, room=1)] == [3, 6]  # the depth left
-    assert [(r[0], r[1]) for r in speculate_path(node, 8, 0.1, 4)] == [(3, ROOT), (4, 0)]  # then "4" has no continuation
-    assert speculate_path(node, 8, 0.8, 4) == []  # not even the first is likely enough: no draft
+    assert [(r[0], r[1]) for r in speculate_path(trie, node, 2, [1, 2], 8, 0.1)] == [(3, ROOT), (4, 0)]  # "1 2 3 4" ends there
+    assert speculate_path(trie, node, 2, [1, 2], 8, 0.8) == []  # not even the first is likely enough: no draft
+
+
+def test_the_chain_walks_on_past_the_tries_depth():
+    trie = SuffixTrie(depth=4)  # counts substrings of at most 4 tokens
+    text = [10, 11, 12, 13, 14, 15, 16, 17, 18, 19]
+    trie.extend("earlier", text)
+    node, length = trie.match([99, 10, 11])
+    assert length == 2
+    rows = speculate_path(trie, node, length, [99, 10, 11], 20, 0.1)
+    # two nodes below the match, then "11 12 13" matched again (3 = depth - 1), and so on to the text's end
+    assert [r[0] for r in rows] == text[2:] and [r[1] for r in rows] == list(range(-1, len(rows) - 1))
+    assert [r[0] for r in speculate_path(trie, node, length, [99, 10, 11], 5, 0.1)] == text[2:7]  # the budget
+    trie.extend("other", [13, 40, 13, 40])  # "13" alone: followed by 40 twice, by 14 once
+    rows = speculate_path(trie, node, length, [99, 10, 11], 20, 0.1)
+    # matched again at its longest ending, "11 12 13", which only 14 ever followed
+    assert [r[0] for r in rows[:3]] == [12, 13, 14] and rows[2][3] == 1.0
+    trie.extend("third", [12, 13, 50, 12, 13, 50])  # now "12 13": 14 once, 50 twice; "11 12 13" still 14
+    rows = speculate_path(trie, node, length, [99, 10, 11], 20, 0.1)
+    assert [r[0] for r in rows[:3]] == [12, 13, 14]
+    rows = speculate_path(trie, *trie.match([12]), [12], 20, 0.1)  # a short match: the likelier 13, then 50
+    assert [r[0] for r in rows[:2]] == [13, 50] and rows[0][3] == 1.0 and rows[1][4] == round(2 / 3, 4)
 
 
 def test_a_session_keeps_its_latest_outputs_whole(monkeypatch):
@@ -94,7 +115,28 @@ def test_greedy_equals_ar_and_repeated_work_gets_faster(tiny, method, prompt):
     assert steps[1] < steps[0] / 2, steps  # the second time it drafts from the first answer
     info = [e.info["suffix"] for e in events if e.kind == "step_finished" and e.info["suffix"].get("drafted")]
     assert info and any(i["tree"] == "session" for i in info) and all(i["match_len"] >= 1 for i in info)
-    assert all(i["drafted"] <= i["match_len"] for i in info)  # the draft is never longer than the match
+    # a longer match earns a longer draft: never more than SPEC_FACTOR x the match + SPEC_OFFSET
+    assert all(i["drafted"] <= suffix.SPEC_FACTOR * i["match_len"] + suffix.SPEC_OFFSET for i in info)
+
+
+def test_the_session_knows_how_its_answers_begin():
+    """Each output is stored after its prompt's last HEAD tokens (with a chat template, the
+    assistant's header): a new request ending the same way drafts an earlier answer's opening at
+    its first step, from the session, though its own prompt never held that text."""
+    cache = SuffixCache()
+    header = [7, 8, 9]  # e.g. "<|im_start|>", "assistant", "\n"
+    first = suffix.SuffixDrafter(cache, "s", 64, "cpu")
+    first.start([1, 2, 3] + header)
+    first.observe([1, 2, 3] + header + [20, 21, 22, 23], None, None, None)  # its answer commits
+    second = suffix.SuffixDrafter(cache, "s", 64, "cpu")
+    second.start([4, 5, 6] + header)
+    proposal = second.propose([4, 5, 6] + header, 16, None, None)
+    info = second.step_info()["suffix"]
+    assert info["tree"] == "session" and info["match_len"] == suffix.HEAD
+    assert proposal.tokens[:4] == [20, 21, 22, 23] and info["limit"] == suffix.SPEC_FACTOR * suffix.HEAD + suffix.SPEC_OFFSET
+    alone = suffix.SuffixDrafter(SuffixCache(), "s", 64, "cpu")  # a fresh session: nothing to draft
+    alone.start([4, 5, 6] + header)
+    assert not alone.propose([4, 5, 6] + header, 16, None, None).tokens
 
 
 def test_tree_nodes_carry_their_tree_count_and_score(tiny):

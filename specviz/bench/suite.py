@@ -82,7 +82,7 @@ class Lane:
 
 # Medusa: one token per head; EAGLE's drafts cost little, so it drafts deeper (P-EAGLE: all 5 in one forward)
 HEADS_K = {"medusa": 4, "eagle": 5, "eagle3": 5, "peagle": 5, "dflash": 5}
-SUFFIX_K = 16  # a ceiling: suffix decoding drafts at most its match's length (<= suffix.MAX_MATCH) and only what is likely
+SUFFIX_K = 32  # above suffix's own ceiling (SPEC_FACTOR x MAX_MATCH + SPEC_OFFSET = 26): the match and min_prob decide
 MEDUSA_TREE = "3,2,1,1"
 
 

@@ -7,19 +7,25 @@ in suffix trees with counts, and drafts what followed the text's current ending 
 
   trees    the prompt's own (with the answer so far, as it grows) and the session's: every
            earlier output of every run on this pair and session, batch rows included, the current
-           one too as it commits (`SuffixCache`). Each is a trie of every substring up to DEPTH
-           tokens long with how often it occurred (a suffix tree cut at that depth).
+           one too as it commits (`SuffixCache`), each stored after the last HEAD tokens of its
+           prompt (with a chat template, the assistant's header), so that the session knows how
+           its answers begin. Each is a trie of every substring up to DEPTH tokens long with how
+           often it occurred (a suffix tree cut at that depth).
   match    the longest ending of the text (up to MAX_MATCH tokens) found in a tree with a
            continuation after it.
   score    a continuation token x after pattern s scores count(s + x) / (the counts of all of s's
            continuations): how often x followed s. A node deeper in the speculation scores the
            product along its path: an estimate of the chance that it is accepted.
   draft    best first, the nodes of highest score while they score at least `min_prob` and the
-           draft holds fewer than min(k, match length) tokens (k: the chain's draft length; for
-           the tree, the room left before max_new_tokens, as for every tree method): a long match earns a long draft, a
-           weak one a short draft or none (SuffixDecoding's adaptive speculation length,
-           vLLM's max_spec_factor 1). Of the two trees' drafts the one whose scores sum higher
-           (more tokens expected accepted) is proposed.
+           draft holds fewer than min(k, SPEC_FACTOR x match length + SPEC_OFFSET) tokens (k: the
+           chain's draft length; for the tree, the room left before max_new_tokens, as for every
+           tree method): a long match earns a long draft, a short one a short draft or none
+           (SuffixDecoding's adaptive speculation length: Arctic Inference's max_spec_factor and
+           max_spec_offset; vLLM keeps the factor, default 1, with no offset). Where the trie's
+           depth, or a stored text, runs out, the chain matches the text's new ending, drafts
+           included, again and walks on (specviz's own: vLLM's drafts stop at the tree's depth). Of the
+           two trees' drafts the one whose scores sum higher (more tokens expected accepted) is
+           proposed.
 
 `suffix-tree` proposes the whole speculation as a token tree (tree attention); `suffix` proposes
 its most likely path as a chain, so it also runs in a batch and on llama.cpp. The drafter does not
@@ -41,8 +47,10 @@ from specviz.verifiers.draft_tree import ROOT, DraftTree
 
 DEPTH = 24  # the longest substring a tree counts (its depth)
 MAX_MATCH = 12  # the longest ending of the text matched: at least DEPTH - MAX_MATCH tokens stay to draft
-SESSION_TOKENS = 8192  # output tokens a session's tree keeps (whole outputs, the oldest go first)
+SESSION_TOKENS = 8192  # tokens a session's tree keeps: outputs with their HEAD tokens (whole, the oldest go first)
 SESSIONS = 16  # sessions kept per pair (the app keys one per visitor; the least recently used go)
+SPEC_FACTOR, SPEC_OFFSET = 2, 2  # draft at most SPEC_FACTOR x the match's length + SPEC_OFFSET tokens
+HEAD = 3  # prompt tokens stored before each output (Qwen's chat template: "<|im_start|>assistant\n")
 
 
 class _Node:
@@ -142,11 +150,21 @@ def speculate(node: _Node, budget: int, min_prob: float, room: int) -> list:
     return out
 
 
-def speculate_path(node: _Node, budget: int, min_prob: float, room: int) -> list:
-    """The chain form: from `node`, the most frequent continuation each time, while the path's
-    score stays at least `min_prob` (rows as speculate's, each the child of the one before)."""
+def speculate_path(trie: SuffixTrie, node: _Node, length: int, context: list, budget: int, min_prob: float) -> list:
+    """The chain form: from `node` (the match of `context`'s last `length` tokens in `trie`), the most frequent
+    continuation each time, while the path's score stays at least `min_prob` (rows as
+    speculate's, each the child of the one before). Where the trie's depth runs out, or the text
+    the walk follows ends (an earlier output's last token), the ending of the text with the draft
+    so far is matched again and the walk goes on from there."""
     out, score = [], 1.0
-    while len(out) < min(budget, room) and node.children:
+    text = list(context[-MAX_MATCH:])
+    room = trie.depth - length  # nodes below `node` before the trie's depth
+    while len(out) < budget:
+        if not node.children or room <= 0:
+            node, length = trie.match(text)
+            if node is None:
+                break
+            room = trie.depth - length
         total = sum(c.count for c in node.children.values())
         token, child = max(node.children.items(), key=lambda item: item[1].count)
         prob = child.count / total
@@ -154,7 +172,8 @@ def speculate_path(node: _Node, budget: int, min_prob: float, room: int) -> list
             break
         score *= prob
         out.append((token, len(out) - 1, child.count, round(prob, 4), round(score, 4)))
-        node = child
+        node, room = child, room - 1
+        text = (text + [token])[-MAX_MATCH:]
     return out
 
 
@@ -218,6 +237,7 @@ class SuffixDrafter(Drafter):
         self.local = SuffixTrie()  # this request: its prompt, then its answer as it commits
         self.local.extend(0, prompt_ids)
         self.session_trie, self.doc = self.cache.open_output(self.session)
+        self.cache.add(self.session_trie, self.doc, prompt_ids[-HEAD:])  # how this output begins
         self.seen = len(prompt_ids)  # committed tokens already in the tries
         self.info = {}
 
@@ -236,18 +256,18 @@ class SuffixDrafter(Drafter):
             node, length = trie.match(committed)
             if node is None:
                 continue
-            budget, room = min(k, length), trie.depth - length  # a longer match earns a longer draft
-            rows = speculate(node, budget, self.min_prob, room) if self.tree else \
-                speculate_path(node, budget, self.min_prob, room)
+            budget = min(k, SPEC_FACTOR * length + SPEC_OFFSET)  # a longer match earns a longer draft
+            rows = speculate(node, budget, self.min_prob, trie.depth - length) if self.tree else \
+                speculate_path(trie, node, length, committed, budget, self.min_prob)
             expected = sum(r[4] for r in rows)
             if rows and (best is None or expected > best[3]):
-                best = (name, length, rows, expected)
+                best = (name, length, rows, expected, budget)
         if best is None:
             self.info = {"tree": None, "match_len": 0, "drafted": 0}
             return Proposal(shape=self.kind if self.tree else None, seconds=time.perf_counter() - start)
-        name, length, rows, expected = best
+        name, length, rows, expected, budget = best
         self.info = {"tree": name, "match_len": length, "match": [len(committed) - length, len(committed)],
-                     "expected": round(expected, 3), "drafted": len(rows),
+                     "expected": round(expected, 3), "drafted": len(rows), "limit": budget,
                      "outputs": len(self.session_trie)}
         sources = [{"kind": "suffix", "tree": name, "count": count, "prob": prob, "score": score}
                    for _, _, count, prob, score in rows]

@@ -161,7 +161,8 @@ def suffix_words(info: dict, match_text: str) -> str:
     where = "this prompt and answer" if info["tree"] == "prompt" else \
         f"the session's outputs ({info.get('outputs', 0)} kept, this one so far included)"
     return (f"suffix decoding: the text's last {info['match_len']} token{'s' if info['match_len'] != 1 else ''} "
-            f"{quoted(match_text)} matched in {where}; {info.get('drafted', 0)} drafted (at most the match's length), "
+            f"{quoted(match_text)} matched in {where}; {info.get('drafted', 0)} drafted (at most "
+            f"{info.get('limit', '?')}: twice the match's length plus two, or k if less), "
             f"{num(info.get('expected'), 2)} expected accepted by their counts")
 
 
