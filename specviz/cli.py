@@ -113,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "(held-out accuracy is scored on answers either way)")
     tr.add_argument("--block", type=int, default=16, help="dflash: positions per block, the last committed token "
                     "and block - 1 masks (it drafts up to block - 1 tokens per forward)")
+    tr.add_argument("--anchors", type=int, default=0, help="dflash: blocks anchored in each 256-token training "
+                    "window (default 0: one per block length; more anchors see each position start a block more often)")
     tr.add_argument("--anchor-state", action="store_true", help="dflash: add the target's state before the block to "
                     "every block row (faster to learn; without it the block reads the text through attention only)")
     tr.add_argument("--no-check", action="store_true", help="skip the greedy runs on the pair at the end")
@@ -255,7 +257,7 @@ def cmd_train(args) -> int:
                           out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check,
                           data=args.data, storage=args.storage, labels=args.labels,
                           targets=args.targets,
-                          **({"block": args.block, "anchor_state": args.anchor_state} if args.kind == "dflash" else {}))
+                          **({"block": args.block, "anchor_state": args.anchor_state, "anchors": args.anchors} if args.kind == "dflash" else {}))
     held = report["held_out"]
     print(f"{args.kind}: held-out top-1 per depth {held['accuracy']}; E[drafts accepted] of a full chain "
           f"{held['accepted']:.2f} (teacher-forced on held-out text)")

@@ -12,12 +12,14 @@ from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value,
 from specviz import generate
 from specviz.analysis import metrics
 from specviz.config import Warp
+from specviz.drafters.heads import DFlashDrafter
 from specviz.errors import InputError
 from specviz.runtime.head_nets import DFlashNet, HeadSet, attach_heads, head_fingerprint, load_heads, save_heads
 from specviz.runtime.tiny_pair import build_tiny_pair
 from specviz.training.data import selfgen_features
 from specviz.training.selfgen import selfgen
-from specviz.training.trainer import TrainConfig, _Trainer, train_heads
+from specviz.training.trainer import TrainConfig, _Data, _Trainer, train_heads
+from specviz.verifiers import sampling
 
 BLOCK = 8
 
@@ -118,6 +120,35 @@ def test_drafting_at_inference_is_what_training_trained(anchor_state):
         leaky = net.context_kv(ctx, torch.arange(a + 1))
         out = net(net.block(embed(tokens[a:a + 1]).float(), block, ctx[a - 1:a]), torch.arange(a, a + block), leaky)
         assert not torch.allclose(out, trained[2], atol=1e-3)
+
+
+def test_the_drafter_fed_step_by_step_drafts_what_training_computes(tiny_dflash):
+    """DFlashDrafter itself, fed the target's states in pieces as the engine hands them over (the
+    context cached across steps, its positions counted by the drafter): every block's q equals
+    the one training's batched blocks give for the same anchor in the same sequence."""
+    pair, features, heads, _ = tiny_dflash
+    data = _Data(features, torch.device("cpu"), torch.float32)
+    start, n, _ = max(features.segments, key=lambda seg: seg[1])
+    assert n >= 3 * BLOCK
+    window = np.arange(start, start + n)
+    f, tokens, _ = data.rows(window)
+    trainer = _Trainer(TrainConfig("dflash", block=BLOCK), pair, data, heads.vocab_ids)
+    anchors = np.array([3, 4, 9, n - BLOCK])  # three states handed over, then one, then five, then the rest
+    warp = Warp()
+    with torch.no_grad():
+        trained = trainer.dflash_blocks(heads.net, window, anchors)
+        drafter = DFlashDrafter(heads.bind(pair.target), chain_k=BLOCK - 1)
+        drafter.want, drafter.forwards = BLOCK - 1, 0  # as propose() sets them each step
+        committed = tokens.tolist()
+        drafter.start(committed[:anchors[0] + 1])
+        fed = 0
+        for i, a in enumerate(anchors):
+            drafter.see_features(f[fed:a])  # the states of the tokens committed since the last step
+            fed = a
+            drafter._root(committed[:a + 1], warp)
+            expected = sampling.warp(drafter.heads.logits(trained[i, 1:]), warp)
+            assert torch.allclose(drafter.per_depth, expected, atol=1e-5), a
+        assert drafter.fed == anchors[-1] and drafter.forwards == len(anchors)
 
 
 def test_saved_and_loaded_it_drafts_the_same(tiny_dflash, tmp_path):

@@ -108,6 +108,10 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
         block = options.get("block", 16)
         if not isinstance(block, int) or not 2 <= block <= 32:
             raise InputError(f"block must be a whole number from 2 to 32, got {block!r}.")
+        anchors, room = options.get("anchors", 0), options.get("window", TrainConfig.window) - block
+        if isinstance(anchors, bool) or not isinstance(anchors, int) or not 0 <= anchors <= room:
+            raise InputError(f"anchors must be a whole number from 0 (one per block length) to {room} (the window's "
+                             f"positions with a whole block after them), got {anchors!r}.")
         options = {"depths": block - 1, **options}
     cfg = TrainConfig(kind, epochs=epochs, seed=seed, draft_vocab=draft_vocab, **options)
     if data == "selfgen":  # the target's own answers, with its states at several layers (made or resumed)
@@ -144,7 +148,8 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
                                  + (f" --labels {cfg.labels}" if cfg.labels != "hard" else "")
                                  + (f" --targets {cfg.targets}" if cfg.targets != "answers" else "")
                                  + (f" --block {cfg.block}" if kind == "dflash" else "")
-                                 + (" --anchor-state" if kind == "dflash" and cfg.anchor_state else ""))
+                                 + (" --anchor-state" if kind == "dflash" and cfg.anchor_state else "")
+                                 + (f" --anchors {cfg.anchors}" if kind == "dflash" and cfg.anchors else ""))
     save_heads(heads, out, head_fingerprint(pair.target), storage)
     report["out"] = str(out)
     files.write_json(out / f"report-{kind}.json", report)

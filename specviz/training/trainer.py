@@ -64,6 +64,7 @@ class TrainConfig:
     decay: float = 7.0  # dflash: block position j's loss weighs exp(-(j - 1) / decay) (DFlash's, for 16-blocks)
     eval_stride: int = 8  # dflash: held-out blocks start at every this-many-th position (each scores every depth)
     anchor_state: bool = False  # dflash: add the target's fused state before the anchor to every block row
+    anchors: int = 0  # dflash: blocks anchored in each training window (0: window // block, one a block's length)
 
     def net_config(self, hidden: int, vocab: int, draft_vocab: int, layers: Optional[list] = None) -> dict:
         base = {"hidden": hidden, "vocab_size": vocab, "draft_vocab": draft_vocab}
@@ -337,7 +338,7 @@ class _Trainer:
         weights = torch.exp(-torch.arange(cfg.block - 1, dtype=torch.float32) / cfg.decay)
         total, used = 0.0, 0
         for window in windows:
-            anchors = self.dflash_anchors(len(window), rng, max(1, cfg.window // cfg.block))
+            anchors = self.dflash_anchors(len(window), rng, cfg.anchors or max(1, cfg.window // cfg.block))
             if not len(anchors):
                 continue
             rows = self.data.rows(window)
