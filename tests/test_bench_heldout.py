@@ -46,6 +46,20 @@ def test_the_ratio_pools_runs_and_the_interval_spans_the_prompts():
     # resampling two prompts: both fast (2.0), both slow (0.8) or one of each, so the interval spans them
     assert out["ci95"][0] == pytest.approx(0.8) and out["ci95"][1] == pytest.approx(2.0)
     assert out["verdict"] == "tie" and out["vs_ar"] == pytest.approx(128 / 112)
+    # over AR (1.0 tokens/s on both prompts) the interval spans the same two prompts
+    assert out["vs_ar_ci95"] == pytest.approx([0.8, 2.0])
+
+
+def test_the_interval_over_ar_resamples_the_prompts_as_the_ratio_does():
+    # AR at 1.0 and 2.0: lane "a" is 1.5x AR on the first prompt, 1.0x on the second
+    prompts = [_prompt({"a": 1.5, "b": 1.0}, ar=1.0), _prompt({"a": 2.0, "b": 1.0}, ar=2.0)]
+    out = heldout.summarise(prompts, "a", "b", draws=400)
+    assert out["vs_ar"] == pytest.approx((128 / (64 / 1.5 + 32)) / (128 / 96))
+    assert out["vs_ar_ci95"] == pytest.approx([1.0, 1.5])
+    assert out["draft_s_per_step"] is None  # runs that did not record it
+    for p, d in zip(prompts, (0.01, 0.03)):
+        p["lanes"]["a"][0]["draft_s_per_step"] = d
+    assert heldout.summarise(prompts, "a", "b", draws=10)["draft_s_per_step"] == pytest.approx(0.02)
 
 
 def test_a_lead_on_every_prompt_is_a_lead_and_a_loss_on_every_prompt_a_loss():
@@ -85,6 +99,12 @@ def test_a_run_on_the_tiny_pair_is_held_resumable_and_reported(tmp_path, capsys)
     assert code["pld"]["ratio"] == pytest.approx(heldout.summarise(report["prompts"], "pld", "spec")["ratio"])
     md = (tmp_path / "h.md").read_text()
     assert "| pld |" in md and "| spec |" in md and "(baseline)" in md and "2 held-out prompts" in md
+    assert all(r["draft_s_per_step"] is not None for p in report["prompts"] for runs in p["lanes"].values()
+               for r in runs)
+    row = next(line for line in md.splitlines() if line.startswith("| pld |")).split(" | ")
+    low, high = code["pld"]["vs_ar_ci95"]
+    assert row[7] == f"{code['pld']['vs_ar']:.2f}x ({low:.2f} to {high:.2f})"
+    assert row[8] == f"{1e3 * code['pld']['draft_s_per_step']:.1f}"
     # a partial file with these settings and one prompt in it: the rerun measures only the other
     first = {**report, "prompts": report["prompts"][:1], "sittings": 1}
     first.pop("analysis")

@@ -11,7 +11,9 @@ text), the lanes interleaved and their order rotated per prompt and repeat. Per 
   95% CI       of that ratio, bootstrap over prompts (a prompt's runs are drawn together), seeded
   per prompt   the lane's tokens/s over the baseline's on each prompt: the median, and the wins
   verdict      leads where the whole interval is above 1, trails where it is below, else a tie
-  vs AR        over AR, timed once per prompt (the run that gives the held text)
+  vs AR        over AR, timed once per prompt (the run that gives the held text), with its own
+               bootstrap interval over prompts
+  draft/step   the drafter's seconds per decoding step (its forwards, or its lookups), mean over runs
 
 Progress and an ETA go to stderr; every finished prompt is saved in OUT.partial.json, and a rerun
 with the same settings resumes after it (the report counts the sittings and says where a sitting
@@ -64,17 +66,25 @@ def summarise(prompts: list, lane: str, baseline: str, seed: int = 0, draws: int
         return (_rate([r for p in sample for r in p["lanes"][lane]])
                 / _rate([r for p in sample for r in p["lanes"][baseline]]))
 
+    def over_ar(sample):
+        return _rate([r for p in sample for r in p["lanes"][lane]]) / _rate([p["ar"] for p in sample])
+
     ratio = pooled(prompts)
     per = [_rate(p["lanes"][lane]) / _rate(p["lanes"][baseline]) for p in prompts]
     rng = random.Random(seed)
-    boot = sorted(pooled([rng.choice(prompts) for _ in prompts]) for _ in range(draws))
+    samples = [[rng.choice(prompts) for _ in prompts] for _ in range(draws)]  # the same draws for both intervals
+    boot = sorted(pooled(sample) for sample in samples)
     low, high = boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
+    boot_ar = sorted(over_ar(sample) for sample in samples)
     runs = [r for p in prompts for r in p["lanes"][lane]]
     rate, taus = _rate(runs), [r["tau"] for r in runs if r.get("tau") is not None]
+    drafts = [r["draft_s_per_step"] for r in runs if r.get("draft_s_per_step") is not None]
     return {"tokens_per_s": rate, "ratio": ratio, "ci95": [low, high],
             "per_prompt_median": statistics.median(per), "wins": sum(x > 1 for x in per), "prompts": len(per),
             "verdict": "leads" if low > 1 else ("trails" if high < 1 else "tie"),
             "vs_ar": rate / _rate([p["ar"] for p in prompts]),
+            "vs_ar_ci95": [boot_ar[int(0.025 * draws)], boot_ar[int(0.975 * draws) - 1]],
+            "draft_s_per_step": statistics.mean(drafts) if drafts else None,
             "tau": statistics.mean(taus) if taus else None,
             "forced": max((r.get("forced", 0) for r in runs), default=0)}
 
@@ -120,7 +130,8 @@ def measure_prompt(pair, table: dict, methods: list, prompt, tokens: int, repeat
         for name in methods[start:] + methods[:start]:
             run = run_method(pair, table, name, ids, 0.0, tokens, 0, script=ar["token_ids"])
             record["lanes"][name].append({"tokens": run["new_tokens"], "seconds": run["seconds"],
-                                          "tau": run.get("tau"), "forced": run.get("forced", 0)})
+                                          "tau": run.get("tau"), "forced": run.get("forced", 0),
+                                          "draft_s_per_step": run.get("draft_s_per_step")})
     return record
 
 
@@ -170,6 +181,15 @@ def run(pair, table: dict, settings: dict, partial: Path, say) -> dict:
 # ---------------------------------------------------------------------------------------------
 # the report
 
+def _interval(a: dict) -> str:
+    ci = a.get("vs_ar_ci95")  # reports from before it was kept have none
+    return f" ({ci[0]:.2f} to {ci[1]:.2f})" if ci else ""
+
+
+def _ms(seconds) -> str:
+    return "-" if seconds is None else f"{1e3 * seconds:.1f}"
+
+
 def markdown(report: dict) -> str:
     s, envs = report["settings"], report.get("environments") or [{}]
     env = envs[0]
@@ -185,17 +205,20 @@ def markdown(report: dict) -> str:
              f"{s['repeats']} repeats, lanes interleaved and rotated. Ratio: tokens/s over all runs over "
              f"{s['baseline']}'s; 95% CI: bootstrap over prompts; per prompt: each prompt's ratio, their "
              "median and how many are above 1; verdict: leads / trails where the whole interval is above / "
-             "below 1, else tie. vs AR: over AR, timed once per prompt.", ""]
+             "below 1, else tie. vs AR: over AR, timed once per prompt, with its 95% CI (bootstrap over prompts). "
+             "Draft ms/step: the drafter's time per decoding step, mean over runs.", ""]
     for kind, lanes in report["analysis"].items():
         lines += [f"## {kind}", "", f"| lane | tok/s | / {s['baseline']} | 95% CI | per-prompt median | wins | "
-                  "verdict | vs AR | tau | forced (most in a run) |", "|---|---|---|---|---|---|---|---|---|---|"]
+                  "verdict | vs AR (95% CI) | draft ms/step | tau | forced (most in a run) |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
         for name, a in sorted(lanes.items(), key=lambda kv: -kv[1]["ratio"]):
             tau = "-" if a["tau"] is None else f"{a['tau']:.2f}"
             base = name == s["baseline"]
             wins = "-" if base else f"{a['wins']}/{a['prompts']}"
             lines.append(f"| {name} | {a['tokens_per_s']:.2f} | {a['ratio']:.3f} | {a['ci95'][0]:.3f} to "
                          f"{a['ci95'][1]:.3f} | {a['per_prompt_median']:.3f} | {wins} | "
-                         f"{'(baseline)' if base else a['verdict']} | {a['vs_ar']:.2f}x | {tau} | {a['forced']} |")
+                         f"{'(baseline)' if base else a['verdict']} | {a['vs_ar']:.2f}x{_interval(a)} | "
+                         f"{_ms(a.get('draft_s_per_step'))} | {tau} | {a['forced']} |")
         lines.append("")
     return "\n".join(lines)
 
