@@ -72,7 +72,7 @@ HOW_IT_WORKS = """
   cannot see the tokens drafted before it. The menu marks a method whose heads the pair lacks
   (train them with `python -m specviz train eagle3`).
 - **dflash** (block diffusion drafting): a small drafter of a few layers fills a whole block of
-  mask tokens (the last token, then up to 15 masks) in one forward, the masks attending to each
+  mask tokens (the last token, then the shipped drafter's 7 masks) in one forward, the masks attending to each
   other and every layer reading the target's low, middle, high and last states. The step panel
   says how big the block was; each draft's q is its own row of the block.
 - **suffix** / **suffix-tree** (SuffixDecoding, Oliaro et al. 2025; no model): every token this
