@@ -62,28 +62,26 @@ def summarise(prompts: list, lane: str, baseline: str, seed: int = 0, draws: int
     """One lane against the baseline over `prompts` (records with "ar" and "lanes": {name: [runs]},
     a run {"tokens", "seconds", ...}): the pooled ratio, its bootstrap interval over prompts, the
     per-prompt ratios' median and wins, the verdict."""
-    def pooled(sample):
-        return (_rate([r for p in sample for r in p["lanes"][lane]])
-                / _rate([r for p in sample for r in p["lanes"][baseline]]))
+    def rates(sample):  # the lane's, the baseline's and AR's tokens/s, each pooled over the sample
+        return (_rate([r for p in sample for r in p["lanes"][lane]]),
+                _rate([r for p in sample for r in p["lanes"][baseline]]), _rate([p["ar"] for p in sample]))
 
-    def over_ar(sample):
-        return _rate([r for p in sample for r in p["lanes"][lane]]) / _rate([p["ar"] for p in sample])
+    def middle95(values):
+        ordered = sorted(values)
+        return [ordered[int(0.025 * draws)], ordered[int(0.975 * draws) - 1]]
 
-    ratio = pooled(prompts)
+    rate, base, ar = rates(prompts)
     per = [_rate(p["lanes"][lane]) / _rate(p["lanes"][baseline]) for p in prompts]
     rng = random.Random(seed)
-    samples = [[rng.choice(prompts) for _ in prompts] for _ in range(draws)]  # the same draws for both intervals
-    boot = sorted(pooled(sample) for sample in samples)
-    low, high = boot[int(0.025 * draws)], boot[int(0.975 * draws) - 1]
-    boot_ar = sorted(over_ar(sample) for sample in samples)
+    boot = [rates([rng.choice(prompts) for _ in prompts]) for _ in range(draws)]  # one draw serves both intervals
+    low, high = middle95(x / b for x, b, _ in boot)
     runs = [r for p in prompts for r in p["lanes"][lane]]
-    rate, taus = _rate(runs), [r["tau"] for r in runs if r.get("tau") is not None]
+    taus = [r["tau"] for r in runs if r.get("tau") is not None]
     drafts = [r["draft_s_per_step"] for r in runs if r.get("draft_s_per_step") is not None]
-    return {"tokens_per_s": rate, "ratio": ratio, "ci95": [low, high],
+    return {"tokens_per_s": rate, "ratio": rate / base, "ci95": [low, high],
             "per_prompt_median": statistics.median(per), "wins": sum(x > 1 for x in per), "prompts": len(per),
             "verdict": "leads" if low > 1 else ("trails" if high < 1 else "tie"),
-            "vs_ar": rate / _rate([p["ar"] for p in prompts]),
-            "vs_ar_ci95": [boot_ar[int(0.025 * draws)], boot_ar[int(0.975 * draws) - 1]],
+            "vs_ar": rate / ar, "vs_ar_ci95": middle95(x / a for x, _, a in boot),
             "draft_s_per_step": statistics.mean(drafts) if drafts else None,
             "tau": statistics.mean(taus) if taus else None,
             "forced": max((r.get("forced", 0) for r in runs), default=0)}
