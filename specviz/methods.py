@@ -156,6 +156,9 @@ for _method in (
     Method("dflash", "DFlash: a block of masks filled in one forward of a small drafter on the target's states "
            "(block diffusion, trained here)", "a DFlash block drafter on the target", f"{_D}.heads:build",
            batch=True, load_k=True, heads="dflash"),
+    Method("dflash-tree", "DFlash's block as a dynamic tree: every depth's top candidates from the one block forward, "
+           "the likeliest paths kept (EAGLE-2's growth), verified with tree attention", "a DFlash block drafter on the target",
+           f"{_D}.heads:build", shape="draft tree", tree_forms=("dynamic",), heads="dflash"),
     Method("ssd", "speculative speculative decoding: while the target verifies, the draft model prepares the "
            "next draft for the likely outcomes; a hit's draft is ready at once", "the draft model, ahead of the verdict",
            f"{_D}.ssd:build", options=(("fanout", "ssd_fanout"), ("prepare", "ssd_prepare"), ("threads", "ssd_threads"))),

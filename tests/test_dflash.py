@@ -1,6 +1,6 @@
 """DFlash, the block drafter (specviz.runtime.head_nets.DFlashNet), trained in seconds on the tiny
-pair's own generations: lossless greedy and sampled, a whole block drafted in one forward, and
-drafting at inference exactly what training trained."""
+pair's own generations: lossless greedy and sampled, as a chain and as a tree, a whole block
+drafted in one forward, and drafting at inference exactly what training trained."""
 
 import copy
 
@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
+from test_tree import ResampleFromTargetAfterSibling
 
 from specviz import generate
 from specviz.analysis import metrics
@@ -52,6 +53,28 @@ def test_greedy_equals_ar(tiny_dflash, prompt, k):
     step = next(s for s in run.steps if s.drafted)
     assert any(f"one forward of a {BLOCK}-position block" in n for n in panel.step_notes(step, run.texts()))
     assert all(t.source_note.startswith(f"row {i + 1} of DFlash's block") for i, t in enumerate(step.drafted))
+
+
+@pytest.mark.parametrize("prompt", ["def fibonacci(n):", "Hello, world! "])
+def test_as_a_tree_greedy_equals_ar(tiny_dflash, prompt):
+    pair = tiny_dflash[0]
+    ar = list(generate(pair, prompt, method="ar", max_new_tokens=40))[-1]
+    events = list(generate(pair, prompt, method="dflash-tree", tree_budget=10, tree_depth=BLOCK - 1, tree_width=3,
+                           max_new_tokens=40))
+    assert events[-1].token_ids == ar.token_ids
+    steps = [e for e in events if e.kind == "step_finished" and e.drafted]
+    assert len(steps) > 3 and all(e.draft_forwards == 1 for e in steps)  # every depth from the one block forward
+    from specviz.render import steps as views
+    run = views.build([e.to_dict() for e in events])
+    trees = [s for s in run.steps if s.nodes]
+    assert trees and all(len(s.nodes) <= 10 and max(n.depth for n in s.nodes) <= BLOCK - 1 for s in trees)
+    # a tree, not a chain: some position gets two candidates (siblings), and a path goes deeper than 2
+    assert any(len({n.parent for n in s.nodes}) < len(s.nodes) for s in trees)
+    assert max(n.depth for s in trees for n in s.nodes) > 2
+    # a node at depth d is row d of the block, whatever its parent's token
+    assert all(n.source_note.startswith(f"row {n.depth} of DFlash's block") for s in trees for n in s.nodes)
+    with pytest.raises(InputError, match=f"at most {BLOCK - 1} deep"):
+        list(generate(pair, "x", method="dflash-tree", tree_depth=BLOCK, max_new_tokens=4))
 
 
 def test_batched_rows_equal_their_own_ar(tiny_dflash):
@@ -184,6 +207,23 @@ def test_sampling_follows_the_target(toy):  # noqa: F811
     counts, runs = _first_tokens(toy, warp, runs=RUNS // 2, method="dflash", k=3)
     assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) > 1e-4
     assert sum(e.kind == "token_rejected" for events in runs for e in events) > RUNS // 20
+
+
+def test_as_a_tree_sampling_follows_the_target(toy):  # noqa: F811
+    _toy_dflash(toy)
+    warp = Warp(1.0)
+    counts, runs = _first_tokens(toy, warp, runs=RUNS // 2, method="dflash-tree", tree_budget=6, tree_depth=2,
+                                 tree_width=2)
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) > 1e-4
+    assert sum(e.kind == "token_rejected" for events in runs for e in events) > RUNS // 10  # siblings judged too
+
+
+def test_as_a_tree_a_broken_multi_draft_rule_fails(toy):  # noqa: F811
+    _toy_dflash(toy)
+    warp = Warp(1.0)
+    counts, _ = _first_tokens(toy, warp, runs=RUNS // 2, method="dflash-tree", tree_budget=6, tree_depth=2,
+                              tree_width=2, verifier=ResampleFromTargetAfterSibling())
+    assert _p_value(counts, _target_joint(toy, warp), RUNS // 2) < 1e-4
 
 
 def test_a_broken_rule_fails_with_it_too(toy):  # noqa: F811

@@ -179,7 +179,7 @@ def test_the_apps_menu_says_which_methods_lack_trained_heads(tiny3, tmp_path, mo
     from webapp.settings import method_choices
 
     monkeypatch.setenv("SPECVIZ_CACHE", str(tmp_path))
-    heads = {"medusa", "medusa-tree", "eagle", "eagle-tree", "eagle3", "eagle3-tree", "peagle", "dflash"}
+    heads = {"medusa", "medusa-tree", "eagle", "eagle-tree", "eagle3", "eagle3-tree", "peagle", "dflash", "dflash-tree"}
 
     def lacking(pair_name):
         choices = method_choices(pair_name)

@@ -31,15 +31,17 @@ def tokens(events, row=None):
 
 def test_every_list_of_methods_is_the_registrys():
     assert methods.names() == ("ar", "spec", "tree", "pld", "lookahead", "cascade", "medusa", "medusa-tree", "eagle",
-                               "eagle-tree", "eagle3", "eagle3-tree", "peagle", "suffix", "suffix-tree", "dflash", "ssd")
+                               "eagle-tree", "eagle3", "eagle3-tree", "peagle", "suffix", "suffix-tree", "dflash", "dflash-tree",
+                               "ssd")
     assert methods.names(batch=True) == ("ar", "spec", "pld", "medusa", "eagle", "eagle3", "peagle", "suffix", "dflash")
     assert methods.names(load_k=True) == ("spec", "pld", "medusa", "eagle", "eagle3", "peagle", "suffix", "dflash")
     assert methods.names(auto_k=True) == ("spec", "cascade")
     assert methods.names(llamacpp=True) == ("ar", "spec", "pld", "cascade", "suffix")
-    assert methods.names(tree=True) == ("tree", "lookahead", "medusa-tree", "eagle-tree", "eagle3-tree", "suffix-tree")
+    assert methods.names(tree=True) == ("tree", "lookahead", "medusa-tree", "eagle-tree", "eagle3-tree", "suffix-tree",
+                                        "dflash-tree")
     assert {m: methods.get(m).heads for m in methods.names() if methods.get(m).heads} == {
         "medusa": "medusa", "medusa-tree": "medusa", "eagle": "eagle", "eagle-tree": "eagle", "eagle3": "eagle3",
-        "eagle3-tree": "eagle3", "peagle": "peagle", "dflash": "dflash"}
+        "eagle3-tree": "eagle3", "peagle": "peagle", "dflash": "dflash", "dflash-tree": "dflash"}
 
 
 def test_a_record_that_contradicts_itself_is_refused():

@@ -66,7 +66,8 @@ def test_greedy_spec_equals_ar(qwen, ar, chat, k):
 METHODS = [dict(method="tree", tree="3,2,1"), dict(method="tree", tree="dynamic"), dict(method="lookahead"),
            dict(method="medusa", k=4), dict(method="medusa-tree", tree="3,2,1,1"), dict(method="eagle", k=5),
            dict(method="eagle-tree"), dict(method="eagle3", k=5), dict(method="eagle3-tree"),
-           dict(method="peagle", k=5), dict(method="dflash", k=5), dict(method="ssd", k=3)]
+           dict(method="peagle", k=5), dict(method="dflash", k=5), dict(method="dflash-tree"),
+           dict(method="ssd", k=3)]
 
 
 @pytest.mark.parametrize("kw", METHODS, ids=[",".join(f"{k}={v}" for k, v in kw.items()) for kw in METHODS])

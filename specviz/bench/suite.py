@@ -111,6 +111,7 @@ def method_table(k: int, pld_k: int) -> dict:
         "eagle3-tree-auto": Lane(run.replace(method="eagle3-tree", tree_budget="auto")),  # sized to the machine
         "peagle": Lane(run.replace(method="peagle", k=HEADS_K["peagle"])),
         "dflash": Lane(run.replace(method="dflash", k=HEADS_K["dflash"])),
+        "dflash-tree-auto": Lane(run.replace(method="dflash-tree", tree_budget="auto")),  # sized to the machine
         # no model: the prompt's and the session's suffix trees (a run of the bench starts an empty
         # session unless its config names one: run_specviz)
         "suffix": Lane(run.replace(method="suffix", k=SUFFIX_K)),

@@ -196,7 +196,7 @@ class ParallelEagleDrafter(EagleDrafter):
         return "P-EAGLE"
 
     def propose(self, committed, k, warp, generator) -> Proposal:
-        self.want = max(1, min(k, len(self.shape)))
+        self.want = max(1, min(k, self.depth if self.dynamic else len(self.shape)))  # the depths whose q is read
         return super().propose(committed, k, warp, generator)
 
     @torch.inference_mode()
@@ -236,7 +236,10 @@ class DFlashDrafter(ParallelEagleDrafter):
     committed token and block - 1 masks at the positions after it, gives q for depths 1..k at
     once, k at most block - 1. The whole trained block runs whatever k is (its masks see each
     other: fewer would be another input than the one it learnt); only the k rows wanted are read
-    through the output head. As a chain (method `dflash`)."""
+    through the output head. As a chain (method `dflash`) or as a dynamic tree (`dflash-tree`): a
+    row's q does not depend on the tokens above it, so every node at depth d gets row d + 1's
+    candidates, and EAGLE-2's best-first growth by cumulative q keeps the likeliest paths through
+    the block's top candidates (no further forward: the block gave every depth at once)."""
 
     @property
     def name(self) -> str:
@@ -268,12 +271,12 @@ class DFlashDrafter(ParallelEagleDrafter):
 
     @property
     def kind(self) -> str:
-        return f"dflash chain (block {self.heads.net.block_size})"
+        return f"dflash {'chain' if self.chain else 'dynamic tree'} (block {self.heads.net.block_size})"
 
 
 def build(pair, cfg, stop, policy=None) -> _FeatureDrafter:
     """The drafter of every method on trained heads (specviz.methods: medusa, medusa-tree, eagle,
-    eagle-tree, eagle3, eagle3-tree, peagle), bound to the pair's target."""
+    eagle-tree, eagle3, eagle3-tree, peagle, dflash, dflash-tree), bound to the pair's target."""
     method = get(cfg.method)
     heads = heads_for(pair, method.heads, cfg.heads or None)
     bound = heads.bind(pair.target)
@@ -284,6 +287,12 @@ def build(pair, cfg, stop, policy=None) -> _FeatureDrafter:
                             width=cfg.tree_width, sizer=sizer_for(pair, cfg))
     if method.heads == "peagle":
         return ParallelEagleDrafter(bound, stop, chain_k=cfg.k)
+    if method.heads == "dflash" and method.tree:
+        if cfg.tree_depth > heads.depth:
+            raise InputError(f"This DFlash drafter's blocks hold {heads.depth + 1} positions, so its tree is at most "
+                             f"{heads.depth} deep: use tree_depth of at most {heads.depth}.")
+        return DFlashDrafter(bound, stop, dynamic=True, budget=cfg.tree_budget, depth=cfg.tree_depth,
+                             width=cfg.tree_width, sizer=sizer_for(pair, cfg))
     if method.heads == "dflash":
         if isinstance(cfg.k, int) and cfg.k > heads.depth:
             raise InputError(f"This DFlash drafter's blocks hold {heads.depth + 1} positions, so it drafts at most "

@@ -37,8 +37,9 @@ def chip(token: st.TokenView, greedy: bool = False, detail: Optional[str] = None
 
 def tooltip(token: st.TokenView, greedy: bool = False) -> str:
     """The plain-text story of one token: identity, p, q, p/q, u and the decision."""
-    where = (f"tree node {token.node}, depth {token.index + 1}" if token.node is not None
-             and token.status in ("accepted", "rejected", "wasted", "draft") else f"draft #{token.index}")
+    drafted = token.status in ("accepted", "rejected", "wasted", "draft")
+    where = (f"tree node {token.node}, depth {token.index + 1}" if drafted and token.node is not None
+             else f"draft {token.index + 1}" if drafted else "the target's own token")
     lines = [f"{quoted(token.text)}  id {token.token_id} · position {token.position} · "
              f"step {token.step + 1}, {where}"]
     if token.status in ("draft", "accepted", "rejected", "wasted"):

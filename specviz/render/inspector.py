@@ -57,7 +57,7 @@ def default_index(step: st.StepView) -> int:
 
 
 def _title(step, index, drafted, closing, greedy) -> str:
-    where = f"depth {index + 1}" if step.is_tree else f"draft #{index}"
+    where = f"depth {index + 1}" if step.is_tree else f"draft {index + 1}"
     head = f"Step {step.step + 1} · {where} · position {(drafted or closing).position}"
     judged = [t for t in step.at(index) if t.status in ("accepted", "rejected")]
     if step.is_tree and len(judged) > 1:

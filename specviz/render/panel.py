@@ -30,7 +30,7 @@ def step_panel(run: st.RunView, number: Optional[int] = None) -> Rendered:
         rows.append(_row("1 · draft proposes, q", [chip(t, run.greedy, _draft_detail(t)) for t in drafts]))
         verdicts = [chip(t, run.greedy, _verify_detail(t, run.greedy)) for t in step.drafted]
         if step.next is not None:
-            verdicts.append(chip(step.next, run.greedy, _next_detail(step.next)))
+            verdicts.append(chip(step.next, run.greedy, _next_detail(step.next, run.greedy)))
         rows.append(_row("2 · target verifies in 1 pass", verdicts))
     emitted = [chip(t, run.greedy) for t in step.emitted]
     rows.append(_row(("3 · " if step.drafted or step.nodes else "") + "emitted", emitted))
@@ -52,7 +52,7 @@ def _tree_rows(step: st.StepView, greedy: bool) -> list:
     rows = [_row("1 · draft builds a tree", [f'<span class="sv-treesum">{text(summary)}</span>'])]
     verdicts = [chip(t, greedy, f"d{t.index + 1} · {_verify_detail(t, greedy)}") for t in step.drafted]
     if step.next is not None:
-        verdicts.append(chip(step.next, greedy, _next_detail(step.next)))
+        verdicts.append(chip(step.next, greedy, _next_detail(step.next, greedy)))
     rows.append(_row("2 · target walks it, 1 pass", verdicts))
     return rows
 
@@ -153,13 +153,17 @@ def step_notes(step: st.StepView, texts: Optional[list] = None) -> list:
     return notes
 
 
+def _outputs(n: int) -> str:
+    return f"{n} output{'s' if n != 1 else ''}"
+
+
 def suffix_words(info: dict, match_text: str) -> str:
     """Suffix decoding's step in words: which ending of the text matched where, and what it earned."""
     if not info.get("tree"):
         return ("suffix decoding: no ending of the text was seen before with a continuation (or none likely "
                 "enough): nothing drafted, a plain target step")
     where = "this prompt and answer" if info["tree"] == "prompt" else \
-        f"the session's outputs ({info.get('outputs', 0)} kept, this one so far included)"
+        f"the session's {_outputs(info.get('outputs', 0))} (this answer so far among them)"
     return (f"suffix decoding: the text's last {info['match_len']} token{'s' if info['match_len'] != 1 else ''} "
             f"{quoted(match_text)} matched in {where}; {info.get('drafted', 0)} drafted (at most "
             f"{info.get('limit', '?')}: twice the match's length plus two, or k if less), "
@@ -178,8 +182,8 @@ def _counter_words(counters: dict) -> str:
     return ", ".join(parts)
 
 
-def _next_detail(token: st.TokenView) -> str:
-    if token.status == "residual":
+def _next_detail(token: st.TokenView, greedy: bool = False) -> str:
+    if token.status == "residual" and not greedy:  # greedy: the target's top token, shown with its p
         return f"r {num(token.residual_prob, 2)}"
     return f"p {num(token.p, 2)}"
 
@@ -196,9 +200,11 @@ def sentence(step: st.StepView, greedy: bool = False) -> str:
         words = f"Drafted {len(step.drafted)}, accepted {accepted}"
         rejected = step.rejected
         if rejected is not None:
-            words += f"; rejected {quoted(rejected.text)} at draft #{rejected.index} because {_why(rejected, greedy)}"
+            words += f"; rejected {quoted(rejected.text)} as draft {rejected.index + 1} because {_why(rejected, greedy)}"
         if step.next is not None and step.next.status == "residual" and str(step.next.rule).startswith("typical"):
             words += f"; drew {quoted(step.next.text)} from p there instead (typical acceptance, lossy)"
+        elif step.next is not None and step.next.status == "residual" and greedy:
+            words += f"; the target's top token {quoted(step.next.text)} takes its place"
         elif step.next is not None and step.next.status == "residual":
             words += f"; resampled {quoted(step.next.text)} from the residual norm(max(p − q, 0))"
         elif step.next is not None:

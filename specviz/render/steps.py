@@ -269,7 +269,7 @@ def source_note(source: dict, texts: list) -> Optional[str]:
                 "(each mask sees the others, not what they will become)")
     if kind == "suffix":
         where = "this prompt and answer" if source.get("tree") == "prompt" else \
-            "the session's outputs (this answer so far included)"
+            "the session's outputs (this answer so far among them)"
         count = source.get("count")
         return (f"suffix decoding: came next {count} time{'s' if count != 1 else ''} in {where} "
                 f"({_percent(source.get('prob'))} of what followed there); estimated chance of acceptance "
