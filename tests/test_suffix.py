@@ -101,6 +101,28 @@ def test_a_session_keeps_its_latest_outputs_whole(monkeypatch):
     assert list(cache.sessions) == ["t", "u"]  # "s", the least recently used, went
 
 
+def test_a_full_session_of_text_that_never_repeats_stays_small():
+    """The worst case for memory: every output token new (a sampled answer at high temperature), so
+    every suffix opens new nodes, DEPTH of them per token. A session keeps SESSION_TOKENS tokens,
+    a pair SESSIONS sessions: a public app's memory for suffix decoding is bounded by this
+    session's size times SESSIONS. A deeper trie, a longer session or a fatter node fails here."""
+    import random
+    import tracemalloc
+
+    rng = random.Random(0)
+    cache = SuffixCache()
+    tracemalloc.start()
+    try:
+        for _ in range(3 * suffix.SESSION_TOKENS // 256):  # more than a session holds: the oldest go
+            trie, doc = cache.open_output("s")
+            cache.add(trie, doc, [rng.randrange(150_000) for _ in range(256)])
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert suffix.SESSION_TOKENS - 256 < trie.tokens <= suffix.SESSION_TOKENS
+    assert held < 64e6, f"{held / 1e6:.0f} MB for one full session"
+
+
 @pytest.mark.parametrize("method", ["suffix", "suffix-tree"])
 @pytest.mark.parametrize("prompt", ["def fibonacci(n):", "Hello, world! "])
 def test_greedy_equals_ar_and_repeated_work_gets_faster(tiny, method, prompt):

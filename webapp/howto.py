@@ -74,7 +74,9 @@ HOW_IT_WORKS = """
 - **dflash** (block diffusion drafting): a small drafter of a few layers fills a whole block of
   mask tokens (the last token, then the shipped drafter's 7 masks) in one forward, the masks attending to each
   other and every layer reading the target's low, middle, high and last states. The step panel
-  says how big the block was; each draft's q is its own row of the block.
+  says how big the block was; each draft's q is its own row of the block. **dflash-tree** grows a
+  dynamic tree from the same one forward: a row's q does not depend on the tokens above it, so
+  every node at depth d gets row d's top candidates, and the likeliest paths are kept.
 - **suffix** / **suffix-tree** (SuffixDecoding, Oliaro et al. 2025; no model): every token this
   session has produced, and this prompt, are kept in suffix trees with counts. The text's longest
   ending seen before is matched, and what followed it most often is drafted, as a chain or a tree;
