@@ -11,6 +11,7 @@ import pytest
 
 from specviz.analysis import metrics, theory, trace
 from specviz.render import charts, chips, inspector, panel, steps, tree
+from specviz.render.html import quoted
 from specviz.render.race import Lane, lane_html, race, verdict
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -268,11 +269,18 @@ def test_run_metrics_of_a_partial_run_match_the_engine_fold(sampled):
     assert steps.run_metrics(partial)["tau"] == metrics.fold(partial).tau
 
 
-def test_stats_and_step_panel_tell_the_step(sampled):
+def test_stats_and_step_panel_tell_the_step(sampled, greedy):
     run = steps.build(sampled)
     step = next(s for s in run.steps if s.rejected is not None)
     words = panel.step_panel(run, step.step).html
     assert f"Step {step.step + 1} of {len(run.steps)}" in words and "resampled" in words
+    assert f"as draft {step.rejected.index + 1} because u = " in words  # drafts counted from 1
+    # greedy: the replacement is the target's top token, not a draw from a residual
+    run = steps.build(greedy)
+    step = next(s for s in run.steps if s.rejected is not None)
+    words = panel.step_panel(run, step.step).html
+    assert f"the target's top token {quoted(step.next.text)} takes its place" in words
+    assert "resampled" not in words and "because it is not the target's top token" in words
     stats = panel.stats(run, sampled[-1]["metrics"], compute_s=2.0).html
     assert 'data-finished="1"' in stats and f"{sampled[-1]['metrics']['new_tokens'] / 2.0:.1f}" in stats
 

@@ -237,8 +237,8 @@ class DFlashDrafter(ParallelEagleDrafter):
     once, k at most block - 1. The whole trained block runs whatever k is (its masks see each
     other: fewer would be another input than the one it learnt); only the k rows wanted are read
     through the output head. As a chain (method `dflash`) or as a dynamic tree (`dflash-tree`): a
-    row's q does not depend on the tokens above it, so every node at depth d gets row d + 1's
-    candidates, and EAGLE-2's best-first growth by cumulative q keeps the likeliest paths through
+    row's q does not depend on the tokens above it, so the children of every node at depth d are
+    row d + 1's candidates, and EAGLE-2's best-first growth by cumulative q keeps the likeliest paths through
     the block's top candidates (no further forward: the block gave every depth at once)."""
 
     @property
