@@ -1,6 +1,6 @@
 """The app in a real browser (Playwright driving /usr/bin/chromium), on the tiny pair.
 
-Skips when playwright or /usr/bin/chromium is missing. With SPECVIZ_SCREENSHOTS=<folder> set,
+Skips when playwright or /usr/bin/chromium ($BROWSER_PATH where set) is missing. With SPECVIZ_SCREENSHOTS=<folder> set,
 saves a PNG of each view of these tiny-pair runs there (the docs' pictures are the real pair's
 presets instead, taken by `make screenshots`, docs/screenshots/take.py):
 
@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("BROWSER_PATH") or "/usr/bin/chromium"  # $BROWSER_PATH, as static images
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
 EVIL = "<img src=x onerror=window.__pwned=1>"
 RUN_TIMEOUT = 90_000  # ms: tiny runs take seconds, but the machine may be shared
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-if not os.path.exists(CHROMIUM):
+if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
     pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
 expect = sync_api.expect
 

@@ -5,7 +5,7 @@ copy of notebook 2 (so autosave never touches the committed file), runs all its 
 mode (tiny pair) and checks that the token-stream widget renders its chips and legend and that
 Play / Pause / Step drive the kernel-side animation. The server is stopped at the end.
 
-Skips cleanly when playwright, jupyterlab or /usr/bin/chromium is missing. With
+Skips cleanly when playwright, jupyterlab or /usr/bin/chromium ($BROWSER_PATH where set) is missing. With
 SPECVIZ_SCREENSHOTS=<folder> set, saves a PNG of the widget there.
 """
 
@@ -24,14 +24,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "02_draft_and_verify.ipynb"
-CHROMIUM = "/usr/bin/chromium"
+CHROMIUM = os.environ.get("BROWSER_PATH") or "/usr/bin/chromium"  # $BROWSER_PATH, as static images
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 TIMEOUT = 120_000  # ms: running the notebook takes seconds, but the machine may be shared
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytest.importorskip("jupyterlab", reason="jupyterlab is not installed")
-if not os.path.exists(CHROMIUM):
+if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
     pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
 expect = sync_api.expect
 pytestmark = pytest.mark.browser

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -181,8 +182,16 @@ def convert_packaged(spec: PackagedModel, dest: Path, say: Progress) -> None:
                       f"converting {spec.key}")
     ensure_gguf(spec, say)
     say(0.5, f"{spec.key}: de-quantising the GGUF (about a minute, once)")
+    # transformers warns that a packed GGUF runs fastest in float32: true for running it, beside the
+    # point here, where nothing runs in that form before it is saved as bf16
+    quiet = logging.getLogger("transformers.quantizers.quantizer_gguf")
+    level = quiet.level
     with _gguf_parsed_once():
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+        quiet.setLevel(logging.ERROR)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
+        finally:
+            quiet.setLevel(level)
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # transformers refuses to save a GGUF-loaded model while it still looks quantised.
     model.hf_quantizer = None
