@@ -13,18 +13,17 @@ import re
 import socket
 from pathlib import Path
 
+import chromium
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = os.environ.get("BROWSER_PATH") or "/usr/bin/chromium"  # $BROWSER_PATH, as static images
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic"]
 EVIL = "<img src=x onerror=window.__pwned=1>"
 RUN_TIMEOUT = 90_000  # ms: tiny runs take seconds, but the machine may be shared
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+CHROMIUM = chromium.require()
 expect = sync_api.expect
 
 

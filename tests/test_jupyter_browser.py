@@ -20,19 +20,18 @@ import time
 import urllib.request
 from pathlib import Path
 
+import chromium
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "02_draft_and_verify.ipynb"
-CHROMIUM = os.environ.get("BROWSER_PATH") or "/usr/bin/chromium"  # $BROWSER_PATH, as static images
 ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run"]
 TIMEOUT = 120_000  # ms: running the notebook takes seconds, but the machine may be shared
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 pytest.importorskip("jupyterlab", reason="jupyterlab is not installed")
-if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
-    pytest.skip(f"{CHROMIUM} is missing (apt-get install chromium)", allow_module_level=True)
+CHROMIUM = chromium.require()
 expect = sync_api.expect
 pytestmark = pytest.mark.browser
 
