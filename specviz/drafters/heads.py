@@ -274,6 +274,13 @@ class DFlashDrafter(ParallelEagleDrafter):
         return f"dflash {'chain' if self.chain else 'dynamic tree'} (block {self.heads.net.block_size})"
 
 
+def _dynamic_tree(pair, cfg) -> dict:
+    """A dynamic tree's settings (EAGLE-2's growth): cfg's budget, depth and width, or sized to the
+    machine each step with tree_budget="auto"."""
+    return dict(dynamic=True, budget=cfg.tree_budget, depth=cfg.tree_depth, width=cfg.tree_width,
+                sizer=sizer_for(pair, cfg))
+
+
 def build(pair, cfg, stop, policy=None) -> _FeatureDrafter:
     """The drafter of every method on trained heads (specviz.methods: medusa, medusa-tree, eagle,
     eagle-tree, eagle3, eagle3-tree, peagle, dflash, dflash-tree), bound to the pair's target."""
@@ -283,20 +290,18 @@ def build(pair, cfg, stop, policy=None) -> _FeatureDrafter:
     if method.heads in ("eagle", "eagle3"):
         if not method.tree:
             return EagleDrafter(bound, stop, chain_k=cfg.k)
-        return EagleDrafter(bound, stop, dynamic=True, budget=cfg.tree_budget, depth=cfg.tree_depth,
-                            width=cfg.tree_width, sizer=sizer_for(pair, cfg))
+        return EagleDrafter(bound, stop, **_dynamic_tree(pair, cfg))
     if method.heads == "peagle":
         return ParallelEagleDrafter(bound, stop, chain_k=cfg.k)
-    if method.heads == "dflash" and method.tree:
-        if cfg.tree_depth > heads.depth:
-            raise InputError(f"This DFlash drafter's blocks hold {heads.depth + 1} positions, so its tree is at most "
-                             f"{heads.depth} deep: use tree_depth of at most {heads.depth}.")
-        return DFlashDrafter(bound, stop, dynamic=True, budget=cfg.tree_budget, depth=cfg.tree_depth,
-                             width=cfg.tree_width, sizer=sizer_for(pair, cfg))
     if method.heads == "dflash":
+        block = f"This DFlash drafter's blocks hold {heads.depth + 1} positions, so"
+        if method.tree:
+            if cfg.tree_depth > heads.depth:
+                raise InputError(f"{block} its tree is at most {heads.depth} deep: use tree_depth of at most "
+                                 f"{heads.depth}.")
+            return DFlashDrafter(bound, stop, **_dynamic_tree(pair, cfg))
         if isinstance(cfg.k, int) and cfg.k > heads.depth:
-            raise InputError(f"This DFlash drafter's blocks hold {heads.depth + 1} positions, so it drafts at most "
-                             f"{heads.depth} tokens a step: use k of at most {heads.depth}.")
+            raise InputError(f"{block} it drafts at most {heads.depth} tokens a step: use k of at most {heads.depth}.")
         return DFlashDrafter(bound, stop, chain_k=min(cfg.k, heads.depth) if isinstance(cfg.k, int) else heads.depth)
     shape = parse_shape(cfg.tree) if method.tree else [1] * cfg.k
     if len(shape) > heads.depth:
