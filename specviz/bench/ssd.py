@@ -129,16 +129,43 @@ def _draft_beside(draft, context: list, threads: int, stop) -> float:
 
 
 def measure_prompt(pair, settings: dict, prompt, turn: int) -> dict:
+    """AR once off the clock (the text every lane is held to), then AR and every lane, the order
+    rotated by `turn` (the baseline inside the rotation, never always first); last, off the clock,
+    where each of the text's tokens ranks among the draft's candidates (the prediction's outcomes)."""
     ids = pair.encode(prompt.text, chat=prompt.chat)
-    ar = timed_run(pair, _ar(), ids, settings["tokens"])
-    record = {"kind": prompt.kind, "text": prompt.text, "ar": {k: ar[k] for k in ("tokens", "seconds")}, "lanes": {}}
-    lanes = _lanes(settings)
+    script = timed_run(pair, _ar(), ids, settings["tokens"])["token_ids"]
+    record = {"kind": prompt.kind, "text": prompt.text, "ar_in_rotation": True, "lanes": {}}
+    lanes = ["ar", *_lanes(settings)]
     start = turn % len(lanes)
     for lane in lanes[start:] + lanes[:start]:
-        run = timed_run(pair, _config(lane, settings), ids, settings["tokens"], script=ar["token_ids"])
+        if lane == "ar":
+            run = timed_run(pair, _ar(), ids, settings["tokens"])
+            record["ar"] = {k: run[k] for k in ("tokens", "seconds")}
+            continue
+        run = timed_run(pair, _config(lane, settings), ids, settings["tokens"], script=script)
         run.pop("token_ids")
         record["lanes"][lane] = run
+    record["ranks"] = draft_ranks(pair, ids, script)
     return record
+
+
+def draft_ranks(pair, ids: list, script: list) -> list:
+    """Where each token of `script` ranks among the draft model's candidates at its position (0: its
+    top token; None: below RANKS), the draft reading the prompt and the script itself in one
+    forward, off every clock. Greedy plain speculation's verdicts follow from these alone
+    (specviz.analysis.ssd_model.spec_outcomes): an accepted draft's prefix is the script's."""
+    import torch
+
+    from specviz.analysis.ssd_model import RANKS
+    from specviz.runtime.lm import runner_for
+
+    draft = runner_for(pair.draft)
+    draft.reset()
+    with torch.no_grad():
+        logits = draft.forward(list(ids) + list(script[:-1]), keep=len(script))  # (len(script), V)
+    draft.reset()
+    top = torch.topk(logits, RANKS + 1, dim=-1).indices.tolist()  # +1: a residual's rank drops the rejected draft
+    return [row.index(token) if token in row else None for row, token in zip(top, script)]
 
 
 def _ar():
@@ -222,21 +249,43 @@ def analyse(report: dict) -> dict:
                    "ready_on_hit": _sum(costs, "ready_drafts") / _sum(costs, "ready_steps")
                    if _sum(costs, "ready_steps") else 0.0,
                    "vs_ar": lanes[f"ssd-k{k}"]["vs_ar"]}
+            row.update(_predicted(report, prompts, k, lanes))
             inputs = overlap.theory_inputs([p["lanes"][spec_lane]["costs"] for p in prompts],
                                            costs) if spec_lane in lanes else None
-            if inputs is not None:
+            if inputs is not None:  # the formula on SSD's own measured parts: it adds them back up
                 measured = inputs.pop("measured")
-                predicted = theory.ssd_speedup(inputs["hit"], k, inputs["c"], inputs["slowdown"],
-                                               inputs["ready"] or float(k), inputs["wait"], inputs["overhead"],
-                                               ssd_overhead=inputs["ssd_overhead"])
+                decomposed = theory.ssd_speedup(inputs["hit"], k, inputs["c"], inputs["slowdown"],
+                                                inputs["ready"] or float(k), inputs["wait"], inputs["overhead"],
+                                                ssd_overhead=inputs["ssd_overhead"])
                 own = theory.ssd_speedup(inputs["hit"], k, inputs["c"], overhead=inputs["overhead"],
                                          ssd_overhead=inputs["ssd_overhead"])
-                row.update(inputs=inputs, vs_spec_measured=measured, vs_spec_predicted=predicted,
-                           error=predicted / measured - 1.0, vs_spec_own_hardware=own,
+                row.update(inputs=inputs, vs_spec_measured=measured, vs_spec_decomposed=decomposed,
+                           vs_spec_own_hardware=own,
                            vs_spec_best=lanes[f"ssd-k{k}"]["tokens_per_s"] / lanes[best["spec"]]["tokens_per_s"])
+                if "vs_spec_predicted" in row:
+                    row["error"] = row["vs_spec_predicted"] / measured - 1.0
             ssd[str(k)] = row
         out[kind] = {"prompts": len(prompts), "ar_tokens_per_s": ar_rate, "lanes": lanes, "best": best, "ssd": ssd}
     return out
+
+
+def _predicted(report: dict, prompts: list, k: int, lanes: dict) -> dict:
+    """SSD over spec at k predicted apart from the SSD run (specviz.analysis.ssd_model.predict): the
+    outcomes from the draft's ranks on the held text, the split table, spec's own c and rest of a
+    step. Empty where the report lacks any of them (reports from before the prediction)."""
+    from specviz.analysis import ssd_model
+
+    s, split, spec_lane = report["settings"], (report.get("split") or {}).get(str(k)), f"spec-k{k}"
+    if split is None or spec_lane not in lanes or any("ranks" not in p for p in prompts):
+        return {}
+    costs = [p["lanes"][spec_lane]["costs"] for p in prompts]
+    steps, forwards = _sum(costs, "steps"), _sum(costs, "draft_forwards")
+    if not steps or not forwards:
+        return {}
+    v = _sum(costs, "verify_s") / steps
+    c, overhead = _sum(costs, "draft_s") / forwards / v, _sum(costs, "other_s") / steps / v
+    out = ssd_model.predict(k, s["fanout"], [p["ranks"] for p in prompts], split, c, overhead)
+    return {"predicted_inputs": out["inputs"], "vs_spec_predicted": out["vs_spec"]}
 
 
 def _x(value) -> str:
@@ -270,7 +319,7 @@ def markdown(report: dict) -> str:
                          f"{1000 * sp['target_beside_draft']:.0f} ms | {1000 * (sp['draft_share_alone'] or 0):.0f} ms | "
                          f"{1000 * (sp['draft_beside_target'] or 0):.0f} ms |")
         lines.append("")
-    lines += _reading(a)
+    lines += _reading(a) + [PREDICTION, ""]
     stem = report.get("stem") or f"ssd-{s['pair']}"
     lines += [f"![Who works when: spec and ssd on one held-out prompt]({stem}-timeline.png)", "",
               f"![SSD over plain speculation: theory and measurement]({stem}-theory.png)", ""]
@@ -281,14 +330,15 @@ def markdown(report: dict) -> str:
             mark = " (best)" if lane in x["best"].values() else ""
             lines.append(f"| {lane}{mark} | {y['tokens_per_s']:.2f} | {_x(y['vs_ar'])} |")
         lines += ["", "| ssd k | hit rate | hidden share of drafting | drafts ready on a hit | ssd / spec, measured | "
-                  "predicted | error | ssd / spec at its best k | predicted, draft on its own hardware |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "predicted apart | how far apart | the run's own parts added up | ssd / spec at its best k | "
+                  "predicted, draft on its own hardware |", "|---|---|---|---|---|---|---|---|---|---|"]
         for k, y in x["ssd"].items():
             err = "-" if "error" not in y else f"{100 * y['error']:+.0f}%"
             lines.append(f"| {k} | {_pct(y['hit_rate'])} | {_pct(y['hidden_share'])} | {y['ready_on_hit']:.2f} | "
                          f"{_x(y.get('vs_spec_measured'))} | {_x(y.get('vs_spec_predicted'))} | {err} | "
+                         f"{_x(y.get('vs_spec_decomposed'))} | "
                          f"{_x(y.get('vs_spec_best'))} | {_x(y.get('vs_spec_own_hardware'))} |")
-        lines.append("")
+        lines += [""] + _prediction_inputs(x["ssd"])
     return "\n".join(lines)
 
 
@@ -319,6 +369,31 @@ def figures(pair, report: dict, prefix: Path, say) -> list:
     return out
 
 
+PREDICTION = ("**Predicted apart** is the formula (`specviz.analysis.theory.ssd_speedup`) given only quantities "
+              "measured apart from the SSD runs (`specviz.analysis.ssd_model`): c and the rest of a step from plain "
+              "speculation's runs at the same k; the pass beside the drafter (s) and a draft forward beside the pass "
+              "from the split table above, timed before any lane; the draft ready on a hit and the wait for the "
+              "forward under way, modelled from how many draft forwards fit in that pass; and the hit rate, SSD's own "
+              "outcome model replayed on plain speculation's verdicts (where each token of AR's text ranks among the "
+              "draft's candidates, one draft forward off the clock). **How far apart**: predicted over measured, less "
+              "1. **The run's own parts added up** feeds the formula SSD's own measured costs and hits: a "
+              "decomposition of the measurement, equal to it by construction, not a test of the formula.")
+
+
+def _prediction_inputs(rows: dict) -> list:
+    """The predicted-apart column's inputs, per k."""
+    shown = {k: y["predicted_inputs"] for k, y in rows.items() if "predicted_inputs" in y}
+    if not shown:
+        return ["No prediction apart from the SSD runs: this report predates the draft's ranks (run the "
+                "benchmark again).", ""]
+    lines = ["| ssd k | modelled hit rate | draft forwards in a pass | drafts ready on a hit | wait (passes) | "
+             "s (split table) | c (spec) |", "|---|---|---|---|---|---|---|"]
+    for k, i in shown.items():
+        lines.append(f"| {k} | {_pct(i['hit'])} | {i['forwards_in_pass']:.2f} | {i['ready']:.0f} | "
+                     f"{i['wait']:.2f} | {i['slowdown']:.2f} | {i['c']:.2f} |")
+    return lines + [""]
+
+
 def _reading(a: dict) -> list:
     """What the tables say, in words, every number from them."""
     lines = ["## Reading it", ""]
@@ -333,7 +408,7 @@ def _reading(a: dict) -> list:
             f"- **{kind}**: at k = {k} SSD's drafter had prepared the outcome of {_pct(y['hit_rate'])} of the checks "
             f"and ran {_pct(y['hidden_share'])} of its drafting while the target verified, yet the target's pass, on its "
             f"share of the cores beside the working drafter, took {y['inputs']['slowdown']:.2f}x as long as spec's with every core: SSD ran at "
-            f"{_x(y['vs_spec_measured'])} spec's speed at the same k (the formula: {_x(y['vs_spec_predicted'])}). "
+            f"{_x(y['vs_spec_measured'])} spec's speed at the same k (predicted apart from the SSD runs: {_x(y.get('vs_spec_predicted'))}). "
             f"At their best k, spec reached {_x(spec['vs_ar'])} AR and SSD {_x(ssd['vs_ar'])}. With the drafter on "
             f"hardware of its own (the pass not slowed) the formula gives SSD {_x(own['vs_spec_own_hardware'])} spec's "
             f"speed at k = {own_k}: here a draft forward costs {own['inputs']['c']:.2f} of a target pass, so k + 1 "

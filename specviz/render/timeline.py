@@ -120,16 +120,26 @@ KIND_SYMBOLS = {"code": "circle", "chat": "diamond"}
 
 
 def theory_points(analysis: dict) -> list:
-    """The measured SSD points of a specviz.bench.ssd report's analysis: one per kind and k."""
-    return [{"kind": kind, "k": int(k), "hit": row["inputs"]["hit"], "measured": row["vs_spec_measured"],
-             "predicted": row["vs_spec_predicted"], "inputs": row["inputs"]}
-            for kind, x in analysis.items() for k, row in x["ssd"].items() if "inputs" in row]
+    """The measured SSD points of a specviz.bench.ssd report's analysis, one per kind and k, each
+    with the prediction made apart from the SSD runs (specviz.analysis.ssd_model) and its inputs,
+    which the curves are drawn from."""
+    points = []
+    for kind, x in analysis.items():
+        for k, row in x["ssd"].items():
+            if "inputs" not in row or "predicted_inputs" not in row:
+                continue
+            apart = row["predicted_inputs"]
+            points.append({"kind": kind, "k": int(k), "hit": row["inputs"]["hit"], "measured": row["vs_spec_measured"],
+                           "predicted": row["vs_spec_predicted"], "predicted_hit": apart["hit"],
+                           "inputs": {**apart, "ssd_overhead": apart["overhead"]}})
+    return points
 
 
 def ssd_theory_figure(points: list, title: str = "SSD over plain speculation: theory and measurement") -> go.Figure:
     """specviz.analysis.theory.ssd_speedup against the hit rate, at each k with the costs measured
-    on this machine (solid: the cores shared as they were) and with the draft on hardware of its
-    own (dotted: the pass not slowed), the measured runs as points (`theory_points`)."""
+    apart from the SSD runs on this machine (solid: the cores shared as they were) and with the
+    draft on hardware of its own (dotted: the pass not slowed); the measured runs as filled points,
+    the predictions made apart as open ones (`theory_points`)."""
     from specviz.analysis import theory
 
     fig = go.Figure()
@@ -155,7 +165,13 @@ def ssd_theory_figure(points: list, title: str = "SSD over plain speculation: th
                 marker=dict(color=color, size=13, symbol=KIND_SYMBOLS.get(kind, "square"), line=dict(width=1, color="white")),
                 name=f"measured: {kind}, k={k}",
                 customdata=[[p["predicted"]] for p in here],
-                hovertemplate=f"{kind}, k={k}<br>hit %{{x:.0%}}: measured %{{y:.2f}}x, theory %{{customdata[0]:.2f}}x<extra></extra>"))
+                hovertemplate=f"{kind}, k={k}<br>hit %{{x:.0%}}: measured %{{y:.2f}}x, predicted apart "
+                              f"%{{customdata[0]:.2f}}x<extra></extra>"))
+            fig.add_trace(go.Scatter(
+                x=[p.get("predicted_hit", p["hit"]) for p in here], y=[p["predicted"] for p in here], mode="markers",
+                marker=dict(color=color, size=13, symbol=KIND_SYMBOLS.get(kind, "square") + "-open", line=dict(width=2)),
+                name=f"predicted apart: {kind}, k={k}",
+                hovertemplate=f"{kind}, k={k}<br>modelled hit %{{x:.0%}}: predicted %{{y:.2f}}x<extra></extra>"))
     fig.add_hline(y=1.0, line=dict(color="#64748b", dash="dash"), annotation_text="plain speculation",
                   annotation_position="bottom right")
     fig.update_layout(title=text(title), height=460, font=dict(size=14), plot_bgcolor="white",
