@@ -18,7 +18,8 @@ A page that reproduces a report's table copies it from the report's generated Ma
     <!-- /table -->
 
 the first table under the heading named in quotes, with only the columns (and first-column rows)
-named, in the page's order; without `columns` or `rows`, all of them.
+named, in the page's order; without `columns` or `rows`, all of them. The source `presets` is the
+recorded presets' manifest (specviz.bench.recordings): `<!-- figure: presets presets[0].ar.busy {:.1f} s -->`.
 
 Outside markers and the guide's generated blocks (specviz.bench.guide), a page may hold no
 measured-looking figure (a speedup, a rate, a time, a size, a percentage, an interval) unless
@@ -42,11 +43,13 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from specviz import files
+from specviz.bench import recordings as recorded
 from specviz.errors import SpecvizError, run_command
 
 ROOT = Path(__file__).resolve().parents[2]
 REPORTS = ROOT / "docs" / "benchmarks"
 COMMAND = "python -m specviz.bench.figures"
+PRESETS = "presets"  # the source name of the presets' manifest (specviz.bench.recordings), not a report
 
 FIGURE = re.compile(r"<!-- figure: (?P<report>[\w.-]+) (?P<path>\S+) (?P<fmt>.+?) -->(?P<text>.*?)<!-- /figure -->")
 TABLE = re.compile(r'(?P<open><!-- table: (?P<report>[\w.-]+) "(?P<heading>[^"]+)"(?P<attrs>[^>]*?) -->\n)'
@@ -85,12 +88,14 @@ def pages(root: Path = ROOT) -> list:
     found = sorted((root / "docs").glob("*.md")) + [root / "docs" / "benchmarks" / "README.md",
                                                     root / "docs" / "notebooks" / "README.md",
                                                     root / "notebooks" / "README.md", root / "README.md"]
-    return found + sorted((root / "notebooks").glob("*.ipynb"))
+    return [p for p in found if p.is_file()] + sorted((root / "notebooks").glob("*.ipynb"))
 
 
 # --- reading a source -------------------------------------------------------------------------
 
 def report(name: str, folder: Path = REPORTS) -> dict:
+    if name == PRESETS:
+        return recorded.manifest()
     path = Path(folder) / f"{name}.json"
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -276,6 +281,8 @@ def _on(page: str, reason: str, quotes: tuple) -> tuple:
 
 SHIPPED = "the size of a shipped file (ls -l specviz/data/heads/qwen-coder); tests/test_heads.py holds the total under the budget"
 DISK = "a size on disk as du shows it (files, caches, environments); no report measures it"
+# measured once by hand in eaa3f1b's run (peak RSS per memory mode); no committed report holds them
+UNSOURCED = "UNSOURCED: peak RSS typed from the run of eaa3f1b, no committed report; a memory report would source it"
 ALLOWED: tuple = ()
 ALLOWED += _on("docs/heads.md", PAPER, ("(up to about 6× on Qwen3-8B",))  # DFlash, Chen, Liang, Liu 2026
 ALLOWED += _on("docs/heads.md", SHIPPED, ("EAGLE-3 (13.0 MB", "P-EAGLE (13.0 MB", "DFlash (11.7 MB", "EAGLE (11.6 MB",
@@ -283,6 +290,40 @@ ALLOWED += _on("docs/heads.md", SHIPPED, ("EAGLE-3 (13.0 MB", "P-EAGLE (13.0 MB"
 ALLOWED += _on("docs/heads.md", SETTING, ("package's\n96 MB for heads",))
 ALLOWED += _on("docs/llamacpp.md", DISK, ("Q8_0 2.6 GB for the pair, F16 4.8 GB (the shipped files are 1.6 GB, the\n"
                                             "converted PyTorch cache 4.8 GB)",))
+ALLOWED += _on("docs/models.md", SETTING, ("an 8 GB laptop", "at most 2x a 1-row one", "Gaussian noise of 3%",
+                                          "weights + 1 GiB", "peak RSS < 3.75 GiB"))
+ALLOWED += _on("docs/models.md", DISK, ("takes about 3 GB", "4.8 GB of converted weights, 6.4 GB where",
+                                       "`make test` needs 2.6 GB more"))
+ALLOWED += _on("docs/models.md", EXAMPLE, ("pair needs about\n10.0 GiB and 5.2 GiB is available",))  # a load message
+ALLOWED += _on("docs/models.md", UNSOURCED, (
+    "no AMX), 24 GiB,",
+    "| 9.0 GiB | **12.7 GiB** | 9.5 GiB | 10.0 GiB |",
+    "| 4.5 GiB | **4.4 GiB** | 4.4 GiB | 5.5 GiB |",
+    "| 2.2 GiB | **2.9 GiB** (3.35 GiB after 20 runs of 64 tokens, k up to 12) | 2.9 GiB | 3.2 GiB |",
+    "so 9.5-12.7 GiB is"))
+ALLOWED += _on("docs/app.md", SETTING, ("over 20 MB, also once unpacked", "stays under 64 MB", "about 1 GB a pair"))
+ALLOWED += _on("docs/glossary.md", SETTING, ("value 95% of the waits stay under",))  # what p95 means
+ALLOWED += _on("docs/benchmarks/README.md", SETTING, ("NVIDIA H100 80GB",))  # the GPU's product name
+ALLOWED += _on("notebooks/README.md", UNSOURCED, ("about 4.4 GiB in bfloat16", "native bf16), 9.5 GiB in float32",
+                                                  "up to 12.7 GiB while loading", "and 2.9 GiB with int8 weights"))
+ALLOWED += _on("notebooks/01_memory_wall.ipynb", EXAMPLE, ("costs ~4x a", "far below 5x and 16x"))  # rough; n tokens at n x
+ALLOWED += _on("notebooks/08_landscape.ipynb", PAPER, (  # each bullet names its paper
+    "Medusa-1 over 2.2×, Medusa-2 2.3–3.6×", "2.7–3.5× latency speedup", "up to 6.5×, about 1.4× over EAGLE-2; 1.38×",
+    "acceptance 85–90%, about 1.8× tokens", "up to 1.8× on MT-bench, up to 4× on code", "up to 4.08×", "up to 3.06×",
+    "up to 6× on Qwen3-8B, nearly 2.5×", "up to 2× over optimized", "up to 5×"))
+ALLOWED += _on("notebooks/08_landscape.ipynb", EXAMPLE, ("and 80% of its steps",))
+ALLOWED += _on("notebooks/09_latency_and_serving.ipynb", EXAMPLE, (
+    "A 500 ms step that shows\n  5 tokens counts 5 tokens of 100 ms", "waited\n  500 ms, the four others arrived with it (0 ms)",
+    "4 tokens 520 ms after", "*\"speedup 1.4×", "not one run's 1.7×", "a 2× speedup halves", "decodes 20 tokens/s"))
+ALLOWED += _on("notebooks/09_latency_and_serving.ipynb", SETTING, ("keep the middle 95% of those means",))
+ALLOWED += _on("notebooks/09_latency_and_serving.ipynb", "STALE?: no committed report gives these; "
+               "batched-qwen-coder-bf16's pooled theory reads 1.82x at B = 1 and 1.05x at B = 16 (lead to decide)",
+               ("predicted 1.85× at batch 1 and 1.43× at",))
+ALLOWED += _on("notebooks/10_drafters_from_the_target.ipynb", PAPER, ("Medusa papers' 2–3.5×",))
+ALLOWED += _on("notebooks/11_batching_kills_speculation.ipynb", "STALE?: batched-qwen-coder-bf16's load_over_best "
+               "reads 0.87 to 1.07 (lead to decide, with batching.md's same figure)", ("scored 0.96 to 1.10",))
+ALLOWED += _on("notebooks/11_batching_kills_speculation.ipynb", UNSOURCED.split(":")[0] + ": no committed report "
+               "holds these (lead to decide, with batching.md)", ("drifts by 10-25%", "lost 13% at 8 and 16 users"))
 ALLOWED += _on("docs/heads.md", EXAMPLE, ("about 12 kB a position: a million positions take about 12 GB",))  # 4 x 1,536 x 2 bytes
 ALLOWED += _on("README.md", LEAD, (
     'the weights, about 1.6 GB',
