@@ -41,6 +41,7 @@ from typing import Optional
 
 from specviz import files
 from specviz.analysis import theory
+from specviz.analysis.paired import paired
 from specviz.bench.recordings import write_trace
 from specviz.engine.batch import generate_batch
 from specviz.engine.load import CostTable, LoadK
@@ -533,9 +534,25 @@ def main(argv=None) -> int:
     parser.add_argument("--skip", default="", help="sections to leave out: policy,single,memory")
     parser.add_argument("--policy-rounds", type=int, default=3,
                         help="rounds of ar, spec and load back to back at each B for the policy's paired score")
+    parser.add_argument("--redraw", action="store_true",
+                        help="rewrite --out's analysis and Markdown from its measured lanes; runs no model")
     args = parser.parse_args(argv)
+    if args.redraw:
+        return run_command(lambda: _redraw(args), "interrupted; each file is written whole or not at all")
     return run_command(lambda: _run(args), "interrupted; every finished lane is saved in the report, and the same "
                                            "command with --resume goes on after them")
+
+
+def _redraw(args) -> int:
+    if not args.out:
+        raise SpecvizError("--redraw needs --out, the report to rewrite")
+    path = Path(args.out)
+    report = json.loads(path.read_text(encoding="utf-8"))
+    report["analysis"] = analyse(report)
+    files.write_json(path, report)
+    files.write_text(path.with_suffix(".md"), markdown(report))
+    say(f"rewrote {path} and {path.with_suffix('.md')}")
+    return 0
 
 
 def _run(args) -> int:
@@ -629,6 +646,28 @@ def _run(args) -> int:
     return 0
 
 
+def _paired_lines(report: dict) -> list:
+    found = paired(report)
+    if not found:
+        return []
+    floor = found["noise_floor"]
+    lines = ["## Spec over AR, paired", "",
+             "Each round runs ar, spec and load back to back (the policy's rounds below); a ratio is spec over ar "
+             "in one round. Noise floor: " + (f"{100 * floor:.1f}%, the largest distance from 1 of load over ar "
+                                              f"where load never speculated ({found['floor_from']} rounds: the same "
+                                              "decoding timed twice)" if floor is not None else
+                                              "not measured (load speculated at every B)") +
+             ". A difference inside it is no measurable difference.", "",
+             "| B | rounds: spec / ar | median | range | verdict |", "|---:|---|---:|---|---|"]
+    for r in found["rows"]:
+        lines.append(f"| {r['batch']} | {', '.join(f'{x:.2f}x' for x in r['ratios'])} | {r['median']:.2f}x | "
+                     f"{r['low']:.2f}-{r['high']:.2f} | {r['verdict']} |")
+    stops = found["stops_paying_at"]
+    lines += ["", f"Paired, speculation stops paying at B = {stops}." if stops else
+              "Paired, no batch size measured spec slower than AR beyond the noise floor.", ""]
+    return lines
+
+
 def markdown(report: dict) -> str:
     env, an = report.get("environment", {}), report.get("analysis") or {}
     lines = [f"# Batched speculation on {env.get('pair')} ({env.get('device_name')}, {env.get('dtype')}, "
@@ -667,7 +706,7 @@ def markdown(report: dict) -> str:
                          f"{_f(_ms(r.get('ar_pass_s')), 0)} ({_f(_ms(r.get('table_ar_pass_s')), 0)}) | "
                          f"{r['alpha']:.2f} | {_x(r['pld_speedup'])} | {_x(r['medusa_speedup'])} | "
                          f"{_x(r['load_speedup'])} | {_f(r['load_over_best'])} | {_f(r['load_k_mean'])} |")
-        lines += ["", f"Speculation stops paying (spec k = {LANES['spec']['k']}): measured at B = "
+        lines += ["", f"Unpaired (each lane's fastest repeat, run minutes apart), speculation stops paying (spec k = {LANES['spec']['k']}): measured at B = "
                       f"{an.get('crossover_measured') or 'none measured'}, predicted at B = {an.get('crossover_theory')} "
                       f"(the pooled theory, every row at the mean alpha: B = {an.get('crossover_pooled_theory')}).", ""]
         lines += ["## Each user's view", "", "| B | lane | user tok/s | inter-token p50 ms | p95 ms | TTFT s |",
@@ -677,6 +716,7 @@ def markdown(report: dict) -> str:
                 lines.append(f"| {b} | {name} | {_f(lane['user_tokens_per_s'])} | {_f(lane['itl_p50_ms'], 0)} | "
                              f"{_f(lane['itl_p95_ms'], 0)} | {_f(lane['ttft_s'])} |")
         lines.append("")
+    lines += _paired_lines(report)
     policy = report.get("policy")
     if policy:
         lines += ["## The load policy, paired", "",

@@ -27,6 +27,7 @@ Usage: python -m specviz.bench.heldout [--pair qwen-coder] [--kinds code chat] [
 from __future__ import annotations
 
 import functools
+import json
 import random
 import statistics
 import sys
@@ -195,7 +196,7 @@ def _ms(seconds) -> str:
     return "-" if seconds is None else f"{1e3 * seconds:.1f}"
 
 
-def _ar_timing(prompts: list) -> str:
+def ar_timing(prompts: list) -> str:
     """How the report's AR was timed: reports from before the baseline joined the rotation timed it
     first on every prompt, and say so."""
     if prompts and all(p.get("ar_in_rotation") for p in prompts):
@@ -218,7 +219,7 @@ def markdown(report: dict) -> str:
              f"{s['repeats']} repeats, lanes interleaved and rotated. Ratio: tokens/s over all runs over "
              f"{s['baseline']}'s; 95% CI: bootstrap over prompts; per prompt: each prompt's ratio, their "
              "median and how many are above 1; verdict: leads / trails where the whole interval is above / "
-             "below 1, else tie. vs AR: over AR, " + _ar_timing(report["prompts"]) + ", with its 95% CI (bootstrap over prompts). "
+             "below 1, else tie. vs AR: over AR, " + ar_timing(report["prompts"]) + ", with its 95% CI (bootstrap over prompts). "
              "Draft ms/step: the drafter's time per decoding step, mean over runs.", ""]
     for kind, lanes in report["analysis"].items():
         lines += [f"## {kind}", "", f"| lane | tok/s | / {s['baseline']} | 95% CI | per-prompt median | wins | "
@@ -250,10 +251,29 @@ def main(argv=None) -> int:
                         help="specviz lanes of the benchmark suite (default: " + " ".join(DEFAULT_METHODS) + ")")
     parser.add_argument("--baseline", default="spec-int8", help="the lane the others are divided by")
     parser.add_argument("--out", default=None, help="OUT.json and OUT.md (default docs/benchmarks/heldout-<pair>)")
+    parser.add_argument("--redraw", metavar="REPORT.json", default=None,
+                        help="re-analyse a finished report (intervals, verdicts) and rewrite its JSON and Markdown; "
+                             "runs no model")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
+    if args.redraw:
+        return run_resumable(args, _redraw, "interrupted; each file is written whole or not at all")
     return run_resumable(args, _run, "interrupted; the prompts measured so far are kept in the .partial.json "
                          "beside --out, and the same command resumes there")
+
+
+def _redraw(args, say) -> int:
+    """--redraw: the analysis and Markdown of a finished report, from its measured prompts alone."""
+    path = Path(args.redraw)
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        report["analysis"] = analyse(report)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{path} is not a finished held-out report ({exc!s})") from exc
+    files.write_json(path, report)
+    files.write_text(path.with_suffix(".md"), markdown(report))
+    say(f"rewrote {path} and {path.with_suffix('.md')}")
+    return 0
 
 
 def _run(args, say) -> int:

@@ -297,12 +297,14 @@ def _pct(value) -> str:
 
 
 def markdown(report: dict) -> str:
+    from specviz.bench.heldout import ar_timing
+
     s, env, a = report["settings"], (report.get("environments") or [{}])[0], report["analysis"]
     lines = [f"# Speculative speculative decoding: `{s['pair']}`", "",
              f"{env.get('device_name', '?')}, {env.get('dtype', '?')}, {env.get('threads', '?')} torch threads, "
              f"torch {env.get('torch', '?')}; {report.get('date_utc', '?')} UTC; {report.get('sittings', 1)} sitting(s).",
              "", f"{s['prompts']} held-out prompts per kind, up to {s['tokens']} greedy tokens, every lane held to AR's "
-             f"text, lanes rotated; SSD prepares {s['fanout']} outcomes a step. Speedups are tokens/s over AR's on the "
+             f"text, lanes rotated, AR " + ar_timing(report["prompts"]) + f"; SSD prepares {s['fanout']} outcomes a step. Speedups are tokens/s over AR's on the "
              "same prompts; SSD over spec compares decoding steps (the prompt's pass left out of both).", ""]
     split = report.get("split") or {}
     if split:
@@ -428,9 +430,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=None, help="OUT.json and OUT.md (default docs/benchmarks/ssd-<pair>)")
     parser.add_argument("--figures", action="store_true", help="only draw OUT-timeline.png and OUT-theory.png "
                         "from a finished OUT.json (one more spec and ssd run on the pair)")
+    parser.add_argument("--outcomes", action="store_true", help="add the draft's ranks on each prompt's held text "
+                        "(off the clock) to a finished OUT.json that lacks them, and rewrite its analysis, Markdown "
+                        "and theory figure: the prediction apart from the SSD runs, without timing anything again")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
-    return run_resumable(args, _figures if args.figures else _run, "interrupted; the prompts measured so far are kept in the .partial.json "
+    return run_resumable(args, _outcomes if args.outcomes else (_figures if args.figures else _run), "interrupted; the prompts measured so far are kept in the .partial.json "
                          "beside --out, and the same command resumes there")
 
 
@@ -455,6 +460,46 @@ def _run(args, say) -> int:
     write_reports(prefix, report, markdown(report), partial, say)
     for path in figures(pair, report, prefix, say):
         say(f"wrote {path}")
+    return 0
+
+
+def _outcomes(args, say) -> int:
+    """--outcomes: the ranks a finished report lacks, off the clock (AR again for each held text: greedy,
+    so the same text; a different one is refused), then its analysis, Markdown and theory figure."""
+    import json
+
+    from specviz.bench.heldout import bank_prompts
+    from specviz.bench.suite import file_name, load
+    from specviz.render.timeline import ssd_theory_figure, theory_points
+
+    pair = load(args.pair)
+    prefix = Path(args.out or f"docs/benchmarks/ssd-{file_name(pair.name)}")
+    path = prefix.with_name(prefix.name + ".json")
+    if not path.exists():
+        raise InputError(f"no finished report at {path}: run the benchmark first (without --outcomes)")
+    report = json.loads(path.read_text(encoding="utf-8"))
+    s, started = report["settings"], time.perf_counter()
+    chat = {p.text: p.chat for kind in s["kinds"] for p in bank_prompts(kind, s["prompts"])}
+    todo = [p for p in report["prompts"] if "ranks" not in p]
+    for i, record in enumerate(todo):
+        ids = pair.encode(record["text"], chat=chat[record["text"]])
+        script = timed_run(pair, _ar(), ids, s["tokens"])["token_ids"]
+        if len(script) != record["ar"]["tokens"]:
+            raise InputError(f"AR wrote {len(script)} tokens for a prompt where the report's AR wrote "
+                             f"{record['ar']['tokens']}: another machine or dtype; run the benchmark again")
+        record["ranks"] = draft_ranks(pair, ids, script)
+        spent = time.perf_counter() - started
+        say(f"{i + 1}/{len(todo)} prompts ranked; about {spent / (i + 1) * (len(todo) - i - 1):.0f} s left")
+    report["analysis"] = analyse(report)
+    files.write_json(path, report)
+    files.write_text(prefix.with_name(prefix.name + ".md"), markdown(report))
+    env = (report.get("environments") or [{}])[0]
+    where = f"{s['pair']} on {env.get('device_name', '?')}, {env.get('dtype', '?')}"
+    figure = prefix.with_name(prefix.name + "-theory.png")
+    ssd_theory_figure(theory_points(report["analysis"]),
+                      title=f"SSD over plain speculation: theory and measurement ({where})").write_image(
+        str(figure), width=1100, height=520)
+    say(f"wrote {path}, its Markdown and {figure}")
     return 0
 
 
