@@ -1,9 +1,10 @@
 """The public surface's promise: 0.1.0's import paths work until 0.3.0 with a DeprecationWarning
-that names the new path (specviz.deprecated), and the version is written in one place.
+that names the new path (specviz.deprecated), the version is written in one place, and a trace of
+every earlier event schema still opens while a newer one is refused in one sentence.
 
 tests/fixtures/api-0.1.0.json lists every public name of each module path 0.2.0 moved and of each
 package __init__'s re-exports, as 0.1.0 had them (read from the tree before 5c3a2c9, "packages by
-layer"). Old traces are tests/test_schema_versions.py's.
+layer"); tests/fixtures/schema-1/ holds traces the old code wrote (its README says how).
 """
 
 import importlib
@@ -19,8 +20,13 @@ import pytest
 
 import specviz
 from specviz import deprecated
+from specviz import events as ev
+from specviz.analysis import metrics, trace
+from specviz.errors import NewerSchemaError, SpecvizError
+from specviz.render import chips, panel, serving, steps
 
 ROOT = Path(__file__).resolve().parents[1]
+SCHEMA_1 = ROOT / "tests" / "fixtures" / "schema-1"
 OLD = json.loads((ROOT / "tests" / "fixtures" / "api-0.1.0.json").read_text(encoding="utf-8"))
 
 
@@ -136,3 +142,68 @@ def test_the_version_is_written_once_and_the_changelog_opens_with_it():
     assert specviz.__version__ == "0.2.0"
     releases = re.findall(r"^## (\d+\.\d+\.\d+)", (ROOT / "CHANGELOG.md").read_text(encoding="utf-8"), re.M)
     assert releases[:2] == [specviz.__version__, "0.1.0"]
+
+
+# -- the event schema's versions ----------------------------------------------------------------
+
+def test_a_schema_1_trace_opens_as_schema_2_with_the_missing_fields_at_their_defaults():
+    events = trace.load(SCHEMA_1 / "spec_t1.jsonl")
+    raw = json.loads((SCHEMA_1 / "spec_t1.jsonl").read_text(encoding="utf-8").splitlines()[0])
+    assert raw["schema_version"] == 1 and "backend" not in raw  # what the old code wrote
+    started, finished = events[0], events[-1]
+    assert started.schema_version == ev.SCHEMA_VERSION == 2
+    assert (started.backend, started.draft_quant, started.cuda_graphs) == ("torch", "none", False)
+    done = [e for e in events if e.kind == "step_finished"]
+    assert [(s.prefill, s.cpu_elapsed) for s in done] == [(0, None)] * 4
+    assert finished.text == "S8c[HUqK|\nv1" and len(finished.token_ids) == 12
+    stats = metrics.fold(events)
+    assert (stats.new_tokens, stats.tau) == (12, finished.metrics["tau"]) == (12, 3.0)
+
+
+def test_a_schema_1_trace_renders():
+    events = [e.to_dict() for e in trace.load(SCHEMA_1 / "spec_t1.jsonl")]
+    run = steps.build(events)
+    assert len(run.steps) == 4
+    assert run.finished["text"] == "".join(t.text for t in run.tokens() if t.status in steps.COMMITTED)
+    assert "sv-chip sv-rejected" in chips.run_text(run).html
+    done = [e for e in events if e["kind"] == "step_finished"]
+    assert [sum(t.status == "accepted" for t in step.drafted) for step in run.steps] == [d["accepted"] for d in done]
+    rejected = next(i for i, d in enumerate(done) if d["accepted"] < d["drafted"])
+    assert run.steps[rejected].next.status == "residual"
+    assert "residual" in panel.step_panel(run, rejected).html
+
+
+def test_a_schema_1_batch_opens_and_its_rows_render():
+    events = trace.load(SCHEMA_1 / "batch_spec_greedy.jsonl")
+    assert "schema_version" not in json.loads((SCHEMA_1 / "batch_spec_greedy.jsonl").read_text().splitlines()[0])
+    assert events[0].kind == "batch_started" and events[0].schema_version == 2
+    rows = ev.split_rows(events)
+    assert sorted(rows) == [0, 1] and [rows[r][-1].text for r in (0, 1)] == ["(", 'D"YU8']
+    dicts = [e.to_dict() for e in events]
+    assert serving.batch_summary(dicts)["rows"] == 2
+    run = steps.build([e.to_dict() for e in rows[1]])
+    assert "".join(t.text for t in run.tokens() if t.status in steps.COMMITTED) == 'D"YU8'
+    assert "sv-chip sv-rejected" in chips.run_text(run).html
+
+
+def test_a_migrated_trace_saved_again_is_schema_2_and_reads_back_the_same(tmp_path):
+    events = trace.load(SCHEMA_1 / "spec_t1.jsonl")
+    trace.save(events, tmp_path / "again.jsonl")
+    assert json.loads((tmp_path / "again.jsonl").read_text().splitlines()[0])["schema_version"] == 2
+    assert trace.load(tmp_path / "again.jsonl") == events
+
+
+@pytest.mark.parametrize("kind", ev.VERSIONED_KINDS)
+def test_a_newer_schema_is_refused_in_one_sentence_before_its_new_fields(kind):
+    first = trace.load(SCHEMA_1 / ("spec_t1.jsonl" if kind == "run_started" else "batch_spec_greedy.jsonl"))[0]
+    newer = {**first.to_dict(), "schema_version": 3, "a_field_from_the_future": 1}
+    with pytest.raises(NewerSchemaError) as caught:
+        ev.from_dict(newer)
+    assert str(caught.value) == ("This trace was made by a newer specviz (schema 3); this reader knows up to "
+                                 "schema 2: upgrade specviz.")
+    assert isinstance(caught.value, SpecvizError)  # the CLI prints it as one line
+
+
+def test_the_current_schema_reads_as_it_is():
+    started = trace.load(SCHEMA_1 / "spec_t1.jsonl")[0].to_dict()
+    assert started["schema_version"] == 2 and ev.from_dict(started).to_dict() == started
