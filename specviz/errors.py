@@ -29,6 +29,10 @@ class InputError(SpecvizError):
     """A generation argument is outside what the engine accepts."""
 
 
+class NewerSchemaError(SpecvizError):
+    """A trace was written with a newer event schema than this specviz reads (specviz.events)."""
+
+
 def run_command(body: Callable[[], int], interrupted: str = "interrupted") -> int:
     """A command's body (`python -m specviz ...`, the benchmarks, the recorders): a SpecvizError is
     one line on stderr and status 2; Ctrl-C is one line (`interrupted`: what is kept and how to

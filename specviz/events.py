@@ -23,7 +23,17 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar, Optional
 
-SCHEMA_VERSION = 1
+from specviz.errors import NewerSchemaError
+
+# The version of the fields below; run_started and batch_started carry it. It moves whenever a
+# field is added, removed or changes meaning, and `from_dict` reads every earlier version:
+#   1  0.1.0 and before. Fields were added while it stood, each with a default that says what a
+#      run without it did (node, threshold, drawn_from, q_topk, draft_quant, target_quant,
+#      cpu_linear, cuda_graphs, backend, prefill, cpu_elapsed, row), so any schema-1 event reads
+#      as schema 2 with the missing fields at their defaults; its batch_started has no version.
+#   2  0.2.0: the fields as they are here; batch_started carries schema_version too.
+SCHEMA_VERSION = 2
+VERSIONED_KINDS = ("run_started", "batch_started")  # the events a trace starts with
 
 TopK = dict  # {"ids": list[int], "texts": list[str], "probs": list[float]}
 
@@ -229,6 +239,7 @@ class BatchStarted(Event):
     dtype: str
     spec_off_batch: int = 0  # at or above this many live rows every step is autoregressive (0: never)
     options: dict = field(default_factory=dict)
+    schema_version: int = SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
@@ -306,16 +317,31 @@ def register(cls):
 
 
 def from_dict(data: dict) -> Event:
-    """Restore an event from `to_dict()` output (unknown keys are an error, not ignored)."""
+    """Restore an event from `to_dict()` output (unknown keys are an error, not ignored); an event
+    of an earlier schema comes back as this schema has it (see SCHEMA_VERSION)."""
     try:
         cls = EVENT_TYPES[data["kind"]]
     except KeyError as exc:
         raise ValueError(f"unknown event kind: {data.get('kind')!r}") from exc
+    data = _current_schema(data)
     names = {f.name for f in fields(cls)}
     extra = set(data) - names - {"kind"}
     if extra:
         raise ValueError(f"{data['kind']} has unknown fields {sorted(extra)}")
     return cls(**{key: value for key, value in data.items() if key != "kind"})
+
+
+def _current_schema(data: dict) -> dict:
+    """A trace's first event as this schema has it. A newer schema is refused in one sentence
+    before its unknown fields could be blamed; schema 1 needs only its version moved, since every
+    field it lacks takes its default (a version that is not a number is left for the field checks)."""
+    if data["kind"] not in VERSIONED_KINDS:
+        return data
+    version = data.get("schema_version", 1)  # a schema-1 batch_started has none
+    if isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA_VERSION:
+        raise NewerSchemaError(f"This trace was made by a newer specviz (schema {version}); this reader knows "
+                               f"up to schema {SCHEMA_VERSION}: upgrade specviz.")
+    return {**data, "schema_version": SCHEMA_VERSION} if version == 1 else data
 
 
 def without_timings(event_dict: dict) -> dict:

@@ -542,7 +542,8 @@ HOSTILE = {
                       "not a valid step_finished event: .*unknown fields"),
     "no run_started": (_golden(lambda events: events.pop(0)), "The trace starts with a 'draft_proposed' event"),
     "newer schema": (_golden(_set("run_started", "schema_version", 99)),
-                     "The trace has event schema 99; this app reads up to 1"),
+                     r"This trace was made by a newer specviz \(schema 99\); this reader knows up to schema 2: "
+                     "upgrade specviz."),
     "schema as text": (_golden(_set("run_started", "schema_version", "1")), "The trace has event schema '1'"),
     "wrong type": (_golden(_set("draft_proposed", "q", "high")),
                    "The trace's events cannot be shown: a field has the wrong type"),

@@ -7,10 +7,14 @@
   analysis layer, errors and files, which writes a file whole and imports only the standard library);
 - every other specviz module imports no UI library (gradio, plotly, ipywidgets, anywidget), but
   the app's outside clients (bench.classroom), which import no model library and no engine;
-- no import cycle, lazy imports included.
+- no import cycle, lazy imports included;
+- nothing in the project imports a path 0.1.0 had and 0.2.0 moved (specviz.deprecated keeps them
+  for users' code until 0.3.0).
 """
 
 import ast
+import functools
+import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 MODEL_LIBS = {"torch", "transformers"}
 UI_LIBS = {"gradio", "gradio_client", "plotly", "ipywidgets", "anywidget"}
-RENDER_MAY_USE = ("specviz.events", "specviz.analysis", "specviz.errors", "specviz.files", "specviz.render")
+# specviz.deprecated: render/__init__'s 0.1.0 names until 0.3.0 (it imports nothing until a name is used)
+RENDER_MAY_USE = ("specviz.events", "specviz.analysis", "specviz.errors", "specviz.files", "specviz.render",
+                  "specviz.deprecated")
 
 
 def imported_modules(source: str) -> set:
@@ -163,11 +169,13 @@ def test_specviz_has_no_import_cycle():
 # the layers: the tree is the architecture (docs/architecture.md)
 
 # specviz/'s own top: the entry points (__init__, __main__, cli, argparsing) and what every layer
-# shares (the event schema, the run's config, the method registry, errors, files, the prompts)
-TOP = {"__init__", "__main__", "cli", "argparsing", "events", "config", "methods", "errors", "files", "prompts"}
+# shares (the event schema, the run's config, the method registry, errors, files, the prompts, and
+# the table of 0.1.0's moved paths, which the packages' __init__ files read until 0.3.0)
+TOP = {"__init__", "__main__", "cli", "argparsing", "events", "config", "methods", "errors", "files", "prompts",
+       "deprecated"}
 ENTRY_POINTS = {"specviz", "specviz.__main__", "specviz.cli"}
 SCHEMA = {"specviz.events", "specviz.config", "specviz.methods", "specviz.errors", "specviz.files", "specviz.prompts",
-          "specviz.argparsing"}
+          "specviz.argparsing", "specviz.deprecated"}
 # each layer with the layers it may import (besides itself and the schema), lowest first
 LAYERS = {
     "analysis": (),
@@ -232,3 +240,45 @@ def test_each_layer_imports_only_the_layers_below_it(module):
     bad = layer_violations(module, specviz_modules()[module].read_text(encoding="utf-8"))
     layer = layer_of(module)
     assert not bad, f"{module} ({layer}) imports {bad}: a {layer} module may use {sorted(LAYERS.get(layer, ()))}"
+
+
+# ---------------------------------------------------------------------------------------------
+# 0.1.0's paths (specviz.deprecated) are for users' code until 0.3.0; the project uses the new ones
+
+@functools.lru_cache
+def deprecated_paths() -> frozenset:
+    """Every old path specviz.deprecated serves: its old modules, and each package's old names."""
+    tables = {}
+    for node in ast.parse((ROOT / "specviz" / "deprecated.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and node.targets[0].id in ("MODULES", "PACKAGES"):
+            tables[node.targets[0].id] = ast.literal_eval(node.value)
+    names = {f"{package}.{entry.split('=')[0]}" for package, table in tables["PACKAGES"].items()
+             for entries in table.values() for entry in entries.split()}
+    return frozenset(tables["MODULES"]) | names
+
+
+@functools.lru_cache
+def project_sources() -> dict:
+    """{file: its Python source}: the package, the app, the tests (but the one that tries the old
+    paths) and the notebooks' code cells (IPython's %magic and !shell lines left out)."""
+    paths = sorted((ROOT / "specviz").rglob("*.py")) + app_files() + sorted((ROOT / "tests").rglob("*.py"))
+    out = {p: p.read_text(encoding="utf-8") for p in paths if p.name != "test_api.py"}
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(nb.read_text(encoding="utf-8"))["cells"]
+        code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+        out[nb] = "\n".join(line for cell in code for line in cell.splitlines() if not line.lstrip().startswith(("%", "!")))
+    return out
+
+
+def test_the_old_paths_are_known_and_the_parser_sees_them():
+    old = deprecated_paths()
+    assert {"specviz.metrics", "specviz.verifiers.RejectionVerifier", "specviz.engine.generate"} <= old
+    assert "specviz.verifiers.RejectionVerifier" in imported_modules("from specviz.verifiers import RejectionVerifier\n")
+
+
+@pytest.mark.parametrize("path", sorted(project_sources()), ids=lambda p: str(p.relative_to(ROOT)))
+def test_nothing_in_the_project_imports_a_deprecated_path(path):
+    imported = imported_modules(project_sources()[path])
+    old = {name for name in imported
+           if any(name == path_ or name.startswith(path_ + ".") for path_ in deprecated_paths())}
+    assert not old, f"{path.relative_to(ROOT)} imports {sorted(old)}: use the new paths (CHANGELOG.md)"

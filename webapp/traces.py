@@ -12,6 +12,7 @@ import zlib
 import gradio as gr
 
 from specviz import events as ev
+from specviz.errors import NewerSchemaError
 
 MAX_TRACE_BYTES = 20_000_000  # also the most a gzipped trace may unpack to
 GZIP_MAGIC = b"\x1f\x8b"
@@ -79,5 +80,7 @@ def _trace_event(line: str, number: int) -> dict:
         return data
     try:
         return ev.from_dict(data).to_dict()
+    except NewerSchemaError as exc:  # said as it is: its unknown fields are not the problem
+        raise gr.Error(str(exc)) from None
     except (ValueError, TypeError) as exc:
         raise gr.Error(f"Line {number} of the trace is not a valid {data['kind']} event: {exc}.") from None

@@ -11,3 +11,9 @@
 
 The engine never prints and imports no UI library; everything it shows goes out as events.
 """
+
+
+def __getattr__(name):  # what 0.1.0's __init__ re-exported, with a warning, until 0.3.0
+    from specviz import deprecated
+
+    return deprecated.package_name(__name__, name)

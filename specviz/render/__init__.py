@@ -18,3 +18,9 @@ transformers, no engine internals: every number shown is read from the events.
     bench_figures, training_report   a benchmark report's figures; a training report's PNG
     html, style the shared plumbing: `Rendered`, escaping, number formats, the one style sheet
 """
+
+
+def __getattr__(name):  # what 0.1.0's __init__ re-exported, with a warning, until 0.3.0
+    from specviz import deprecated
+
+    return deprecated.package_name(__name__, name)
