@@ -43,19 +43,22 @@ def _render_preset(rec) -> dict:
     lanes = {"ar": {"events": rec.ar, "busy": rec.ar_busy, "done": True},
              "spec": {"events": rec.run, "busy": rec.run_busy, "done": True}}
     ar, spec = race.race_summaries(lanes, rec.preset.method, prefix="recorded ")
-    note = recorded_note(rec.note)
+    note = recorded_note(rec.note, rec.earlier_code)
     shown = {**step.step_view(rec.run, busy=rec.run_busy), **charts.chart_view(rec.run, [ar, spec]),
              **race.race_view(lanes, ar, spec)}
     shown[ui.stats_html] = note + shown[ui.stats_html]
     shown[ui.verdict_html] = note + shown[ui.verdict_html]
-    shown[ui.explain_md] = f"*{rec.note}: a replay, no model ran.*\n\n{shown[ui.explain_md]}"
+    older = f" **{rec.earlier_code}**" if rec.earlier_code else ""
+    shown[ui.explain_md] = f"*{rec.note}: a replay, no model ran.*{older}\n\n{shown[ui.explain_md]}"
     view = {key: serialised(value) for key, value in shown.items()}
     return {"ui": {**view, ui.events_state: rec.run, ui.busy_state: rec.run_busy}, "api": _preset_api(rec, shown)}
 
 
-def recorded_note(note: str) -> str:
+def recorded_note(note: str, earlier: str = "") -> str:
+    """Where it was recorded; and, when the code that decided it has changed since, that too."""
+    older = f' <strong data-earlier-code="1">{escape(earlier)}</strong>' if earlier else ""
     return (f'<div class="sv-recorded" data-recorded="1">{escape(note)}: a replay, no model ran. '
-            "Run or Race computes it live with your settings.</div>")
+            f"Run or Race computes it live with your settings.{older}</div>")
 
 
 def serialised(value):

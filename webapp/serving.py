@@ -103,6 +103,9 @@ def recorded_view(batch, method) -> dict:
             _VIEWS[(b, lane)] = _render_recorded(b, lane)
         view = dict(_VIEWS[(b, lane)])
     notes = []
+    earlier = recorded.serving_earlier_code(b, lane)
+    if earlier:
+        notes.append(earlier.rstrip("."))
     if b != int(batch):
         notes.append(f"recorded at B = {', '.join(map(str, batches))}: showing B = {b}")
     if method != lane:

@@ -42,6 +42,7 @@ from typing import Optional
 from specviz import files
 from specviz.analysis import theory
 from specviz.analysis.paired import paired
+from specviz.bench.provenance import code_version
 from specviz.bench.recordings import write_trace
 from specviz.engine.batch import generate_batch
 from specviz.engine.load import CostTable, LoadK
@@ -573,6 +574,9 @@ def _run(args) -> int:
     report["environment"] = environment(pair, False)
     report["plan"] = {"batches": batches, "lanes": lanes, "tokens": args.tokens, "lane_options": LANES,
                       "repeats": args.repeats, "repeat_up_to": args.repeat_up_to}
+    # the code that decides each lane (a resumed report keeps the first sitting's: its lanes were run by it)
+    report.setdefault("code", {lane: code_version(LANES[lane]["method"], LANES[lane].get("k"), batched=True)
+                               for lane in lanes})
     report.setdefault("lanes", {})
     started = time.perf_counter()
 

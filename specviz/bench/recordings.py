@@ -35,6 +35,7 @@ import specviz
 from specviz import __version__, files
 from specviz.analysis.metrics import timing_note
 from specviz.analysis.trace import dumps
+from specviz.bench import provenance
 from specviz.config import RunConfig
 from specviz.errors import run_command
 from specviz.events import from_dict
@@ -135,6 +136,12 @@ class Recording:
     run_busy: float
     ar_busy: float
     where: dict  # pair, device, device_name, dtype, date, specviz version, ...
+    code: Optional[str] = None  # provenance.code_version of the code that decided the method's lane
+
+    @property
+    def earlier_code(self) -> str:
+        """A sentence when the method's lane was decided by other code than specviz's now, else ""."""
+        return earlier_code(self.code, self.preset.method, self.preset.k)
 
     @property
     def note(self) -> str:
@@ -172,7 +179,19 @@ def _read(label: str, folder: Path) -> Recording:
     if entry["settings"] != asdict(preset):  # a changed preset must be re-recorded, not mislabelled
         raise ValueError(f"the recording of {label!r} has other settings: run `python -m specviz.bench.recordings record`")
     lanes = {lane: read_trace(Path(folder) / entry[lane]["file"]) for lane in LANES}
-    return Recording(preset, lanes["run"], lanes["ar"], entry["run"]["busy"], entry["ar"]["busy"], info["recorded"])
+    return Recording(preset, lanes["run"], lanes["ar"], entry["run"]["busy"], entry["ar"]["busy"], info["recorded"],
+                     entry.get("code"))
+
+
+def earlier_code(code: Optional[str], method: str, k, batched: bool = False, command: str = "record") -> str:
+    """One sentence when `code` (a recording's provenance.code_version) is not the code that would
+    decide the same run now, else ""."""
+    now = provenance.code_version(method, k, batched)
+    if code == now:
+        return ""
+    made = "before recordings carried their code's version" if code is None else f"by earlier code ({code})"
+    return (f"Recorded {made}: specviz's {method} now runs code {now}, so this replay may differ from what it does "
+            f"today (python -m specviz.bench.recordings {command} records it again).")
 
 
 def read_trace(path: Path) -> list:
@@ -230,7 +249,7 @@ def _record_preset(pair, number: int, preset: Preset, folder: Path, say) -> dict
             _progress(number, lanes)
     finally:  # the progress line ends, so what follows (the summary, or an interrupt's message) has its own
         print(file=sys.stderr)
-    entry = {"label": preset.label, "settings": asdict(preset)}
+    entry = {"label": preset.label, "settings": asdict(preset), "code": provenance.code_version(preset.method, preset.k)}
     for name, lane in lanes.items():
         file = f"{number:02d}-{name}.jsonl.gz"
         write_trace(lane.events, folder / file)
@@ -277,6 +296,20 @@ SERVING_TOKENS = 32  # new tokens per user
 SWEEP_KEYS = ("environment", "plan", "analysis", "cost")  # what the app keeps of the bench's report
 
 
+def serving_code(lane: str) -> str:
+    """provenance.code_version of the code that decides a serving lane now (the batched engine, the
+    lane's drafter, and for k = "load" the load policy)."""
+    options = SERVING_LANES[lane]
+    return provenance.code_version(options["method"], options.get("k"), batched=True)
+
+
+def serving_earlier_code(batch: int, lane: str, folder: Optional[Path] = None) -> str:
+    """One sentence when the recorded `lane` at `batch` was decided by other code than now, else ""."""
+    entry = serving_manifest(folder)["runs"][f"{batch}-{lane}"]
+    options = SERVING_LANES[lane]
+    return earlier_code(entry.get("code"), options["method"], options.get("k"), batched=True, command="record-serving")
+
+
 def serving_manifest(folder: Optional[Path] = None) -> dict:
     """The serving recordings' manifest (folder: SERVING, read when called)."""
     return json.loads((Path(folder or SERVING) / MANIFEST).read_text(encoding="utf-8"))
@@ -313,7 +346,8 @@ def serving_from_bench(report_path: Path, traces: Path, folder: Path = SERVING,
             file = f"B{b:02d}-{lane}.jsonl.gz"
             write_trace(events, folder / file)
             runs[f"{b}-{lane}"] = {"file": file, "batch": b, "lane": lane, "options": SERVING_LANES[lane],
-                                   "tokens_per_s": events[-1]["metrics"]["tokens_per_s"]}
+                                   "tokens_per_s": events[-1]["metrics"]["tokens_per_s"],
+                                   "code": (report.get("code") or {}).get(lane)}  # the code that ran the bench's lane
     info = {"recorded": {**env, "date": env["date_utc"][:10], "specviz": __version__},
             "tokens": plan["tokens"], "batches": list(plan["batches"]), "lanes": SERVING_LANES, "runs": runs,
             "sweep": {**{key: report.get(key) for key in SWEEP_KEYS}, "source": Path(report_path).name}}
@@ -347,7 +381,7 @@ def record_serving(pair_name: str = "qwen-coder", dtype: Optional[str] = None, f
         file = f"B{b:02d}-{lane}.jsonl.gz"
         write_trace(events, folder / file)
         runs[f"{b}-{lane}"] = {"file": file, "batch": b, "lane": lane, "options": SERVING_LANES[lane],
-                               "tokens_per_s": events[-1]["metrics"]["tokens_per_s"]}
+                               "tokens_per_s": events[-1]["metrics"]["tokens_per_s"], "code": serving_code(lane)}
         weight_done += b
         spent = time.perf_counter() - started
         say(f"B={b:>2} {lane:5s} {events[-1]['metrics']['tokens_per_s']:.2f} tok/s  "
