@@ -351,9 +351,9 @@ class LoadK:
         probs = [a ** (j - 1) * (1 - a) for j in range(1, k + 1)] + [a ** k]
         mean = sum(j * p for j, p in enumerate(probs, 1))
         var = sum(j * j * p for j, p in enumerate(probs, 1)) - mean ** 2
-        if k and alpha is None:
+        if k and alpha is None:  # at most k + 1 tokens, however many more drafts steps kept than predicted
             scale = self.token_scale.value
-            mean, var = 1 + (mean - 1) * scale, var * scale
+            mean, var = min(k + 1.0, 1 + (mean - 1) * scale), var * scale
         return mean, max(var, 0.0)
 
     def finish_steps(self, k: int, lefts: list, alpha: Optional[float] = None) -> list:
@@ -366,7 +366,8 @@ class LoadK:
         for rank, i in enumerate(sorted(range(rows), key=lambda i: lefts[i])):
             n = lefts[i]
             z = normal.inv_cdf((rank + 0.5) / rows) if rows > 1 else 0.0
-            out[i] = min(float(n), max(1.0, n / mean + z * math.sqrt(n * var / mean ** 3)))
+            # no row finishes sooner than every draft accepted allows: n / (k + 1) steps
+            out[i] = min(float(n), max(1.0, n / (k + 1), n / mean + z * math.sqrt(n * var / mean ** 3)))
         return out
 
     def plan(self, k: int, lefts: list, alpha: Optional[float] = None, backlog: Optional[float] = None) -> float:
@@ -387,12 +388,11 @@ class LoadK:
         """Predicted seconds and tokens of one step of `rows` rows at k (at the running alpha, or
         `alpha`; rows near their budget draft no deeper than their room)."""
         a = min(self.alpha if alpha is None else alpha, 0.999)
-        if k and self.rooms is not None and len(self.rooms) == rows:
-            raw = sum((1 - a ** (min(k, max(0, room)) + 1)) / (1 - a) for room in self.rooms)
-        else:
-            raw = rows * (1 - a ** (k + 1)) / (1 - a)
-        # every row gets its one token from the target whatever happens to the drafts
-        tokens = rows + (raw - rows) * self.token_scale.value if k and alpha is None else raw
+        rooms = self.rooms if k and self.rooms is not None and len(self.rooms) == rows else [k] * rows
+        depths = [min(k, max(0, room)) for room in rooms]
+        raw = sum((1 - a ** (d + 1)) / (1 - a) for d in depths)
+        # every row gets its one token from the target whatever happens to the drafts, and no more than its chain
+        tokens = min(rows + sum(depths), rows + (raw - rows) * self.token_scale.value) if k and alpha is None else raw
         seconds = self.step_seconds(rows, k)
         return {"k": k, "seconds": seconds, "tokens": tokens, "raw_tokens": raw, "tokens_per_s": tokens / seconds}
 
