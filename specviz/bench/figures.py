@@ -7,9 +7,11 @@ text between the marker's two halves from the committed report (docs/benchmarks/
     <!-- figure: heldout-qwen-coder-64 analysis.code.spec.vs_ar {:.2f}x -->1.50x<!-- /figure -->
 
 REPORT, then the PATH into its JSON (keys joined by dots; a key that holds a dot or a list index
-in brackets: `results[code@t0.7].spec.speedup`, `ci95[0]`; `A/B` for the ratio of two values;
-`*1000` at the end scales the value, seconds to ms), then a Python format for the value (the rest of the comment). HTML comments show
-nothing on GitHub or in a Jupyter markdown cell, so the reader sees only `1.50x`.
+in brackets: `results[code@t0.7].spec.speedup`, `ci95[0]`; `.min` or `.max` after a list for
+its ends, a range the report keeps as a list; `A/B` for the ratio of two values; `*1000` at the
+end scales the value, seconds to ms), then a Python format for the value (the rest of the
+comment). HTML comments show nothing on GitHub or in a Jupyter markdown cell, so the reader sees
+only `1.50x`.
 
 A page that reproduces a report's table copies it from the report's generated Markdown:
 
@@ -58,6 +60,7 @@ ATTR = re.compile(r'(\w+)="([^"]*)"')
 # the guide's blocks are checked by specviz.bench.guide; here they only hide their figures
 GENERATED = re.compile(r"<!-- generated: .*?<!-- end generated -->", re.S)
 SEGMENT = re.compile(r"\[([^\]]+)\]|([^./\[\]*]+)")
+RANGE_ENDS = {"min": min, "max": max}  # `list.min`, `list.max`: the ends of a range a report keeps as a list
 
 # What a measured figure looks like. A number followed by a unit of speed, time, size or share,
 # or a decimal range or bootstrap interval ("1.01 to 1.11", "1.061 (1.015 to 1.112)"). A bare
@@ -104,8 +107,9 @@ def report(name: str, folder: Path = REPORTS) -> dict:
 
 
 def lookup(data, path: str):
-    """The value at `path` in a report's JSON: `a.b[c.d][0]`, then `/` another path for the ratio
-    of two values (a speedup the report keeps as two rates), then `*1000` to scale."""
+    """The value at `path` in a report's JSON: `a.b[c.d][0]` (`a.list.min`, `a.list.max`: a list's
+    ends), then `/` another path for the ratio of two values (a speedup the report keeps as two
+    rates), then `*1000` to scale."""
     path, _, scale = path.partition("*")
     over = re.split(r"/(?![^\[]*\])", path)  # a slash inside brackets belongs to a key
     value = _at(data, over[0]) / _at(data, over[1]) if len(over) == 2 else _at(data, path)
@@ -116,7 +120,10 @@ def _at(data, path: str):
     value = data
     for bracketed, plain in SEGMENT.findall(path):
         key = bracketed or plain
-        value = value[int(key)] if isinstance(value, list) else value[key]
+        if isinstance(value, list):
+            value = RANGE_ENDS[key](value) if key in RANGE_ENDS else value[int(key)]
+        else:
+            value = value[key]
     return value
 
 
