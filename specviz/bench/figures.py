@@ -325,14 +325,7 @@ ALLOWED += _on("notebooks/09_latency_and_serving.ipynb", EXAMPLE, (
     "A 500 ms step that shows\n  5 tokens counts 5 tokens of 100 ms", "waited\n  500 ms, the four others arrived with it (0 ms)",
     "4 tokens 520 ms after", "*\"speedup 1.4×", "not one run's 1.7×", "a 2× speedup halves", "decodes 20 tokens/s"))
 ALLOWED += _on("notebooks/09_latency_and_serving.ipynb", SETTING, ("keep the middle 95% of those means",))
-ALLOWED += _on("notebooks/09_latency_and_serving.ipynb", "STALE?: no committed report gives these; "
-               "batched-qwen-coder-bf16's pooled theory reads 1.82x at B = 1 and 1.05x at B = 16 (lead to decide)",
-               ("predicted 1.85× at batch 1 and 1.43× at",))
 ALLOWED += _on("notebooks/10_drafters_from_the_target.ipynb", PAPER, ("Medusa papers' 2–3.5×",))
-ALLOWED += _on("notebooks/11_batching_kills_speculation.ipynb", "STALE?: batched-qwen-coder-bf16's load_over_best "
-               "reads 0.87 to 1.07 (lead to decide, with batching.md's same figure)", ("scored 0.96 to 1.10",))
-ALLOWED += _on("notebooks/11_batching_kills_speculation.ipynb", UNSOURCED.split(":")[0] + ": no committed report "
-               "holds these (lead to decide, with batching.md)", ("drifts by 10-25%", "lost 13% at 8 and 16 users"))
 ALLOWED += _on("docs/heads.md", EXAMPLE, ("about 12 kB a position: a million positions take about 12 GB",))  # 4 x 1,536 x 2 bytes
 ALLOWED += _on("README.md", WEIGHTS, ("the weights, about 1.6 GB", "Python packages (about 1.6 GB"))
 ALLOWED += _on("README.md", LAPTOP, ("int8 on an 8 GB laptop", "8 GB laptop), and later"))
