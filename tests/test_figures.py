@@ -98,6 +98,8 @@ def test_paths_reach_keys_with_dots_indices_ratios_and_scales():
     data = {"engines": {"llama.cpp-q8_0": {"a": 3.0, "b": [1.5, 0.25]}}}
     assert figures.lookup(data, "engines[llama.cpp-q8_0].b[1]*1000") == 250.0
     assert figures.lookup(data, "engines[llama.cpp-q8_0].a/engines[llama.cpp-q8_0].b[0]") == 2.0
+    assert figures.lookup(data, "engines[llama.cpp-q8_0].b.min") == 0.25
+    assert figures.lookup(data, "engines[llama.cpp-q8_0].b.max*2") == 3.0
 
 
 def test_a_missing_report_or_key_is_one_sentence(tmp_path):
