@@ -62,14 +62,21 @@ def test_generate_jsonl_is_only_events():
 
 @pytest.mark.parametrize("args, message", [
     (["--prompt", ""], "error: The prompt is empty"),
-    (["--prompt", "x", "--k", "0"], "error: k (draft length)"),
-    (["--prompt", "x", "--top-p", "2"], "error: top_p"),
+    (["--prompt", "x", "--k", "0"], "error: --k (draft length)"),
+    (["--prompt", "x", "--top-p", "2"], "error: --top-p must be in (0, 1]"),
     (["--prompt", "x", "--pair", "gpt5"], "error: Unknown pair 'gpt5'"),
     (["--prompt", "x", "--k", "2.5"], "error: argument --k: k must be a whole number, 'auto' or 'load'"),
     (["--prompt", "x", "--method", "lookahead", "--temperature", "1"], "error: lookahead decoding is greedy-only"),
     (["--max-new-tokens", "5"], "error: the following arguments are required: --prompt"),
-    (["--prompt", "x", "--draft-quant", "int4"], "error: draft_quant must be one of none, int8"),
-    (["--prompt", "x", "--cpu-linear", "fast"], "error: cpu_linear must be one of aten, gemv"),
+    (["--prompt", "x", "--draft-quant", "int4"], "error: --draft-quant must be one of none, int8"),
+    (["--prompt", "x", "--cpu-linear", "fast"], "error: --cpu-linear must be one of aten, gemv"),
+    (["--prompt", "x", "--method", "eagle-tree", "--tree-depth", "40"], "error: --tree-depth must be a whole number"),
+    (["--prompt", "x", "--method", "lookahead", "--window", "30"], "error: --window must be a whole number"),
+    (["--prompt", "x", "--method", "ssd", "--threads", "0"], "error: --threads must be 'auto' or a whole number"),
+    (["--prompt", "x", "--device", "gpu"], "error: --device must be cpu, cuda (cuda:0, cuda:1, ...) or mps, got 'gpu'."),
+    (["--prompt", "x", "--seed", str(2**64)], "error: argument --seed: seed must be a whole number from 0 to 2**63 - 1"),
+    (["--prompt", "x", "--seed", "-1"], "error: argument --seed: seed must be a whole number from 0 to 2**63 - 1"),
+    (["--prompt", "x", "--seed", "1e3"], "error: argument --seed: seed must be a whole number from 0 to 2**63 - 1"),
 ])
 def test_errors_are_one_line(args, message):
     out = cli("generate", *args)
@@ -105,6 +112,7 @@ def test_bench_is_a_subcommand():
 ])
 def test_bad_options_fail_before_any_weights_load(monkeypatch, capsys, args, options):
     from specviz import cli as cli_module
+    from specviz.config import as_flags
     from specviz.engine.sequence import check_options
     from specviz.errors import InputError
     from specviz.runtime import models
@@ -114,9 +122,20 @@ def test_bad_options_fail_before_any_weights_load(monkeypatch, capsys, args, opt
 
     monkeypatch.setattr(models, "load_pair", refuse)
     assert cli_module.main(["generate", "--pair", "qwen-coder", *args]) == 2
-    with pytest.raises(InputError) as exc:  # the very message generate() gives for these options
+    with pytest.raises(InputError) as exc, as_flags():  # generate()'s message, naming the flags
         check_options(args[1], **options)
     assert capsys.readouterr().err == f"error: {exc.value}\n"
+
+
+def test_a_cuda_device_without_a_gpu_is_one_line():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: cuda is a device it has")
+    out = cli("generate", "--prompt", "x", "--device", "cuda")
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: --device cuda asks for a CUDA GPU, and PyTorch sees none here")
+    assert out.stderr.endswith("use --device cpu, or leave --device out to take what there is.\n")
 
 
 def test_app_command_serves_the_page_from_any_folder(tmp_path):
