@@ -138,6 +138,60 @@ def test_a_cuda_device_without_a_gpu_is_one_line():
     assert out.stderr.endswith("use --device cpu, or leave --device out to take what there is.\n")
 
 
+# (a malformed environment variable, the command that reads it, how its one line starts); each
+# fails before any model loads or any server starts
+BAD_ENVIRONMENTS = [
+    ({"SPECVIZ_PAIR": "gpt5"}, ["generate", "--prompt", "x"], "error: $SPECVIZ_PAIR is 'gpt5', which names no pair"),
+    ({"SPECVIZ_PAIR": "gpt5"}, ["pairs"], "error: $SPECVIZ_PAIR is 'gpt5', which names no pair"),
+    ({"SPECVIZ_MEMORY": "lots"}, ["generate", "--prompt", "x"], "error: $SPECVIZ_MEMORY must be one of auto, full, low"),
+    ({"SPECVIZ_MAX_TOKENS": "many"}, ["app"], "error: $SPECVIZ_MAX_TOKENS must be a whole number from 1 to 4096"),
+    ({"SPECVIZ_MAX_WAITING": "0"}, ["app"], "error: $SPECVIZ_MAX_WAITING must be a whole number of at least 1"),
+    ({"SPECVIZ_MAX_LIVE_BATCH": "8.5"}, ["app"], "error: $SPECVIZ_MAX_LIVE_BATCH must be a whole number from 1 to 32"),
+    ({"PORT": "http"}, ["app"], "error: $PORT must be a whole number from 1 to 65535, got 'http'."),
+]
+
+
+@pytest.mark.parametrize("env, argv, says", BAD_ENVIRONMENTS, ids=[next(iter(e)) + "-" + a[0] for e, a, _ in BAD_ENVIRONMENTS])
+def test_a_malformed_environment_variable_is_one_line(env, argv, says):
+    out = _FORKS["server"].run("specviz", argv, {**ENV, **env}, kind="module", timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert out.stderr.startswith(says) and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_a_cache_that_is_a_file_is_one_line(tmp_path):
+    cache = tmp_path / "cache"
+    cache.write_text("not a folder")
+    env = {**ENV, "SPECVIZ_CACHE": str(cache)}
+    out = _FORKS["server"].run("specviz", ["generate", "--method", "medusa", "--prompt", "x"], env, kind="module",
+                               timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == f"error: $SPECVIZ_CACHE is {str(cache)!r}, a file: point it at a folder (made if missing).\n"
+
+
+@pytest.mark.parametrize("text, value", [("", 5), ("  ", 5), ("7", 7), (" 3 ", 3)])
+def test_env_number_reads_a_whole_number_or_the_default(monkeypatch, text, value):
+    from specviz.errors import env_number
+
+    monkeypatch.setenv("SPECVIZ_TEST_NUMBER", text)
+    assert env_number("SPECVIZ_TEST_NUMBER", 5, low=1, high=9) == value
+
+
+@pytest.mark.parametrize("text, kind, message", [
+    ("abc", int, "$SPECVIZ_TEST_NUMBER must be a whole number from 1 to 9, got 'abc'."),
+    ("10", int, "$SPECVIZ_TEST_NUMBER must be a whole number from 1 to 9, got '10'."),
+    ("2.5", int, "$SPECVIZ_TEST_NUMBER must be a whole number from 1 to 9, got '2.5'."),
+    ("inf", float, "$SPECVIZ_TEST_NUMBER must be a number from 1 to 9, got 'inf'."),
+    ("nan", float, "$SPECVIZ_TEST_NUMBER must be a number from 1 to 9, got 'nan'."),
+])
+def test_env_number_refuses_anything_else_naming_the_variable(monkeypatch, text, kind, message):
+    from specviz.errors import SpecvizError, env_number
+
+    monkeypatch.setenv("SPECVIZ_TEST_NUMBER", text)
+    with pytest.raises(SpecvizError) as exc:
+        env_number("SPECVIZ_TEST_NUMBER", 5, kind, low=1, high=9)
+    assert str(exc.value) == message
+
+
 def test_app_command_serves_the_page_from_any_folder(tmp_path):
     """`python -m specviz app`, the make-free way (Windows, plain pip), run from an unrelated
     folder: the installed package finds its app and serves it."""
