@@ -147,3 +147,31 @@ def test_a_message_names_the_flag_on_the_command_line_and_the_argument_in_python
 def test_every_check_has_a_bad_input_above():
     hit = {failure(options, flags=False)[1] for options, _ in BAD}
     assert hit == raise_lines()
+
+
+def test_the_app_refuses_a_seed_torch_cannot_take_with_gr_error():
+    gr = pytest.importorskip("gradio")
+    with pytest.raises(gr.Error) as exc:
+        app_options("spec", seed=float(2**64))
+    assert exc.value.message == "seed must be a whole number from 0 to 2**63 - 1, got 18446744073709551616."
+
+
+def test_the_app_shows_the_n_gram_control_to_every_method_whose_errors_name_it():
+    gr = pytest.importorskip("gradio")
+    from specviz import methods
+    from webapp import settings
+    from webapp.common import ui
+
+    with gr.Blocks():
+        settings.build_sidebar()
+    shown = {name for name in methods.names() if settings.on_method(name, False, "cost")[ui.ngram_sl].visible}
+    assert shown == {"pld", "lookahead", "cascade"}
+    with pytest.raises(gr.Error, match=r"lookahead needs an n-gram size from 2 to 8 \(ngram\), got 1"):
+        app_options("lookahead", ngram=1.0)
+
+
+def app_options(method, seed=0.0, **controls):
+    """The run the app's controls ask for (webapp.common.options), sliders' floats and all."""
+    from webapp.common import options
+
+    return options(method, 4, 0.0, 1.0, 32.0, seed, False, **controls)
