@@ -22,7 +22,7 @@ _DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.flo
            "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16}
 
 
-DEVICE_TYPES = ("cpu", "cuda", "mps")
+DEVICE_TYPES = ("cpu", "cuda", "mps", "meta")  # meta: PyTorch's device without data, for tests of the checks
 
 
 def resolve_device(device) -> torch.device:
