@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--max-new-tokens", type=int, default=64)
     gen.add_argument("--ignore-eos", action="store_true",
                      help="run to --max-new-tokens even past end of text (to time one workload twice)")
-    gen.add_argument("--seed", type=_seed, default=0, help="the sampling seed (a batch's row b takes seed + b)")
+    gen.add_argument("--seed", type=int, default=0, help="the sampling seed (a batch's row b takes seed + b)")
     gen.add_argument("--prompt", required=True, action="append",
                      help="the prompt; give it several times to decode a batch of prompts together")
     gen.add_argument("--batch", type=int, default=None,
@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "three layers kept; corpus: a few answers, then standard-library code (Medusa and "
                          "EAGLE only)")
     tr.add_argument("--epochs", type=float, default=3.0)
-    tr.add_argument("--seed", type=_seed, default=0)
+    tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--draft-vocab", type=int, default=16384,
                     help="the heads read the target's most frequent tokens only (0: all)")
     tr.add_argument("--out", default=None, help="folder for the heads, manifest and report "
@@ -153,17 +153,6 @@ def _whole_or(what: str, *words: str):
 _k = _whole_or("k", "auto", "load")
 _budget = _whole_or("tree budget", "auto")
 _threads = _whole_or("threads", "auto")
-
-
-def _seed(text: str) -> int:
-    """An argparse type: a seed torch.Generator takes (config.MAX_SEED)."""
-    try:
-        seed = int(text)
-    except ValueError:
-        seed = -1
-    if not 0 <= seed <= MAX_SEED:
-        raise argparse.ArgumentTypeError(f"seed must be a whole number from 0 to 2**63 - 1, got {text!r}")
-    return seed
 
 
 def cmd_app(args) -> int:
@@ -279,6 +268,8 @@ def cmd_train(args) -> int:
     from specviz.runtime.models import default_pair_name
     from specviz.training.train import train
 
+    if not 0 <= args.seed <= MAX_SEED:  # training seeds torch.Generator too
+        raise SpecvizError(f"--seed must be a whole number from 0 to 2**63 - 1, got {args.seed}.")
     heads, report = train(args.kind, args.pair or default_pair_name(), tokens=args.tokens, epochs=args.epochs,
                           out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check,
                           data=args.data, storage=args.storage, labels=args.labels,

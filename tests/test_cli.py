@@ -74,9 +74,9 @@ def test_generate_jsonl_is_only_events():
     (["--prompt", "x", "--method", "lookahead", "--window", "30"], "error: --window must be a whole number"),
     (["--prompt", "x", "--method", "ssd", "--threads", "0"], "error: --threads must be 'auto' or a whole number"),
     (["--prompt", "x", "--device", "gpu"], "error: --device must be cpu, cuda (cuda:0, cuda:1, ...) or mps, got 'gpu'."),
-    (["--prompt", "x", "--seed", str(2**64)], "error: argument --seed: seed must be a whole number from 0 to 2**63 - 1"),
-    (["--prompt", "x", "--seed", "-1"], "error: argument --seed: seed must be a whole number from 0 to 2**63 - 1"),
-    (["--prompt", "x", "--seed", "1e3"], "error: argument --seed: seed must be a whole number from 0 to 2**63 - 1"),
+    (["--prompt", "x", "--seed", str(2**64)], "error: --seed must be a whole number from 0 to 2**63 - 1, got 1844"),
+    (["--prompt", "x", "--seed", "-1"], "error: --seed must be a whole number from 0 to 2**63 - 1, got -1."),
+    (["--prompt", "x", "--seed", "1e3"], "error: argument --seed: invalid int value: '1e3'"),
 ])
 def test_errors_are_one_line(args, message):
     out = cli("generate", *args)
@@ -125,6 +125,12 @@ def test_bad_options_fail_before_any_weights_load(monkeypatch, capsys, args, opt
     with pytest.raises(InputError) as exc, as_flags():  # generate()'s message, naming the flags
         check_options(args[1], **options)
     assert capsys.readouterr().err == f"error: {exc.value}\n"
+
+
+def test_train_refuses_a_seed_torch_cannot_take_in_one_line():
+    out = cli("train", "medusa", "--pair", "tiny", "--seed", str(2**64))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == f"error: --seed must be a whole number from 0 to 2**63 - 1, got {2**64}.\n"
 
 
 def test_a_cuda_device_without_a_gpu_is_one_line():
