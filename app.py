@@ -17,10 +17,10 @@ default 8), PORT / GRADIO_SERVER_PORT.
 
 from __future__ import annotations
 
-import os
 import threading
 
 # the app's API for tests and scripts: the page, its components (ui), the views' modules and functions
+from specviz.errors import env_number
 from webapp import common, presets as preset_view, serving, traces  # noqa: F401
 from webapp.common import (  # noqa: F401
     _PAIRS, ALLOW_CUSTOM, DEFAULT_PAIR, ENGINE_LINE, RECORD_TOPK, check_request, get_pair, live_waiting, ui)
@@ -35,5 +35,6 @@ from webapp.traces import MAX_TRACE_BYTES  # noqa: F401
 examples = ui.examples
 
 if __name__ == "__main__":
+    port = env_number("PORT", None, low=1, high=65535) or env_number("GRADIO_SERVER_PORT", 7860, low=1, high=65535)
     threading.Thread(target=preload, args=(DEFAULT_PAIR,), daemon=True).start()
-    launch(server_port=int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860))
+    launch(server_port=port)

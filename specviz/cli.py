@@ -17,9 +17,10 @@ from specviz.analysis import trace
 from specviz.analysis.metrics import RunStats
 from specviz.argparsing import Parser
 from specviz.bench.watch import main as watch_main
-from specviz.config import RunConfig, check_prompt_text
+from specviz.config import FIELDS, MAX_SEED, RunConfig, as_flags, check_prompt_text, flag
 from specviz.errors import SpecvizError, run_command
 
+RUN = RunConfig()  # the defaults of the options a command leaves out
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="python -m specviz", description="Speculative decoding you can watch.")
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--k", type=_k, default=4, help="draft length per step, 'auto' (chosen per step), or 'load' "
                      "(one k per step for the whole batch, from acceptance and the measured pass cost)")
     gen.add_argument("--auto-rule", default="cost", help="with --k auto: cost | heuristic | confidence")
+    gen.add_argument("--confidence", type=float, default=RUN.confidence,
+                     help="with --auto-rule confidence: stop drafting once the draft's probability q of its token "
+                          "falls below this")
     gen.add_argument("--acceptance", default="exact", help="exact | typical (LOSSY)")
     gen.add_argument("--ngram", type=int, default=3, help="n-gram size (pld, cascade, lookahead)")
     gen.add_argument("--min-prob", type=float, default=0.1, help="suffix, suffix-tree: draft a token only while its "
@@ -50,17 +54,26 @@ def build_parser() -> argparse.ArgumentParser:
                      "target verifies")
     gen.add_argument("--prepare", default="overlap", help="ssd: overlap (stop preparing when the target's pass "
                      "ends) | full (wait until every outcome is k deep)")
+    gen.add_argument("--threads", type=_threads, default=RUN.ssd_threads, help="ssd on a CPU: cores the preparing "
+                     "drafter takes, or 'auto' (a third of them, at least one)")
+    gen.add_argument("--window", type=int, default=RUN.lookahead_window,
+                     help="lookahead: positions of the Jacobi window refined each step")
+    gen.add_argument("--pool", type=int, default=RUN.lookahead_pool,
+                     help="lookahead: n-grams from the pool verified each step")
     gen.add_argument("--tree", default="3,2,1", help="tree shape like 3,2,1, or dynamic")
     gen.add_argument("--tree-budget", type=_budget, default=16,
                      help="dynamic trees (tree --tree dynamic, eagle-tree, eagle3-tree): nodes verified per step, "
                           "or 'auto': as many as pay on this machine, step by step (its measured pass costs)")
+    gen.add_argument("--tree-depth", type=int, default=RUN.tree_depth, help="dynamic trees: at most this many tokens deep")
+    gen.add_argument("--tree-width", type=int, default=RUN.tree_width,
+                     help="dynamic trees: the likeliest nodes expanded at each depth")
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--top-k", type=int, default=0)
     gen.add_argument("--top-p", type=float, default=1.0)
     gen.add_argument("--max-new-tokens", type=int, default=64)
     gen.add_argument("--ignore-eos", action="store_true",
                      help="run to --max-new-tokens even past end of text (to time one workload twice)")
-    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--seed", type=int, default=0, help="the sampling seed (a batch's row b takes seed + b)")
     gen.add_argument("--prompt", required=True, action="append",
                      help="the prompt; give it several times to decode a batch of prompts together")
     gen.add_argument("--batch", type=int, default=None,
@@ -70,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="batched runs: at or above this many live rows, steps are plain autoregressive (0: never)")
     gen.add_argument("--chat", action="store_true", help="apply the tokenizer's chat template")
     gen.add_argument("--record-topk", type=int, default=10)
-    gen.add_argument("--device", default=None)
+    gen.add_argument("--device", default=None, help="cpu | cuda (cuda:0, cuda:1, ...) | mps; default: cuda where "
+                     "PyTorch sees a GPU, else cpu")
     gen.add_argument("--dtype", default=None, help="bfloat16 | float32 | float16")
     gen.add_argument("--draft-quant", default="none",
                      help="none | int8: int8 weight-only draft on CPU (cheaper drafts, same lossless output)")
@@ -138,6 +152,7 @@ def _whole_or(what: str, *words: str):
 
 _k = _whole_or("k", "auto", "load")
 _budget = _whole_or("tree budget", "auto")
+_threads = _whole_or("threads", "auto")
 
 
 def cmd_app(args) -> int:
@@ -182,12 +197,7 @@ def cmd_generate(args) -> int:
     if args.batch is not None and len(prompts) > 1 and args.batch != len(prompts):
         raise SpecvizError(f"--batch {args.batch} with {len(prompts)} prompts: give one prompt, or as many as the batch.")
     batch = args.batch if args.batch is not None else len(prompts)
-    cfg = RunConfig.of(method=args.method, k=args.k, temperature=args.temperature, top_k=args.top_k,
-                       top_p=args.top_p, max_new_tokens=args.max_new_tokens, seed=args.seed, chat=args.chat,
-                       ignore_eos=args.ignore_eos, record_topk=args.record_topk if args.jsonl else 0,
-                       auto_rule=args.auto_rule, acceptance=args.acceptance, ngram=args.ngram, tree=args.tree,
-                       heads=args.heads, tree_budget=args.tree_budget, batch=batch, spec_off_batch=args.spec_off_batch,
-                       suffix_min_prob=args.min_prob, ssd_fanout=args.fanout, ssd_prepare=args.prepare)
+    cfg = RunConfig.of(**{**run_options(args), "batch": batch, "record_topk": args.record_topk if args.jsonl else 0})
     check_backend_method(check_backend(args.backend), cfg, batch > 1)  # before the weights load, too
     if methods.get(cfg.method).heads:  # a missing or corrupt heads file fails before the weights load
         check_heads_file(methods.get(cfg.method).heads, args.pair or default_pair_name(), args.heads or None)
@@ -212,6 +222,11 @@ def cmd_generate(args) -> int:
             print(RunStats(**event.metrics).line())
             _print_ssd(events)
     return 0
+
+
+def run_options(args) -> dict:
+    """RunConfig's fields from generate's flags: each field's flag is the one config.flag names."""
+    return {name: getattr(args, flag(name)[2:].replace("-", "_")) for name in sorted(FIELDS) if flag(name)}
 
 
 def _print_ssd(events: list) -> None:
@@ -253,6 +268,8 @@ def cmd_train(args) -> int:
     from specviz.runtime.models import default_pair_name
     from specviz.training.train import train
 
+    if not 0 <= args.seed <= MAX_SEED:  # training seeds torch.Generator too
+        raise SpecvizError(f"--seed must be a whole number from 0 to 2**63 - 1, got {args.seed}.")
     heads, report = train(args.kind, args.pair or default_pair_name(), tokens=args.tokens, epochs=args.epochs,
                           out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check,
                           data=args.data, storage=args.storage, labels=args.labels,
@@ -289,4 +306,5 @@ def main(argv=None) -> int:
     commands = {"app": cmd_app, "pairs": cmd_pairs, "generate": cmd_generate, "train": cmd_train}
     interrupted = ("interrupted; training resumes from its last checkpoint with the same command"
                    if args.command == "train" else "interrupted")
-    return run_command(lambda: commands[args.command](args), interrupted)
+    with as_flags():  # messages name options by the flags a user typed
+        return run_command(lambda: commands[args.command](args), interrupted)

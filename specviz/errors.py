@@ -2,11 +2,14 @@
 
 Every error a user can cause (bad input, missing weights, a corrupt download) is a
 `SpecvizError`; the CLI prints its message on one line of stderr, the app turns it into
-`gr.Error`, notebooks show it as the exception message.
+`gr.Error`, notebooks show it as the exception message. A number read from an environment
+variable is read by `env_number`, so a malformed one is such an error too.
 """
 
+import math
+import os
 import sys
-from typing import Callable
+from typing import Callable, Optional
 
 
 class SpecvizError(ValueError):
@@ -31,6 +34,32 @@ class InputError(SpecvizError):
 
 class NewerSchemaError(SpecvizError):
     """A trace was written with a newer event schema than this specviz reads (specviz.events)."""
+
+
+def env_number(name: str, default, kind=int, low=None, high=None):
+    """The number in environment variable `name` (`kind`: int or float), `default` when it is unset
+    or empty; anything else, or a number outside [low, high], is a SpecvizError naming the variable."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value: Optional[float] = kind(text)
+    except ValueError:
+        value = None
+    fits = (value is not None and math.isfinite(value) and (low is None or value >= low)
+            and (high is None or value <= high))
+    if not fits:
+        raise SpecvizError(f"${name} must be {_number_words(kind, low, high)}, got {text!r}.")
+    return value
+
+
+def _number_words(kind, low, high) -> str:
+    words = "a whole number" if kind is int else "a number"
+    if low is not None and high is not None:
+        return f"{words} from {low} to {high}"
+    if low is not None:
+        return f"{words} of at least {low}"
+    return f"{words} of at most {high}" if high is not None else words
 
 
 def run_command(body: Callable[[], int], interrupted: str = "interrupted") -> int:

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, env_number
 
 Say = Callable[[str], None]
 
@@ -227,7 +227,10 @@ def cache_dir() -> Path:
     """$SPECVIZ_CACHE, else $XDG_CACHE_HOME/specviz, else ~/.cache/specviz."""
     root = os.environ.get("SPECVIZ_CACHE")
     if root:
-        return Path(root).expanduser()
+        path = Path(root).expanduser()
+        if path.exists() and not path.is_dir():
+            raise SpecvizError(f"$SPECVIZ_CACHE is {root!r}, a file: point it at a folder (made if missing).")
+        return path
     xdg = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(xdg) / "specviz"
 
@@ -264,7 +267,7 @@ def lock(path: Path, doing: str, say: Optional[Say] = None, timeout: Optional[fl
         file_lock.acquire(timeout=0)
     except Timeout:
         waited = True
-        limit = timeout if timeout is not None else float(os.environ.get("SPECVIZ_LOCK_TIMEOUT", LOCK_TIMEOUT_S))
+        limit = timeout if timeout is not None else env_number("SPECVIZ_LOCK_TIMEOUT", LOCK_TIMEOUT_S, float, low=0)
         if say is not None:
             say(f"waiting for another process ({_holder_text(holder)}) to finish; this one reuses its result")
         try:

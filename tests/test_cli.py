@@ -62,14 +62,21 @@ def test_generate_jsonl_is_only_events():
 
 @pytest.mark.parametrize("args, message", [
     (["--prompt", ""], "error: The prompt is empty"),
-    (["--prompt", "x", "--k", "0"], "error: k (draft length)"),
-    (["--prompt", "x", "--top-p", "2"], "error: top_p"),
+    (["--prompt", "x", "--k", "0"], "error: --k (draft length)"),
+    (["--prompt", "x", "--top-p", "2"], "error: --top-p must be in (0, 1]"),
     (["--prompt", "x", "--pair", "gpt5"], "error: Unknown pair 'gpt5'"),
     (["--prompt", "x", "--k", "2.5"], "error: argument --k: k must be a whole number, 'auto' or 'load'"),
     (["--prompt", "x", "--method", "lookahead", "--temperature", "1"], "error: lookahead decoding is greedy-only"),
     (["--max-new-tokens", "5"], "error: the following arguments are required: --prompt"),
-    (["--prompt", "x", "--draft-quant", "int4"], "error: draft_quant must be one of none, int8"),
-    (["--prompt", "x", "--cpu-linear", "fast"], "error: cpu_linear must be one of aten, gemv"),
+    (["--prompt", "x", "--draft-quant", "int4"], "error: --draft-quant must be one of none, int8"),
+    (["--prompt", "x", "--cpu-linear", "fast"], "error: --cpu-linear must be one of aten, gemv"),
+    (["--prompt", "x", "--method", "eagle-tree", "--tree-depth", "40"], "error: --tree-depth must be a whole number"),
+    (["--prompt", "x", "--method", "lookahead", "--window", "30"], "error: --window must be a whole number"),
+    (["--prompt", "x", "--method", "ssd", "--threads", "0"], "error: --threads must be 'auto' or a whole number"),
+    (["--prompt", "x", "--device", "gpu"], "error: --device must be cpu, cuda (cuda:0, cuda:1, ...) or mps, got 'gpu'."),
+    (["--prompt", "x", "--seed", str(2**64)], "error: --seed must be a whole number from 0 to 2**63 - 1, got 1844"),
+    (["--prompt", "x", "--seed", "-1"], "error: --seed must be a whole number from 0 to 2**63 - 1, got -1."),
+    (["--prompt", "x", "--seed", "1e3"], "error: argument --seed: invalid int value: '1e3'"),
 ])
 def test_errors_are_one_line(args, message):
     out = cli("generate", *args)
@@ -105,6 +112,7 @@ def test_bench_is_a_subcommand():
 ])
 def test_bad_options_fail_before_any_weights_load(monkeypatch, capsys, args, options):
     from specviz import cli as cli_module
+    from specviz.config import as_flags
     from specviz.engine.sequence import check_options
     from specviz.errors import InputError
     from specviz.runtime import models
@@ -114,9 +122,80 @@ def test_bad_options_fail_before_any_weights_load(monkeypatch, capsys, args, opt
 
     monkeypatch.setattr(models, "load_pair", refuse)
     assert cli_module.main(["generate", "--pair", "qwen-coder", *args]) == 2
-    with pytest.raises(InputError) as exc:  # the very message generate() gives for these options
+    with pytest.raises(InputError) as exc, as_flags():  # generate()'s message, naming the flags
         check_options(args[1], **options)
     assert capsys.readouterr().err == f"error: {exc.value}\n"
+
+
+def test_train_refuses_a_seed_torch_cannot_take_in_one_line():
+    out = cli("train", "medusa", "--pair", "tiny", "--seed", str(2**64))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == f"error: --seed must be a whole number from 0 to 2**63 - 1, got {2**64}.\n"
+
+
+def test_a_cuda_device_without_a_gpu_is_one_line():
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: cuda is a device it has")
+    out = cli("generate", "--prompt", "x", "--device", "cuda")
+    assert out.returncode == 2 and out.stdout == "" and "Traceback" not in out.stderr
+    assert out.stderr.startswith("error: --device cuda asks for a CUDA GPU, and PyTorch sees none here")
+    assert out.stderr.endswith("use --device cpu, or leave --device out to take what there is.\n")
+
+
+# (a malformed environment variable, the command that reads it, how its one line starts); each
+# fails before any model loads or any server starts
+BAD_ENVIRONMENTS = [
+    ({"SPECVIZ_PAIR": "gpt5"}, ["generate", "--prompt", "x"], "error: $SPECVIZ_PAIR is 'gpt5', which names no pair"),
+    ({"SPECVIZ_PAIR": "gpt5"}, ["pairs"], "error: $SPECVIZ_PAIR is 'gpt5', which names no pair"),
+    ({"SPECVIZ_MEMORY": "lots"}, ["generate", "--prompt", "x"], "error: $SPECVIZ_MEMORY must be one of auto, full, low"),
+    ({"SPECVIZ_MAX_TOKENS": "many"}, ["app"], "error: $SPECVIZ_MAX_TOKENS must be a whole number from 1 to 4096"),
+    ({"SPECVIZ_MAX_WAITING": "0"}, ["app"], "error: $SPECVIZ_MAX_WAITING must be a whole number of at least 1"),
+    ({"SPECVIZ_MAX_LIVE_BATCH": "8.5"}, ["app"], "error: $SPECVIZ_MAX_LIVE_BATCH must be a whole number from 1 to 32"),
+    ({"PORT": "http"}, ["app"], "error: $PORT must be a whole number from 1 to 65535, got 'http'."),
+]
+
+
+@pytest.mark.parametrize("env, argv, says", BAD_ENVIRONMENTS, ids=[next(iter(e)) + "-" + a[0] for e, a, _ in BAD_ENVIRONMENTS])
+def test_a_malformed_environment_variable_is_one_line(env, argv, says):
+    out = _FORKS["server"].run("specviz", argv, {**ENV, **env}, kind="module", timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out.stderr
+    assert out.stderr.startswith(says) and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_a_cache_that_is_a_file_is_one_line(tmp_path):
+    cache = tmp_path / "cache"
+    cache.write_text("not a folder")
+    env = {**ENV, "SPECVIZ_CACHE": str(cache)}
+    out = _FORKS["server"].run("specviz", ["generate", "--method", "medusa", "--prompt", "x"], env, kind="module",
+                               timeout=120)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr == f"error: $SPECVIZ_CACHE is {str(cache)!r}, a file: point it at a folder (made if missing).\n"
+
+
+@pytest.mark.parametrize("text, value", [("", 5), ("  ", 5), ("7", 7), (" 3 ", 3)])
+def test_env_number_reads_a_whole_number_or_the_default(monkeypatch, text, value):
+    from specviz.errors import env_number
+
+    monkeypatch.setenv("SPECVIZ_TEST_NUMBER", text)
+    assert env_number("SPECVIZ_TEST_NUMBER", 5, low=1, high=9) == value
+
+
+@pytest.mark.parametrize("text, kind, message", [
+    ("abc", int, "$SPECVIZ_TEST_NUMBER must be a whole number from 1 to 9, got 'abc'."),
+    ("10", int, "$SPECVIZ_TEST_NUMBER must be a whole number from 1 to 9, got '10'."),
+    ("2.5", int, "$SPECVIZ_TEST_NUMBER must be a whole number from 1 to 9, got '2.5'."),
+    ("inf", float, "$SPECVIZ_TEST_NUMBER must be a number from 1 to 9, got 'inf'."),
+    ("nan", float, "$SPECVIZ_TEST_NUMBER must be a number from 1 to 9, got 'nan'."),
+])
+def test_env_number_refuses_anything_else_naming_the_variable(monkeypatch, text, kind, message):
+    from specviz.errors import SpecvizError, env_number
+
+    monkeypatch.setenv("SPECVIZ_TEST_NUMBER", text)
+    with pytest.raises(SpecvizError) as exc:
+        env_number("SPECVIZ_TEST_NUMBER", 5, kind, low=1, high=9)
+    assert str(exc.value) == message
 
 
 def test_app_command_serves_the_page_from_any_folder(tmp_path):

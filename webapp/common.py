@@ -19,14 +19,14 @@ import gradio as gr
 import specviz
 from specviz import methods
 from specviz.bench import recordings as recorded
-from specviz.config import RunConfig
-from specviz.errors import SpecvizError
+from specviz.config import MAX_NEW_TOKENS, RunConfig
+from specviz.errors import SpecvizError, env_number
 from specviz.render.html import CSS
 from specviz.runtime.llamacpp import runner as llamacpp
 from specviz.runtime.models import LLAMACPP_PAIR, default_pair_name, list_pairs
 from specviz.runtime.quant import MODES, quantize_draft
 
-MAX_TOKENS = int(os.environ.get("SPECVIZ_MAX_TOKENS", "256"))
+MAX_TOKENS = env_number("SPECVIZ_MAX_TOKENS", 256, low=1, high=MAX_NEW_TOKENS)
 MAX_PROMPT_CHARS = 4000
 ALLOW_CUSTOM = os.environ.get("SPECVIZ_ALLOW_CUSTOM") == "1"
 DEFAULT_PAIR = default_pair_name()
@@ -36,7 +36,7 @@ RECORD_TOPK = recorded.RECORD_TOPK
 # Live runs allowed to wait for the engine slot; one more is told the engine is busy, at once. A
 # default race (64 tokens) takes ~25-30 s on the real pair on a 2-core CPU, so the last of three
 # waits about two minutes, which is what "try again in a minute" can honestly promise.
-MAX_LIVE_WAITING = max(1, int(os.environ.get("SPECVIZ_MAX_WAITING", "3")))
+MAX_LIVE_WAITING = env_number("SPECVIZ_MAX_WAITING", 3, low=1)
 
 # The page's components (gr.State, inputs, outputs), set by each view's build(): handlers return
 # {ui.text_html: ..., ...}, and the views read each other's components from here.

@@ -10,7 +10,6 @@ the engine's line like every live run. The users' prompts are the serving bank's
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 
@@ -19,7 +18,7 @@ import gradio as gr
 import specviz
 from specviz import methods
 from specviz.bench import recordings as recorded
-from specviz.errors import SpecvizError
+from specviz.errors import SpecvizError, env_number
 from specviz.prompts import SERVING_BANK
 from specviz.render import serving as render
 from webapp.common import MAX_TOKENS, allowed_pair, gpu, in_line, load, ui, whole
@@ -28,7 +27,7 @@ from webapp.presets import serialised
 MAX_SERVE_BATCH = 32  # the slider's end: the recorded runs go this far
 # Live batches a visitor may ask for: a batch of 32 speculative rows on a 2-core CPU takes minutes
 # (the recorded runs show it at once); raise it on a bigger machine.
-MAX_LIVE_BATCH = max(1, min(MAX_SERVE_BATCH, int(os.environ.get("SPECVIZ_MAX_LIVE_BATCH", "8"))))
+MAX_LIVE_BATCH = env_number("SPECVIZ_MAX_LIVE_BATCH", 8, low=1, high=MAX_SERVE_BATCH)
 MAX_SERVE_TOKENS = min(64, MAX_TOKENS)
 MAX_SERVE_K = 8
 

@@ -91,8 +91,9 @@ def method_help(method: str) -> str:
 
 
 def on_method(method, auto_k, auto_rule, dynamic=False):
-    """Show the controls the chosen method uses, and what the method does. Trees: the draft
-    model's may be static or dynamic, Medusa's are static (a shape), EAGLE-2's dynamic (a budget)."""
+    """Show the controls the chosen method uses (every option a run's error can name for it), and
+    what the method does. Trees: the draft model's may be static or dynamic, Medusa's are static
+    (a shape), EAGLE-2's dynamic (a budget)."""
     record = methods.find(method) or methods.get("ar")
     auto_ok = record.auto_k
     auto = bool(auto_k) and auto_ok
@@ -106,7 +107,7 @@ def on_method(method, auto_k, auto_rule, dynamic=False):
             ui.auto_k_box: gr.Checkbox(visible=auto_ok),
             ui.auto_rule_dd: gr.Dropdown(visible=auto),
             ui.confidence_sl: gr.Slider(visible=auto and auto_rule == "confidence"),
-            ui.ngram_sl: gr.Slider(visible=chain and ("ngram", "ngram") in record.options),
+            ui.ngram_sl: gr.Slider(visible=("ngram", "ngram") in record.options),  # lookahead's too: its errors name it
             ui.tree_box: gr.Group(visible=tree),
             ui.tree_dynamic_cb: gr.Checkbox(visible=both),
             ui.tree_shape_tb: gr.Textbox(visible="static" in forms, interactive=not dynamic),

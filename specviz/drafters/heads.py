@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from specviz.config import parse_shape
+from specviz.config import option, parse_shape
 from specviz.drafters.base import Proposal
 from specviz.drafters.model_tree import TreeDrafter
 from specviz.drafters.tree_budget import sizer_for
@@ -297,15 +297,16 @@ def build(pair, cfg, stop, policy=None) -> _FeatureDrafter:
         block = f"This DFlash drafter's blocks hold {heads.depth + 1} positions, so"
         if method.tree:
             if cfg.tree_depth > heads.depth:
-                raise InputError(f"{block} its tree is at most {heads.depth} deep: use tree_depth of at most "
-                                 f"{heads.depth}.")
+                raise InputError(f"{block} its tree is at most {heads.depth} deep: use "
+                                 f"{option('tree_depth', heads.depth)} or less.")
             return DFlashDrafter(bound, stop, **_dynamic_tree(pair, cfg))
         if isinstance(cfg.k, int) and cfg.k > heads.depth:
-            raise InputError(f"{block} it drafts at most {heads.depth} tokens a step: use k of at most {heads.depth}.")
+            raise InputError(f"{block} it drafts at most {heads.depth} tokens a step: use {option('k', heads.depth)} "
+                             "or less.")
         return DFlashDrafter(bound, stop, chain_k=min(cfg.k, heads.depth) if isinstance(cfg.k, int) else heads.depth)
     shape = parse_shape(cfg.tree) if method.tree else [1] * cfg.k
     if len(shape) > heads.depth:
-        what = f"a tree {len(shape)} deep" if method.tree else f"k={cfg.k}"
+        what = f"a tree {len(shape)} deep ({option('tree')})" if method.tree else option("k", cfg.k)
         raise InputError(f"These Medusa heads draft at most {heads.depth} tokens deep (one per head), "
                          f"so {what} is too deep: use at most {heads.depth}.")
     return MedusaDrafter(bound, stop, shape=shape) if method.tree else MedusaDrafter(bound, stop, chain_k=cfg.k)

@@ -10,7 +10,7 @@ import time
 from typing import Optional
 
 from specviz import events as ev, methods
-from specviz.config import RunConfig
+from specviz.config import RunConfig, option
 from specviz.errors import InputError
 from specviz.runtime.lm import cuda_graphs_on
 from specviz.verifiers.exact import default_verifier
@@ -37,7 +37,7 @@ def check_backend_method(backend: str, cfg: RunConfig, batch: bool = False) -> N
     if backend != "llama.cpp":
         return
     if not methods.get(cfg.method).llamacpp:
-        raise InputError(f"method={cfg.method!r} needs PyTorch (tree attention or the target's hidden states); "
+        raise InputError(f"{option('method', cfg.method)} needs PyTorch (tree attention or the target's hidden states); "
                          f"on llama.cpp choose one of {', '.join(methods.names(llamacpp=True))}.")
     if batch or cfg.batch > 1 or cfg.k == "load":
         raise InputError("Batched runs are PyTorch's; on llama.cpp decode one prompt at a time.")

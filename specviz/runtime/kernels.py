@@ -38,6 +38,7 @@ import contextlib
 import torch
 import torch.nn.functional as F
 
+from specviz.config import option
 from specviz.errors import InputError
 
 MODES = ("aten", "gemv")
@@ -75,7 +76,7 @@ def check_mode(mode) -> str:
 
     mode = "aten" if mode in (None, "") else str(mode).lower()
     if mode not in MODES:
-        raise InputError(f"cpu_linear must be one of {', '.join(MODES)}, not {mode!r}.")
+        raise InputError(f"{option('cpu_linear')} must be one of {', '.join(MODES)}, not {mode!r}.")
     return mode
 
 

@@ -11,6 +11,7 @@ import os
 
 import torch
 
+from specviz.config import option
 from specviz.errors import InputError, PairError
 from specviz.runtime import cpu
 
@@ -21,10 +22,39 @@ _DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.flo
            "float32": torch.float32, "fp16": torch.float16, "float16": torch.float16}
 
 
+DEVICE_TYPES = ("cpu", "cuda", "mps", "meta")  # meta: PyTorch's device without data, for tests of the checks
+
+
 def resolve_device(device) -> torch.device:
+    """`device` ("cpu", "cuda", "cuda:1", "mps" or a torch.device), else CUDA where PyTorch sees a
+    GPU and the CPU otherwise. A device that is none, or that this machine lacks, is an InputError."""
     if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    return torch.device(device)
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        resolved = None
+    if resolved is None or resolved.type not in DEVICE_TYPES:
+        raise InputError(f"{option('device')} must be cpu, cuda (cuda:0, cuda:1, ...) or mps, got {device!r}.")
+    missing = _missing(resolved)
+    if missing:
+        raise InputError(f"{option('device', str(device))} asks for {missing}: "
+                         f"use {option('device', 'cpu')}, or leave {option('device')} out to take what there is.")
+    return resolved
+
+
+def _missing(device: torch.device) -> str:
+    """What `device` needs that this machine lacks, in words ("" when it has it)."""
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            built = "" if torch.version.cuda else " (this PyTorch is built without CUDA)"
+            return f"a CUDA GPU, and PyTorch sees none here{built}"
+        if device.index is not None and device.index >= count:
+            return f"GPU {device.index}, and PyTorch sees {count} here (cuda:0 to cuda:{count - 1})"
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        return "Apple's Metal (mps), which this machine's PyTorch cannot use"
+    return ""
 
 
 def resolve_dtype(dtype, device: torch.device, cpu_default_bytes: int) -> torch.dtype:
@@ -57,9 +87,10 @@ LOW_FLOAT_DTYPE = torch.float32
 def check_memory_mode(memory) -> str:
     """"auto", "full" or "low"; None takes $SPECVIZ_MEMORY (so the app and notebooks can be
     told), else "auto". Anything else is refused before a model is loaded."""
+    named = option("memory") if memory else "$SPECVIZ_MEMORY"
     memory = memory or os.environ.get("SPECVIZ_MEMORY") or "auto"
     if str(memory).lower() not in MEMORY_MODES:
-        raise InputError(f"memory must be one of {', '.join(MEMORY_MODES)}, not {memory!r}.")
+        raise InputError(f"{named} must be one of {', '.join(MEMORY_MODES)}, not {memory!r}.")
     return str(memory).lower()
 
 

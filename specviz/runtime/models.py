@@ -51,8 +51,13 @@ def list_pairs() -> list:
 
 
 def default_pair_name() -> str:
-    """The pair the app and notebooks start with: $SPECVIZ_PAIR, else qwen-coder."""
-    return os.environ.get("SPECVIZ_PAIR", DEFAULT_PAIR)
+    """The pair the app and notebooks start with: $SPECVIZ_PAIR, else qwen-coder. A value that
+    names no preset and is no 'target=...,draft=...' spec is refused here, naming the variable."""
+    name = os.environ.get("SPECVIZ_PAIR") or DEFAULT_PAIR
+    if name not in PRESETS and "=" not in name:
+        raise PairError(f"$SPECVIZ_PAIR is {name!r}, which names no pair: set it to one of {', '.join(PRESETS)}, "
+                        "or to 'target=<hub id or path>,draft=<hub id or path>'.")
+    return name
 
 
 def load_pair(name_or_spec: Any = None, device=None, dtype=None,

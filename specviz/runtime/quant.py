@@ -44,6 +44,7 @@ import copy
 
 import torch
 
+from specviz.config import option
 from specviz.errors import InputError
 from specviz.runtime import kernels
 
@@ -215,7 +216,7 @@ def _share_tied_head(model: torch.nn.Module) -> None:
 def check_mode(mode) -> str:
     mode = "none" if mode in (None, "", "none", False) else str(mode).lower()
     if mode not in MODES:
-        raise InputError(f"draft_quant must be one of {', '.join(MODES)}, not {mode!r}.")
+        raise InputError(f"{option('draft_quant')} must be one of {', '.join(MODES)}, not {mode!r}.")
     return mode
 
 
