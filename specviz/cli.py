@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "target verifies")
     gen.add_argument("--prepare", default="overlap", help="ssd: overlap (stop preparing when the target's pass "
                      "ends) | full (wait until every outcome is k deep)")
-    gen.add_argument("--threads", type=_threads, default=RUN.ssd_threads, help="ssd on a CPU: cores the preparing "
+    gen.add_argument("--draft-threads", type=_threads, default=RUN.ssd_threads, help="ssd on a CPU: cores the preparing "
                      "drafter takes, or 'auto' (a third of them, at least one)")
     gen.add_argument("--window", type=int, default=RUN.lookahead_window,
                      help="lookahead: positions of the Jacobi window refined each step")
@@ -152,7 +152,7 @@ def _whole_or(what: str, *words: str):
 
 _k = _whole_or("k", "auto", "load")
 _budget = _whole_or("tree budget", "auto")
-_threads = _whole_or("threads", "auto")
+_threads = _whole_or("draft-threads", "auto")
 
 
 def cmd_app(args) -> int:

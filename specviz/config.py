@@ -155,7 +155,7 @@ MAX_TREE_NODES = 64
 LOAD_OPTIONS = ("device", "dtype", "draft_quant", "cpu_linear", "memory", "backend", "gguf")  # load_pair's
 # flags named after the option a method records (specviz.methods) rather than the field
 _FLAG_NAMES = {"suffix_min_prob": "--min-prob", "ssd_fanout": "--fanout", "ssd_prepare": "--prepare",
-               "ssd_threads": "--threads", "lookahead_window": "--window", "lookahead_pool": "--pool"}
+               "ssd_threads": "--draft-threads", "lookahead_window": "--window", "lookahead_pool": "--pool"}
 NO_FLAG = frozenset({"suffix_session"})  # the app's key per visitor; a script passes it to generate()
 _AS_FLAGS = ContextVar("specviz_options_as_flags", default=False)
 _NO_VALUE = object()

@@ -72,7 +72,7 @@ def test_generate_jsonl_is_only_events():
     (["--prompt", "x", "--cpu-linear", "fast"], "error: --cpu-linear must be one of aten, gemv"),
     (["--prompt", "x", "--method", "eagle-tree", "--tree-depth", "40"], "error: --tree-depth must be a whole number"),
     (["--prompt", "x", "--method", "lookahead", "--window", "30"], "error: --window must be a whole number"),
-    (["--prompt", "x", "--method", "ssd", "--threads", "0"], "error: --threads must be 'auto' or a whole number"),
+    (["--prompt", "x", "--method", "ssd", "--draft-threads", "0"], "error: --draft-threads must be 'auto' or a whole number"),
     (["--prompt", "x", "--device", "gpu"], "error: --device must be cpu, cuda (cuda:0, cuda:1, ...) or mps, got 'gpu'."),
     (["--prompt", "x", "--seed", str(2**64)], "error: --seed must be a whole number from 0 to 2**63 - 1, got 1844"),
     (["--prompt", "x", "--seed", "-1"], "error: --seed must be a whole number from 0 to 2**63 - 1, got -1."),
