@@ -235,6 +235,31 @@ def test_only_a_static_cache_has_a_fixed_room(tiny):
     assert ssd.cache_room(CachedLM(tiny.draft)) is None
 
 
+def test_the_split_cost_times_the_target_on_its_share_beside_the_draft(tiny, monkeypatch):
+    """On any core count: the target's pass with every core, then with cores - draft threads,
+    alone and beside the draft; the draft on its threads. Counts are faked per thread (6 cores)."""
+    from specviz.bench import ssd as bench
+    from specviz.runtime.lm import CachedLM
+
+    counts, seen, forward = threading.local(), [], CachedLM.forward
+    monkeypatch.setattr(torch, "get_num_threads", lambda: getattr(counts, "n", 6))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: setattr(counts, "n", n))
+
+    def spy(self, ids, *args, **kw):
+        role = "target" if self.model is tiny.target else "draft"
+        seen.append((role, threading.current_thread() is threading.main_thread(), torch.get_num_threads()))
+        return forward(self, ids, *args, **kw)
+
+    monkeypatch.setattr(CachedLM, "forward", spy)
+    out = bench.split_cost(tiny, k=3, threads=1, repeats=2)
+    assert (out["cores"], out["draft_threads"], out["target_threads"]) == (6, 1, 5)
+    # every core, its share alone, its share beside the draft: a prefill and 2 timed passes each
+    assert [n for role, main, n in seen if role == "target"] == [6] * 3 + [5] * 3 + [5] * 3
+    assert {n for role, main, n in seen if role == "draft"} == {1}
+    assert any(role == "draft" and not main for role, main, n in seen)  # beside: on a thread of its own
+    assert torch.get_num_threads() == 6
+
+
 def test_bad_options_are_refused():
     for bad, match in [(dict(ssd_fanout=0), "ssd_fanout"), (dict(ssd_fanout=17), "ssd_fanout"),
                        (dict(ssd_prepare="later"), "ssd_prepare"), (dict(ssd_threads=0), "ssd_threads"),
