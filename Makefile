@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: app test setup llamacpp clean-cache executed-notebooks slides screenshots
+.PHONY: app test gpu-check setup llamacpp clean-cache executed-notebooks slides screenshots
 
 setup: $(VENV)/.installed
 
@@ -33,6 +33,12 @@ $(VENV)/llama.cpp/specviz-build.txt: $(VENV)/.installed
 
 test: setup  # -rs: each skipped test's reason at the end (no llama.cpp built, no GPU, no Chromium)
 	$(PY) -m pytest -q -rs -n 2 --dist loadfile --no-loadscope-reorder
+
+# on a CUDA machine, first thing: every CUDA-only test, and greedy = AR for ssd, dflash-tree and
+# eagle3-tree under CUDA graphs with their static caches filled (the tiny pair; a few minutes);
+# the report goes to docs/benchmarks/gpu-check.md. Without a GPU it refuses in one line.
+gpu-check: setup
+	$(PY) -m specviz.bench.gpu_check
 
 # every notebook run on the real pair, saved as HTML under docs/notebooks/ (resumable; --force to redo)
 executed-notebooks: setup

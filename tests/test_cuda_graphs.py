@@ -1,7 +1,7 @@
 """specviz.runtime.lm.GraphLM on a GPU: every method, with CUDA graphs, reproduces greedy AR token for
 token (float32, random weights of the 0.5B shape for both models), and two runs interleaved on
-the same models (the app's race) each get their own static cache. Skipped without CUDA; run on a
-lent GPU with `python -m pytest tests/test_cuda_graphs.py`."""
+the same models (the app's race) each get their own static cache. Skipped without CUDA; `make gpu-check`
+runs them with every other CUDA-only test (specviz.bench.gpu_check)."""
 
 import pytest
 import torch
@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUD
 PROMPT = "def is_prime(n: int) -> bool:\n    "
 SETTINGS = [dict(method="spec", k=4), dict(method="spec", k="auto"), dict(method="tree"),
             dict(method="tree", tree="dynamic"), dict(method="pld"), dict(method="lookahead"),
-            dict(method="cascade", k=4)]
+            dict(method="cascade", k=4), dict(method="ssd", k=4)]  # ssd: the draft's graphs beside its second stream
 
 
 @pytest.fixture(scope="module")

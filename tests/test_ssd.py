@@ -138,6 +138,128 @@ def test_the_preparation_runs_on_its_own_thread_with_its_share_of_the_cores(tiny
         torch.set_num_threads(original)
 
 
+def _count_calls(monkeypatch) -> list:
+    """Every torch.set_num_threads call from now on: (made on SSD's thread, the count)."""
+    calls, real = [], torch.set_num_threads
+
+    def spy(n):
+        calls.append((threading.current_thread().name.startswith("specviz-ssd"), n))
+        real(n)
+
+    monkeypatch.setattr(torch, "set_num_threads", spy)
+    return calls
+
+
+@pytest.fixture
+def three_cores():
+    if "OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("thread counts are per thread on PyTorch's OpenMP builds only")
+    original = torch.get_num_threads()
+    torch.set_num_threads(3)
+    yield
+    torch.set_num_threads(original)
+
+
+def test_thread_counts_are_set_once_on_the_drafters_thread_and_around_each_pass_on_the_callers(
+        tiny, monkeypatch, three_cores):
+    calls = _count_calls(monkeypatch)
+    run = list(generate(tiny, PROMPTS[0], method="ssd", k=3, max_new_tokens=30, ssd_threads=1, ssd_prepare="full"))
+    passes = sum("ahead" in s.info["ssd"] for s in _steps(run))
+    assert passes > 5
+    assert [n for worker, n in calls if worker] == [1]  # once, as the thread started; never from it during a pass
+    # the caller: its own count back after starting that thread, then the target's share for each pass beside it
+    assert [n for worker, n in calls if not worker] == [3] + [2, 3] * passes
+    assert torch.get_num_threads() == 3
+
+
+def test_the_cores_come_back_when_starting_the_preparation_fails(tiny, monkeypatch, three_cores):
+    drafter = ssd.build(tiny, RunConfig(method="ssd", k=3, ssd_threads=1), tiny.eos_token_ids)
+    submit, prepared = drafter.pool.submit, []
+
+    def failing(fn, *args):  # the third step's ahead() fails after the target's pass got its share
+        if fn == drafter._prepare:
+            prepared.append(fn)
+            if len(prepared) == 3:
+                raise RuntimeError("the pool is gone")
+        return submit(fn, *args)
+
+    monkeypatch.setattr(drafter.pool, "submit", failing)
+    calls = _count_calls(monkeypatch)
+    with pytest.raises(RuntimeError, match="the pool is gone"):
+        list(generate(tiny, PROMPTS[0], method="ssd", k=3, max_new_tokens=30, drafter=drafter))
+    assert calls[-2:] == [(False, 2), (False, 3)] and torch.get_num_threads() == 3
+
+
+def test_a_finished_runs_thread_ends_with_its_drafter(tiny):
+    import gc
+
+    for _ in range(12):
+        list(generate(tiny, PROMPTS[0], method="ssd", k=2, max_new_tokens=6))
+    gc.collect()
+    for thread in threading.enumerate():
+        if thread.name.startswith("specviz-ssd"):
+            thread.join(timeout=10)  # told to end when its pool was collected
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("specviz-ssd")]
+
+
+def test_preparation_stops_where_the_draft_cache_would_overflow(tiny):
+    """A static cache sized for the run itself (prompt, new tokens, one draft and its check) has
+    no room left for a full preparation near the end: it stops there, and the output is AR's."""
+    prompt_len, k, new = len(tiny.encode(PROMPTS[0])), 4, 40
+    room = prompt_len + new + k + 1
+    ar = list(generate(tiny, PROMPTS[0], method="ar", max_new_tokens=new))[-1]
+
+    def run(room):
+        drafter = ssd.build(tiny, RunConfig(method="ssd", k=k, ssd_fanout=8, ssd_prepare="full"), tiny.eos_token_ids)
+        drafter.room, forward, longest = room, drafter.runner.forward, [0]
+
+        def spy(ids, *args, **kw):
+            longest[0] = max(longest[0], drafter.runner.length + len(ids))
+            return forward(ids, *args, **kw)
+
+        drafter.runner.forward = spy
+        events = list(generate(tiny, PROMPTS[0], method="ssd", k=k, max_new_tokens=new, drafter=drafter))
+        assert events[-1].token_ids == ar.token_ids
+        return [s.info["ssd"].get("ahead", {}).get("stopped") for s in _steps(events)], longest[0]
+
+    stopped, longest = run(None)
+    assert "cache full" not in stopped and longest > room  # unguarded, preparation outgrows that cache
+    stopped, longest = run(room)
+    assert "cache full" in stopped and longest <= room
+    assert stopped[0] is None  # early on, there was room for all of it
+
+
+def test_only_a_static_cache_has_a_fixed_room(tiny):
+    from specviz.runtime.lm import CachedLM
+
+    assert ssd.cache_room(CachedLM(tiny.draft)) is None
+
+
+def test_the_split_cost_times_the_target_on_its_share_beside_the_draft(tiny, monkeypatch):
+    """On any core count: the target's pass with every core, then with cores - draft threads,
+    alone and beside the draft; the draft on its threads. Counts are faked per thread (6 cores)."""
+    from specviz.bench import ssd as bench
+    from specviz.runtime.lm import CachedLM
+
+    counts, seen, forward = threading.local(), [], CachedLM.forward
+    monkeypatch.setattr(torch, "get_num_threads", lambda: getattr(counts, "n", 6))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: setattr(counts, "n", n))
+
+    def spy(self, ids, *args, **kw):
+        role = "target" if self.model is tiny.target else "draft"
+        seen.append((role, threading.current_thread() is threading.main_thread(), torch.get_num_threads()))
+        return forward(self, ids, *args, **kw)
+
+    monkeypatch.setattr(CachedLM, "forward", spy)
+    out = bench.split_cost(tiny, k=3, threads=1, repeats=2)
+    assert (out["cores"], out["draft_threads"], out["target_threads"]) == (6, 1, 5)
+    # every core, its share alone, its share beside the draft: a prefill and 2 timed passes each
+    assert [n for role, main, n in seen if role == "target"] == [6] * 3 + [5] * 3 + [5] * 3
+    assert {n for role, main, n in seen if role == "draft"} == {1}
+    assert any(role == "draft" and not main for role, main, n in seen)  # beside: on a thread of its own
+    assert torch.get_num_threads() == 6
+
+
 def test_bad_options_are_refused():
     for bad, match in [(dict(ssd_fanout=0), "ssd_fanout"), (dict(ssd_fanout=17), "ssd_fanout"),
                        (dict(ssd_prepare="later"), "ssd_prepare"), (dict(ssd_threads=0), "ssd_threads"),
@@ -327,7 +449,7 @@ def test_on_cuda_the_preparation_runs_on_a_second_stream_and_stays_exact(monkeyp
         ar = list(generate(pair, prompt, method="ar", max_new_tokens=32))[-1]
         run = list(generate(pair, prompt, method="ssd", k=3, max_new_tokens=32))
         assert run[-1].token_ids == ar.token_ids
-        assert run[1].info["ssd"]["threads"] == "cuda streams"
+        assert _steps(run)[0].info["ssd"]["threads"] == "cuda streams"
     assert streams and torch.cuda.default_stream().cuda_stream not in streams
 
 

@@ -68,9 +68,9 @@ def timed_run(pair, cfg, ids: list, tokens: int, script=None) -> dict:
 
 
 def split_cost(pair, k: int, threads: int, repeats: int = 6) -> dict:
-    """The target's pass over k + 1 tokens with every core, with its share alone, and with its share
-    while the draft model runs forwards on a thread with the other `threads` cores; a draft
-    forward alone and beside the pass. Seconds, medians of `repeats`."""
+    """The target's pass over k + 1 tokens with every core, with its share (every core but the
+    draft's `threads`) alone, and with its share while the draft model runs forwards on a thread
+    with `threads` cores; a draft forward alone and beside the pass. Seconds, medians of `repeats`."""
     import torch
 
     from specviz.runtime.lm import runner_for
@@ -113,18 +113,23 @@ def split_cost(pair, k: int, threads: int, repeats: int = 6) -> dict:
 
 def _draft_beside(draft, context: list, threads: int, stop) -> float:
     """Median seconds of a one-token draft forward on this thread with `threads` cores, until
-    `stop` is set (or 6 forwards when there is none)."""
+    `stop` is set (or 6 forwards when there is none). The thread has its own count back after:
+    timed alone, on the caller's thread, the target's passes that follow run on the target's share."""
     import torch
 
+    own = torch.get_num_threads()  # (also initialises a new thread's count now, not over the share later)
     torch.set_num_threads(threads)
-    draft.reset()
-    draft.forward(context)
-    times = []
-    while (stop is None and len(times) < 6) or (stop is not None and not stop.is_set()):
-        start = time.perf_counter()
-        draft.forward(context[:1])
-        times.append(time.perf_counter() - start)
-        draft.crop(len(context))
+    try:
+        draft.reset()
+        draft.forward(context)
+        times = []
+        while (stop is None and len(times) < 6) or (stop is not None and not stop.is_set()):
+            start = time.perf_counter()
+            draft.forward(context[:1])
+            times.append(time.perf_counter() - start)
+            draft.crop(len(context))
+    finally:
+        torch.set_num_threads(own)
     return sorted(times)[len(times) // 2] if times else None
 
 

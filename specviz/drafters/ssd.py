@@ -36,12 +36,20 @@ tree-attention forward, a miss's from one-token forwards, which may differ in th
 
 Concurrency: on a CPU the preparation runs on a thread of its own with `threads` cores of
 PyTorch's pool (default: a third of the cores, at least one) while the target's pass runs on the
-rest; outside the overlap the target and a miss's drafting use every core. (PyTorch's OpenMP
-builds, the usual ones, keep a thread count per thread; on a build with another thread pool the
-count is the process's, so the two share the pool instead, and the step info says so.) On CUDA
-it runs on a second stream, ordered after the work queued before the pass by an event, its cache
-tensors marked as used by that stream. Each step's `info["ssd"]` says what was prepared, what happened, and when each
-side ran (the timeline view draws it: specviz.render.timeline).
+rest; outside the overlap the target and a miss's drafting use every core. PyTorch's OpenMP
+builds, the usual ones, keep a thread count per thread, so the drafter's thread sets its count
+once, as it starts (before the run's first pass), and the calling thread lowers its own count
+for the pass and takes it back right after: between steps the run hands control back to its
+consumer, which may run another model on the same thread (the app's race) or resume the run on
+another thread, so a count the calling thread kept across steps would leak into that work. On a
+build with another thread pool the count is the process's, so the two share the pool instead,
+and the step info says so. On CUDA it runs on a second stream, ordered after the work queued
+before the pass by an event, its cache tensors marked as used by that stream.
+
+Preparation never grows the draft's cache past what it holds: a static cache (CUDA graphs,
+specviz.runtime.lm.GraphLM) stops it at the level that would not fit. Each step's `info["ssd"]`
+says what was prepared, what happened, why preparation stopped, and when each side ran (the
+timeline view draws it: specviz.render.timeline).
 """
 
 from __future__ import annotations
@@ -56,13 +64,28 @@ import torch
 
 from specviz.drafters.base import Proposal
 from specviz.drafters.model import ModelDrafter, stops
-from specviz.runtime.lm import synchronize
+from specviz.runtime.lm import GraphLM, synchronize
 from specviz.verifiers import sampling
 from specviz.verifiers.draft_tree import DraftTree, attention
 
 def draft_threads(threads="auto") -> int:
     """The cores of PyTorch's pool the preparing drafter takes: "auto" is a third, at least one."""
     return max(1, torch.get_num_threads() // 3) if threads == "auto" else int(threads)
+
+
+def cache_room(runner) -> Optional[int]:
+    """Tokens the runner's KV cache can hold: a GraphLM's static cache has a fixed length; the
+    other runners' caches grow as they are fed (None)."""
+    return runner.state.max_len if isinstance(runner, GraphLM) else None
+
+
+def take_share(threads: Optional[int]) -> None:
+    """On the drafter's thread, once, as it starts: its share of the cores for good (None: the pool
+    is shared). Reading the count first makes PyTorch initialise this thread's count now; done
+    lazily at its first parallel op, it would copy the process's default over the share."""
+    if threads is not None:
+        torch.get_num_threads()
+        torch.set_num_threads(threads)
 
 
 RANKS = 16  # candidate ranks the outcome model tracks; a token ranked lower counts as "beyond"
@@ -163,8 +186,25 @@ class SSDDrafter(ModelDrafter):
         # OpenMP keeps the thread count per thread; another pool's count is the process's own
         self.split = not self.cuda and "OpenMP" in torch.__config__.parallel_info()
         self.levels_cap: Optional[int] = None  # tests: stop preparing after this many levels, as if the pass ended
-        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-ssd")
+        self.room = cache_room(self.runner)
+        # the initializer holds no reference to the drafter: the idle thread ends with the pool
+        self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="specviz-ssd", initializer=take_share,
+                                       initargs=(self.threads if self.split else None,))
+        self.worker_started = False
+        self.given_back: Optional[int] = None  # the calling thread's count while the pass runs on its share
         self.stream = torch.cuda.Stream(device=self.runner.device) if self.cuda else None
+
+    def _start_worker(self) -> None:
+        """Start the drafter's thread before the run's first pass. Its count also set the process's
+        default (what threads not yet started get, and PyTorch's other pool): the calling thread
+        puts its own back at once."""
+        if self.worker_started:
+            return
+        own = torch.get_num_threads()
+        self.pool.submit(lambda: None).result()
+        if self.split:
+            torch.set_num_threads(own)
+        self.worker_started = True
 
     def start(self, prompt_ids: list) -> None:
         super().start(prompt_ids)
@@ -172,6 +212,7 @@ class SSDDrafter(ModelDrafter):
         self.step = 0
         self.branches, self.hit, self.job, self.info, self.prep = [], None, None, {}, None
         self.verdict = (-1, -1, -1)  # (step, a, b) of the last verification: whose draft is next
+        self._start_worker()
 
     # -- the critical path: a hit's draft is ready; a miss drafts as plain speculation ----------
 
@@ -209,41 +250,41 @@ class SSDDrafter(ModelDrafter):
     def ahead(self, committed: list, proposal: Proposal, warp) -> None:
         """The target's pass is about to run on `proposal`: start preparing the next step."""
         self.verify_start = time.perf_counter() - self.t0
-        self.branches, self.prep = [], None
+        self.branches, self.prep, self.job = [], None, None
         if not len(proposal) or proposal.tree.tokens[-1] in self.eos:
-            self.job = None  # nothing after an end of text is worth preparing
-            return
+            return  # nothing after an end of text is worth preparing
         self.stop = threading.Event()
         plan = self.outcomes.plan(len(proposal), self.fanout)
         queued = None
         if self.cuda:  # the side stream starts after what the main stream queued so far (the draft)
             queued = torch.cuda.Event()
             queued.record(torch.cuda.current_stream(self.runner.device))
-        elif self.split:
+        elif self.split:  # the pass runs on the target's share; behind() gives this thread its count back
+            self.given_back = torch.get_num_threads()
             torch.set_num_threads(self.target_threads)
         self.job = self.pool.submit(self._prepare, list(committed), proposal, warp, plan, queued)
 
     def behind(self) -> None:
-        """The target's pass is over: stop preparing (at the end of the forward under way) and
-        take what was prepared."""
-        if self.job is None:
-            self.info["verify"] = {"start": self.verify_start, "end": time.perf_counter() - self.t0}
-            return
+        """The target's pass is over (or ahead() or the pass failed): stop preparing (at the end
+        of the forward under way), give the calling thread its cores back and take what was
+        prepared."""
         end = time.perf_counter() - self.t0
-        if self.prepare == "overlap":
-            self.stop.set()
+        self.info["verify"] = {"start": self.verify_start, "end": end}
+        job, self.job = self.job, None
         try:
-            self.job.result()  # re-raises what went wrong over there
+            if job is not None:
+                if self.prepare == "overlap":
+                    self.stop.set()
+                job.result()  # re-raises what went wrong over there
         finally:
             if self.cuda:
                 torch.cuda.current_stream(self.runner.device).wait_stream(self.stream)
-            elif self.split:
-                torch.set_num_threads(self.cores)  # the target has every core again
-        joined = time.perf_counter() - self.t0
-        self.job = None
-        self.info["verify"] = {"start": self.verify_start, "end": end}
-        self.info["wait"] = {"start": end, "end": max(end, joined)}
-        self.info["ahead"] = dict(self.prep)
+            if self.given_back is not None:
+                torch.set_num_threads(self.given_back)
+                self.given_back = None
+        if job is not None:
+            self.info["wait"] = {"start": end, "end": max(end, time.perf_counter() - self.t0)}
+            self.info["ahead"] = dict(self.prep)
 
     def _prepare(self, committed: list, proposal: Proposal, warp, plan: list, queued) -> None:
         """On the drafter's thread (or stream): the preparation tree, level by level."""
@@ -255,23 +296,23 @@ class SSDDrafter(ModelDrafter):
                         if isinstance(t, torch.Tensor) and t.is_cuda:
                             t.record_stream(self.stream)  # freed here, not reused under the target's pass
                 return self._levels(committed, proposal, warp, plan)
-        if self.split:
-            torch.set_num_threads(self.threads)
-        return self._levels(committed, proposal, warp, plan)
+        return self._levels(committed, proposal, warp, plan)  # on the share of the cores the thread took as it started
 
-    def _stopped(self, feed: list) -> bool:
-        """Stop preparing: the pass is over (overlap), the test's cap is reached, or the next
-        level would not fit the draft's cache."""
+    def _stopped(self, feed: list) -> Optional[str]:
+        """Why preparation stops before the next level (None: it goes on): the pass is over
+        ("verdict", overlap only), the test's cap is reached ("cap"), or the level would not fit
+        the draft's cache ("cache full")."""
         if self.prepare == "overlap" and self.stop.is_set():
-            return True
+            return "verdict"
         if self.levels_cap is not None and self.prep["levels"] >= self.levels_cap:
-            return True
-        room = getattr(self.runner, "max_len", None)
-        return room is not None and self.runner.length + len(feed) > room
+            return "cap"
+        if self.room is not None and self.runner.length + len(feed) > self.room:
+            return "cache full"
+        return None
 
     def _levels(self, committed: list, proposal: Proposal, warp, plan: list) -> None:
         start = time.perf_counter() - self.t0
-        self.prep = {"start": start, "end": start, "levels": 0}
+        self.prep = {"start": start, "end": start, "levels": 0, "stopped": None}
         drafts, K, linear = proposal.tree.tokens, len(proposal), len(committed)
         # the cache holds the committed tokens, then x_1..x_(K-1): the drafts as a chain of nodes
         tree = DraftTree.chain(drafts, [0.0] * K)
@@ -284,7 +325,7 @@ class SSDDrafter(ModelDrafter):
                     self._branch(tree, a, options[rank], prob, rank, a - 1)
         bonus = [(a, rank, prob) for a, rank, prob in plan if a == K]
         feed = ([K - 1] if bonus else []) + [br.pending for br in self.branches]  # x_K, for q_(K+1)
-        while feed and not self._stopped(feed):
+        while feed and not self._stop_before(feed):
             q_of = self._forward(tree, feed, linear, slots, warp)
             if K - 1 in q_of:  # the bonus token's candidates: the draft's best after x_K
                 self.q_after = q_of.pop(K - 1)
@@ -308,6 +349,10 @@ class SSDDrafter(ModelDrafter):
                 if branch.pending is not None:
                     feed.append(branch.pending)
             self.prep["end"] = time.perf_counter() - self.t0
+
+    def _stop_before(self, feed: list) -> bool:
+        self.prep["stopped"] = self._stopped(feed)
+        return self.prep["stopped"] is not None
 
     def _branch(self, tree: DraftTree, accepted: int, token: int, prob: float, rank: int, parent: int) -> None:
         branch = Branch(accepted, token, prob, rank)

@@ -103,10 +103,10 @@ class _Run:
         cached = self.target.length
         k, why = self._plan()
         proposal = self.drafter.propose(self.committed, k, self.cfg.warp, self.generator).end_at(self.eos)
-        self.drafter.ahead(self.committed, proposal, self.cfg.warp)  # SSD prepares the next step meanwhile
         try:
+            self.drafter.ahead(self.committed, proposal, self.cfg.warp)  # SSD prepares the next step meanwhile
             target_probs, verify_time, fed, states = self._score(proposal.tree)
-        finally:  # a pass that fails still stops the drafter's work and gives the target its cores back
+        finally:  # a start or a pass that fails still stops the drafter's work and gives the target its cores back
             self.drafter.behind()
         self.drafter.pass_timed(fed, len(proposal.tree), verify_time)
         record = commit(step=step, k=k, why=why, proposal=proposal, target_probs=target_probs,
