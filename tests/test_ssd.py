@@ -11,7 +11,7 @@ import torch
 from test_distribution import RUNS, ResampleFromTarget, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
 
 from specviz import generate
-from specviz.analysis import overlap, theory
+from specviz.analysis import overlap, ssd_model, theory
 from specviz.config import RunConfig, Warp
 from specviz.drafters import ssd
 from specviz.engine import sequence
@@ -272,12 +272,12 @@ def test_bad_options_are_refused():
 # what the drafter expects of the outcome
 
 def test_the_outcome_model_prepares_where_acceptance_is_likely_to_end():
-    model = ssd.OutcomeModel()
+    model = ssd_model.OutcomeModel()
     for _ in range(50):  # every draft accepted: the bonus token's candidates come first
         model.observe(4, 4, "bonus", 0)
     plan = model.plan(4, 3)
     assert [a for a, _, _ in plan] == [4, 4, 4] and [r for _, r, _ in plan] == [0, 1, 2]
-    model = ssd.OutcomeModel()
+    model = ssd_model.OutcomeModel()
     for _ in range(50):  # the first draft always rejected, the residual token its second best
         model.observe(0, 4, "residual", 1)
     plan = model.plan(4, 2)

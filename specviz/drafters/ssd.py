@@ -62,6 +62,7 @@ from typing import Optional
 
 import torch
 
+from specviz.analysis.ssd_model import RANKS, OutcomeModel  # the outcome model is pure: the prediction replays it
 from specviz.drafters.base import Proposal
 from specviz.drafters.model import ModelDrafter, stops
 from specviz.runtime.lm import GraphLM, synchronize
@@ -86,56 +87,6 @@ def take_share(threads: Optional[int]) -> None:
     if threads is not None:
         torch.get_num_threads()
         torch.set_num_threads(threads)
-
-
-RANKS = 16  # candidate ranks the outcome model tracks; a token ranked lower counts as "beyond"
-
-
-class OutcomeModel:
-    """What the drafter believes of the next verification's outcome (a, b), learnt as it runs.
-
-    P(a) = alpha^a (1 - alpha) for a < K and alpha^K for a = K, with alpha the share of decided
-    drafts accepted so far (a Beta(1, 1) prior). P(b at rank r) by kind ("residual" after a
-    rejection, "bonus" after K acceptances): counts of the ranks seen, from a prior falling as
-    1 / (r + 1)."""
-
-    def __init__(self):
-        self.accepted, self.decided = 1.0, 2.0
-        prior = [1.0 / (r + 1) for r in range(RANKS)]
-        self.ranks = {"residual": list(prior), "bonus": list(prior)}
-        self.beyond = {"residual": 1.0, "bonus": 1.0}
-
-    @property
-    def alpha(self) -> float:
-        return self.accepted / self.decided
-
-    def length_probs(self, k: int) -> list:
-        """P(a accepted) for a = 0..k."""
-        a = self.alpha
-        return [a ** n * (1 - a) for n in range(k)] + [a ** k]
-
-    def rank_probs(self, kind: str) -> list:
-        total = sum(self.ranks[kind]) + self.beyond[kind]
-        return [c / total for c in self.ranks[kind]]
-
-    def plan(self, k: int, fanout: int) -> list:
-        """The `fanout` most likely (a, rank) slots, each with its estimated probability, best first."""
-        lengths = self.length_probs(k)
-        slots = [(lengths[a] * p, a, r) for a in range(k + 1)
-                 for r, p in enumerate(self.rank_probs("bonus" if a == k else "residual"))]
-        slots.sort(key=lambda s: (-s[0], s[1], s[2]))
-        return [(a, r, prob) for prob, a, r in slots[:fanout]]
-
-    def observe(self, accepted: int, drafted: int, kind: Optional[str], rank: Optional[int]) -> None:
-        """A verification ended: `accepted` of `drafted`; b ranked `rank` among its kind's candidates
-        (None: beyond those tracked; kind None: its candidates were not computed)."""
-        self.accepted += accepted
-        self.decided += min(accepted + 1, drafted)
-        if kind is not None:
-            if rank is not None and rank < RANKS:
-                self.ranks[kind][rank] += 1.0
-            else:
-                self.beyond[kind] += 1.0
 
 
 def candidates(q: torch.Tensor, exclude: Optional[int], n: int) -> list:
