@@ -44,12 +44,13 @@ class Range:
     low: float = -math.inf
     high: float = math.inf
     of: str = ""
+    words: str = ""  # the range in a refusal, when its numbers would mislead
 
 
 # float32 probabilities summed or subtracted land a rounding error outside [0, 1]
 PROB_SLACK = 1e-6
 Count = Annotated[int, Range(0)]
-Prob = Annotated[float, Range(-PROB_SLACK, 1 + PROB_SLACK)]
+Prob = Annotated[float, Range(-PROB_SLACK, 1 + PROB_SLACK, words="from 0 to 1")]
 NonNegative = Annotated[float, Range(0)]
 DraftLength = Annotated[int, Range(0, MAX_K)]
 Step = Annotated[int, Range(0, of="step")]
@@ -565,7 +566,7 @@ def _plain(kind):
         elif kind is type(None) and value is None:
             pass
         elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise TraceError(f"{where} must be {_describe(kind)}, not {_describe(type(value))}")
+            raise TraceError(f"{where} must be {_describe(kind)}, not {_shown(value)}")
     return run
 
 
@@ -573,7 +574,8 @@ def _ranged(inner, bounds: Range):
     def run(value, where, found):
         inner(value, where, found)
         if not bounds.low <= value <= bounds.high:
-            span = f"at least {bounds.low:g}" if bounds.high == math.inf else f"from {bounds.low:g} to {bounds.high:g}"
+            span = bounds.words or (f"at least {bounds.low:g}" if bounds.high == math.inf
+                                    else f"from {bounds.low:g} to {bounds.high:g}")
             raise TraceError(f"{where} is {value}, but it must be {span}")
         if bounds.of:
             found.append((bounds.of, value, where))
@@ -609,7 +611,7 @@ def _literal(allowed: tuple):
 def _list(item):
     def run(value, where, found):
         if not isinstance(value, list):
-            raise TraceError(f"{where} must be a list, not {_describe(type(value))}")
+            raise TraceError(f"{where} must be a list, not {_shown(value)}")
         if item is not None:
             for i, x in enumerate(value):
                 item(x, f"{where}[{i}]", found)
@@ -619,7 +621,7 @@ def _list(item):
 def _dict(item):
     def run(value, where, found):
         if not isinstance(value, dict):
-            raise TraceError(f"{where} must be an object, not {_describe(type(value))}")
+            raise TraceError(f"{where} must be an object, not {_shown(value)}")
         if item is not None:
             for key, x in value.items():
                 item(x, f"{where}.{key}", found)
@@ -633,7 +635,7 @@ def _typed_dict(shape):
 
     def run(value, where, found):
         if not isinstance(value, dict):
-            raise TraceError(f"{where} must be an object, not {_describe(type(value))}")
+            raise TraceError(f"{where} must be an object, not {_shown(value)}")
         missing = [name for name in shape.__required_keys__ if name not in value]
         if missing:
             raise TraceError(f"{where} lacks {', '.join(sorted(missing))}")
@@ -641,6 +643,17 @@ def _typed_dict(shape):
             if key in checks:
                 checks[key](x, f"{where}.{key}", found)
     return run
+
+
+def _shown(value) -> str:
+    """A wrong value in a refusal: a number as itself, anything else by its kind (not its text)."""
+    if isinstance(value, bool) or value is None:
+        return _json_word(value)
+    return repr(value) if isinstance(value, (int, float)) else _describe(type(value))
+
+
+def _json_word(value) -> str:
+    return {True: "true", False: "false", None: "null"}[value]
 
 
 def _describe(hint) -> str:
@@ -722,7 +735,8 @@ def _within(bound: str, value: int, where: str, limits: dict, tree: Optional[int
         if value >= tree:
             raise TraceError(f"{where} names node {value}, but its step's tree has {tree} nodes")
     elif value > limits[bound]:
-        raise TraceError(f"{where} is {value}, more than a trace of {limits['step'] + 1} events can hold "
+        holds = "its longest prompt and " if bound == "position" else ""
+        raise TraceError(f"{where} is {value}, more than a trace of {holds}{limits['step'] + 1} events can hold "
                          f"(at most {limits[bound]})")
 
 
