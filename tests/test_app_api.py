@@ -546,7 +546,12 @@ HOSTILE = {
                      "upgrade specviz."),
     "schema as text": (_golden(_set("run_started", "schema_version", "1")), "The trace has event schema '1'"),
     "wrong type": (_golden(_set("draft_proposed", "q", "high")),
-                   "The trace's events cannot be shown: a field has the wrong type"),
+                   "^Line 2 of the trace is not a valid draft_proposed event: draft_proposed.q must be a number, not "
+                   "text.$"),
+    "a far step": (_golden(_set("step_finished", "step", 20_000)),
+                   "not a valid step_finished event: step_finished.step is 20000, more than a trace of"),
+    "markup in a refusal": (_golden(lambda events: events.insert(0, {"kind": "<img src=x onerror=alert(1)>"})),
+                            "^The trace starts with a '&lt;img src=x onerror=alert\\(1\\)&gt;' event"),
     "broken gzip": (b"\x1f\x8b\x08\x00garbage", "The file starts like gzip but does not decompress"),
 }
 

@@ -3,6 +3,8 @@ and its attention mask (tree runs), the inspector of p and q, and opening a save
 
 from __future__ import annotations
 
+import html
+
 import gradio as gr
 
 import specviz
@@ -156,10 +158,10 @@ def open_trace(file, history):
         shown = {**step_view(events), **charts.chart_view(events, history), ui.events_state: events,
                  ui.busy_state: None}
     except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-        # each line is an event with the right fields, but a value has the wrong type (the schema
-        # checks names, not types) or the events do not form one run
-        raise gr.Error(f"The trace's events cannot be shown: a field has the wrong type or the events do not form "
-                       f"one run ({type(exc).__name__}: {exc}).") from exc
+        # a last net: read_trace held every field to the schema's types and ranges, so what is left
+        # is events that do not form one run in a way the schema cannot see
+        raise gr.Error(html.escape(f"The trace's events cannot be shown: they do not form one run "
+                                   f"({type(exc).__name__}: {exc}).", quote=False)) from exc
     shown[ui.stats_html] = note + shown[ui.stats_html]
     return shown
 

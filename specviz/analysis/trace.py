@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, Union
 
 from specviz import files
-from specviz.events import Event, from_dict
+from specviz.events import Event, check_trace, from_dict
 
 
 def dumps(event: Union[Event, dict]) -> str:
@@ -27,7 +27,8 @@ def save(events: Iterable, path) -> int:
 
 
 def replay(path) -> Iterator[Event]:
-    """Events of a saved trace, in order, as event objects."""
+    """Events of a saved trace, in order, as event objects (each held to the schema's types and
+    ranges; `load` checks the whole trace)."""
     with open(Path(path), encoding="utf-8") as fh:
         for line in fh:
             if line.strip():
@@ -35,4 +36,7 @@ def replay(path) -> Iterator[Event]:
 
 
 def load(path) -> list:
-    return list(replay(path))
+    """A saved trace's events, checked as a whole against the schema (specviz.events.check_trace)."""
+    events = list(replay(path))
+    check_trace([event.to_dict() for event in events])
+    return events

@@ -38,7 +38,7 @@ from specviz.analysis.trace import dumps
 from specviz.bench import provenance
 from specviz.config import RunConfig
 from specviz.errors import run_command
-from specviz.events import from_dict
+from specviz.events import check_trace, from_dict
 from specviz.prompts import SERVING_BANK
 from specviz.render.race import Lane, race
 
@@ -195,9 +195,11 @@ def earlier_code(code: Optional[str], method: str, k, batched: bool = False, com
 
 
 def read_trace(path: Path) -> list:
-    """A gzip-compressed trace's events as dicts, each checked against the schema."""
+    """A gzip-compressed trace's events as dicts, checked against the schema (check_trace)."""
     with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return [from_dict(json.loads(line)).to_dict() for line in fh if line.strip()]
+        events = [from_dict(json.loads(line)).to_dict() for line in fh if line.strip()]
+    check_trace(events)
+    return events
 
 
 # ---------------------------------------------------------------------------------------------

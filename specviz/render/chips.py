@@ -26,9 +26,9 @@ LEGEND = (
 
 def chip(token: st.TokenView, greedy: bool = False, detail: Optional[str] = None) -> str:
     """One token as a chip; `detail` is an optional small line under it (e.g. 'q .41')."""
-    node = f' data-tree-node="{token.node}"' if token.node is not None else ""
-    html = (f'<span class="sv-chip sv-{token.status}" tabindex="0" data-step="{token.step}" '
-            f'data-index="{token.index}"{node} data-status="{token.status}" data-text="{attr(token.text)}" '
+    node = f' data-tree-node="{attr(token.node)}"' if token.node is not None else ""
+    html = (f'<span class="sv-chip sv-{attr(token.status)}" tabindex="0" data-step="{attr(token.step)}" '
+            f'data-index="{attr(token.index)}"{node} data-status="{attr(token.status)}" data-text="{attr(token.text)}" '
             f'data-tip="{attr(tooltip(token, greedy))}">{text(visible(token.text))}</span>')
     if detail is None:
         return html
@@ -132,6 +132,6 @@ def run_text(run: st.RunView, upto: Optional[int] = None, selected: Optional[int
     last = len(run.steps) - 1 if upto is None else min(upto, len(run.steps) - 1)
     for step in run.steps[:last + 1]:
         cur = " sv-cur" if step.step == selected else ""
-        parts.append(f'<span class="sv-step{cur}" data-step="{step.step}">'
+        parts.append(f'<span class="sv-step{cur}" data-step="{attr(step.step)}">'
                      f'{_step_chips(step, run.greedy)}</span><span class="sv-sep"></span>')
     return Rendered(f'<div class="sv-text">{"".join(parts)}</div>')

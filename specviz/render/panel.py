@@ -11,7 +11,7 @@ from typing import Optional
 
 from specviz.render import steps as st
 from specviz.render.chips import chip
-from specviz.render.html import Rendered, ms, num, quoted, text
+from specviz.render.html import Rendered, attr, ms, num, quoted, text
 
 
 def step_panel(run: st.RunView, number: Optional[int] = None) -> Rendered:
@@ -37,7 +37,7 @@ def step_panel(run: st.RunView, number: Optional[int] = None) -> Rendered:
     title = f"Step {step.step + 1} of {len(run.steps)}"
     lossy = ' <span class="sv-warn">· LOSSY (typical acceptance)</span>' if not run.lossless else ""
     notes = "".join(f'<p class="sv-note">{text(line)}</p>' for line in step_notes(step, run.texts()))
-    return Rendered(f'<div class="sv-panel" data-step="{step.step}"><b>{title}</b>{lossy}{"".join(rows)}'
+    return Rendered(f'<div class="sv-panel" data-step="{attr(step.step)}"><b>{text(title)}</b>{lossy}{"".join(rows)}'
                     f'<p class="sv-explain">{text(sentence(step, run.greedy))}</p>{notes}</div>')
 
 

@@ -114,7 +114,7 @@ def lane_html(events: list, seconds: float, title: str, subtitle: str = "", done
     lossy = (f'<div class="sv-warn" data-lossy="1">LOSSY: {text(run.rule)}, the output does not follow the '
              "target's distribution</div>" if run.started and not run.lossless else "")
     return Rendered(
-        f'<div class="sv-lane{" sv-done" if done else ""}" data-lane="{name}" data-tokens="{tokens}" '
+        f'<div class="sv-lane{" sv-done" if done else ""}" data-lane="{attr(name)}" data-tokens="{attr(tokens)}" '
         f'data-done="{int(done)}" data-busy="{int(busy)}"><h3>{text(title)} '
         f'<span class="sv-muted">· {state}</span></h3>'
         f'<div class="sv-muted">{text(subtitle)}</div>{lossy}<div class="sv-counters">{cells}</div>'

@@ -31,6 +31,7 @@ from typing import Iterable, Optional
 from specviz.analysis.metrics import fold
 from specviz.render.html import quoted
 
+QUOTED_SPAN = 32  # tokens of a copied span a note quotes
 STATUSES = ("draft", "accepted", "rejected", "wasted", "residual", "bonus", "target")
 COMMITTED = frozenset({"accepted", "residual", "bonus", "target"})
 
@@ -154,6 +155,10 @@ class RunView:
     steps: list = field(default_factory=list)
     finished: Optional[dict] = None
     extras: list = field(default_factory=list)
+    # while building: the texts committed before step `_closed` (the prompt's, then each step's),
+    # extended as steps are made so that building stays linear in the trace
+    _texts: Optional[list] = field(default=None, init=False, repr=False, compare=False)
+    _closed: int = field(default=0, init=False, repr=False, compare=False)
 
     @property
     def method(self) -> str:
@@ -211,10 +216,24 @@ def build(events: Iterable) -> RunView:
 
 
 def _step(run: RunView, number: int) -> StepView:
-    while len(run.steps) <= number:
-        texts = run.texts()
-        run.steps.append(StepView(step=len(run.steps), root_text=texts[-1] if texts else None))
+    """Step `number`, made when an event first names it (with any steps before it that no event
+    named, all rooted at the same last committed token)."""
+    if number >= len(run.steps):
+        texts = _texts_before(run, len(run.steps))
+        root = texts[-1] if texts else None
+        run.steps.extend(StepView(step=i, root_text=root) for i in range(len(run.steps), number + 1))
     return run.steps[number]
+
+
+def _texts_before(run: RunView, number: int) -> list:
+    """The texts committed before step `number` (RunView.texts() when that step's drafts arrive), from
+    a list each step's tokens join once: steps are closed in order, as the engine writes them."""
+    if run._texts is None:
+        run._texts = list((run.started or {}).get("prompt_texts") or [])
+    for step in run.steps[run._closed:number]:
+        run._texts += [t.text for t in step.emitted]
+    run._closed = max(run._closed, min(number, len(run.steps)))
+    return run._texts
 
 
 def _token(data: dict, status: str, **numbers) -> TokenView:
@@ -230,7 +249,7 @@ def _on_draft(run, data):
     step = _step(run, data["step"])
     source = data.get("source")
     step.drafted.append(_token(data, "draft", q=data["q"], source=source,
-                               source_note=source_note(source, run.texts()) if source else None))
+                               source_note=source_note(source, _texts_before(run, step.step)) if source else None))
     if data.get("topk"):
         step.q_topk[data["index"]] = data["topk"]
 
@@ -247,7 +266,9 @@ def source_note(source: dict, texts: list) -> Optional[str]:
         if len(match) == 2 and 0 <= match[0] < match[1] <= len(texts):
             start, end = match
             where = f"position {start}" if end - start == 1 else f"positions {start}–{end - 1}"
-            words += (f": continues the earlier {end - start}-gram {quoted(''.join(texts[start:end]))} at {where}, "
+            # a span's last tokens at most: a note per draft must not grow with the text
+            shown = ("…" if end - start > QUOTED_SPAN else "") + "".join(texts[max(start, end - QUOTED_SPAN):end])
+            words += (f": continues the earlier {end - start}-gram {quoted(shown)} at {where}, "
                       "the same tokens that end the text so far")
         return words
     if kind == "ngram":
@@ -291,7 +312,8 @@ def _on_tree_built(run, data):
             id=node.get("id", i), parent=-1 if parent is None else parent, depth=node.get("depth", 0),
             position=node.get("position"), token_id=node.get("token_id"),
             text=str(node.get("token_text", node.get("token", ""))), q=node.get("q"), cum_q=node.get("cum_q"),
-            source_note=source_note(node["source"], run.texts()) if isinstance(node.get("source"), dict) else None))
+            source_note=source_note(node["source"], _texts_before(run, step.step))
+            if isinstance(node.get("source"), dict) else None))
 
 
 def _on_scored(run, data):

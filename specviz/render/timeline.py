@@ -32,7 +32,7 @@ def timeline_figure(runs: list, title: str = "Who works when: the draft's and th
     fig = go.Figure()
     rows, shown, end = [], set(), 0.0
     for label, run in runs:
-        lanes = {lane: f"{label} · {lane}" for lane in ("draft", "target")}
+        lanes = {lane: f"{text(label)} · {lane}" for lane in ("draft", "target")}  # tick labels are markup
         rows += [lanes["draft"], lanes["target"]]
         for kind in ("draft", "prepare", "verify", "wait"):
             segs = [s for s in run["segments"] if s["kind"] == kind]

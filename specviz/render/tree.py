@@ -187,7 +187,7 @@ def _box(x, y, w, status, label, tip, extra_attrs="", strike=False, order=None, 
     dash = ' stroke-dasharray="5 3"' if dashed else ""
     deco = ' text-decoration="line-through"' if strike else ""
     token_y = y + (0 if not sub else -4) + 6
-    parts = [f'<g class="sv-node sv-n-{status}"{extra_attrs}><title>{text(tip)}</title>',
+    parts = [f'<g class="sv-node sv-n-{attr(status)}"{extra_attrs}><title>{text(tip)}</title>',
              f'<rect x="{x:.1f}" y="{y - BOX_H / 2:.1f}" width="{w:.1f}" height="{BOX_H}" rx="7" fill="{fill}" '
              f'stroke="{stroke}" stroke-width="{4 if thick else 2}"{dash}/>',
              f'<text x="{x + w / 2:.1f}" y="{token_y:.1f}" text-anchor="middle" font-size="18" fill="{colour}"'
@@ -198,7 +198,7 @@ def _box(x, y, w, status, label, tip, extra_attrs="", strike=False, order=None, 
     if order is not None:
         parts.append(f'<circle cx="{x:.1f}" cy="{y - BOX_H / 2:.1f}" r="9" fill="#0f172a"/>'
                      f'<text x="{x:.1f}" y="{y - BOX_H / 2 + 4:.1f}" text-anchor="middle" font-size="11" '
-                     f'fill="#f8fafc">{order}</text>')
+                     f'fill="#f8fafc">{text(order)}</text>')
     parts.append("</g>")
     return "".join(parts)
 
@@ -265,14 +265,14 @@ def _svg(nodes: list, path: list, closing: Optional[st.TokenView], root_text: Op
         if node.id in on_path:
             attrs += ' data-path="1"'
         if node.decision is not None and step_no is not None:
-            attrs += f' data-step="{step_no}" data-index="{node.depth - 1}" tabindex="0"'
+            attrs += f' data-step="{attr(step_no)}" data-index="{attr(node.depth - 1)}" tabindex="0"'
         boxes.append(_box(x_of(node.id), y_of(node.id), box_w, status, _label(node.text), _node_tip(node, greedy),
                           attrs, strike=status == "rejected", thick=node.id in on_path,
                           order=None if node.order is None else node.order + 1, sub=_numbers(node.q, node.p)))
     if closing is not None and "next" in depth:
         attrs = f' data-next="{attr(closing.status)}" data-status="{attr(closing.status)}"'
         if step_no is not None:
-            attrs += f' data-step="{step_no}" data-index="{closing.index}" tabindex="0"'
+            attrs += f' data-step="{attr(step_no)}" data-index="{attr(closing.index)}" tabindex="0"'
         sub = (f"{closing.status} r {num(closing.residual_prob, 2)}" if closing.status == "residual"
                and closing.residual_prob is not None else f"{closing.status} p {num(closing.p, 2)}")
         boxes.append(_box(x_of("next"), y_of("next"), box_w, closing.status, _label(closing.text),
