@@ -430,7 +430,7 @@ def analyse(report: dict) -> dict:
         "memory_under_1_5gb": checks["memory_added_gb"] is not None and checks["memory_added_gb"] <= 1.5,
     }
     return {"rows": rows_out, "crossover_measured": crossover, "crossover_theory": theory_cross,
-            "crossover_pooled_theory": pooled_cross, "checks": checks}
+            "crossover_pooled_theory": pooled_cross, "checks": checks, "paired": paired(report)}
 
 
 def _per_step(lane: dict, key: str) -> Optional[float]:
