@@ -27,7 +27,7 @@ def test_readmes_sentence_is_the_held_out_mean_with_its_interval_and_the_best_ca
     code = rep["analysis"]["code"][guide.HEADLINE_LANE]
     sentence = guide.headline()
     low, high = code["vs_ar_ci95"]
-    assert f"**{code['vs_ar']:.2f}×** (95% interval {low:.2f}–{high:.2f})" in sentence
+    assert f"**{code['vs_ar']:.2f}×** (95% interval over prompts {low:.2f}–{high:.2f})" in sentence
     rows = {r["label"]: r for r in guide.preset_rows()}
     best = rows["Code, greedy: speculation wins"]["speedup"]
     assert f"{best:.2f}× (a best case)" in sentence  # the preset's single run is named for what it is

@@ -15,7 +15,8 @@ The prediction (`predict`) is made from quantities measured apart from the SSD r
               beside it; a draft forward beside the pass
   spec        plain speculation's own c (a draft forward over its pass) and rest of a step
 
-and the preparation modelled from the split (`preparation`): the drafter's forwards beside the
+(SSD's own rest of a step, its planning and keeping of outcomes, is taken as spec's: it has no
+measurement apart from an SSD run), and the preparation modelled from the split (`preparation`): the drafter's forwards beside the
 pass (x_K's, then one per depth over every outcome) run until the pass ends, and the verdict
 waits for the forward under way. No timing of the SSD run enters it, so setting it beside the
 measured ratio tests the formula (specviz.analysis.theory.ssd_speedup).

@@ -734,10 +734,10 @@ def markdown(report: dict) -> str:
         lines.append("")
     checks = an.get("checks")
     if checks:
-        lines += ["## The issue's numbers", ""]
+        lines += ["## The benchmark's own checks", ""]
         for key, ok in checks["pass"].items():
             lines.append(f"- {key}: {'yes' if ok else 'NO'}")
-        lines += ["", f"AR at B = 16 over B = 1: {_f(checks['ar_16_over_1'])}x (the cost table's ceiling, 16 one-row "
+        lines += ["", f"AR at B = 16 over B = 1: {_f(checks['ar_16_over_1'])}x (the cost table's ratio, 16 one-row "
                       f"passes against one 16-row pass: {_f(checks.get('ar_16_ceiling'))}x); spec at B = 1 batched over single: "
                       f"{_f(checks['spec_b1_batched_over_single'])}; memory added at B = 32, 256-token contexts: "
                       f"{_f(checks['memory_added_gb'])} GB (KV caches "

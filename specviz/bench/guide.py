@@ -230,7 +230,7 @@ def _typical(kind: str, folder: Path) -> str:
     """'**1.50×** (95% interval 1.45–1.55)': the held-out mean of the default method over AR, with its spread."""
     row = report(HELDOUT, folder)["analysis"][kind][HEADLINE_LANE]
     low, high = row["vs_ar_ci95"]
-    return f"**{row['vs_ar']:.2f}×** (95% interval {low:.2f}–{high:.2f})"
+    return f"**{row['vs_ar']:.2f}×** (95% interval over prompts {low:.2f}–{high:.2f})"
 
 
 def headline(folder: Path = recorded.DATA, reports: Path = REPORTS) -> str:
@@ -248,7 +248,7 @@ def headline(folder: Path = recorded.DATA, reports: Path = REPORTS) -> str:
 
     return (f"How much it saves depends on how often the guesses are right. On {prompts} held-out code prompts the "
             f"draft model made decoding {_typical('code', reports)} as fast as the big model alone, and on {prompts} "
-            f"chat prompts {_typical('chat', reports)} ({env['device_name']}, {env['dtype']}, greedy; "
+            f"chat prompts {_typical('chat', reports)} ({env['device_name']}, {env['dtype']}, greedy, one run a prompt; "
             f"[report](docs/benchmarks/{HELDOUT}.md)). The app's presets are single runs, {note}: the best of them, "
             f"greedy code completion, {gain('Code, greedy')} (a best case), and a chat answer sampled at temperature "
             f"0.7 {gain('Chat, T = 0.7: ')}, where too many guesses miss "

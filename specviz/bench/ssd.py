@@ -382,7 +382,8 @@ PREDICTION = ("**Predicted apart** is the formula (`specviz.analysis.theory.ssd_
               "from the split table above, timed before any lane; the draft ready on a hit and the wait for the "
               "forward under way, modelled from how many draft forwards fit in that pass; and the hit rate, SSD's own "
               "outcome model replayed on plain speculation's verdicts (where each token of AR's text ranks among the "
-              "draft's candidates, one draft forward off the clock). **How far apart**: predicted over measured, less "
+              "draft's candidates, one draft forward off the clock). SSD's own rest of a step (o', its planning and "
+              "keeping outcomes) is not measured apart: the prediction takes spec's. **How far apart**: predicted over measured, less "
               "1. **The run's own parts added up** feeds the formula SSD's own measured costs and hits: a "
               "decomposition of the measurement, equal to it by construction, not a test of the formula.")
 
