@@ -275,7 +275,7 @@ class RunStarted(Event):
     cpu_linear: str = "aten"  # "gemv": linear layers run as W @ x.T on the CPU (specviz.runtime.kernels)
     cuda_graphs: bool = False  # the target's forwards replay CUDA graphs over a static cache (specviz.runtime.lm.GraphLM)
     backend: str = "torch"  # "llama.cpp": the GGUF files run by llama.cpp's kernels; `dtype` is then the GGUF's type
-    schema_version: int = SCHEMA_VERSION
+    schema_version: Any = SCHEMA_VERSION  # held to SCHEMA_VERSION by the readers, which say "update specviz"
 
 
 @dataclass(frozen=True)

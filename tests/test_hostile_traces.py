@@ -223,3 +223,14 @@ def test_the_committed_recordings_still_validate_and_numbers_must_be_finite(tmp_
     (verdict, message), _ = answer(_write(tmp_path, events))
     assert message == ("Line 2 of the trace is not a valid draft_proposed event: draft_proposed.q is inf: a number "
                        "here must be finite.")
+
+
+def test_metrics_without_a_key_or_with_none_are_shown(tmp_path):
+    """Every key of run_finished.metrics is optional (older traces lack the newer ones)."""
+    events = _events(GOLDEN / "tiny_spec_t1.jsonl")
+    del events[-1]["metrics"]["evaluated"]
+    events[-1]["metrics"]["alpha_empirical"] = None
+    (verdict, _), _ = answer(_write(tmp_path, events))
+    assert verdict == "shown"
+    accepted = events[-1]["metrics"]["accepted"]
+    assert charts.alpha_explainer(events).startswith(f"**α = accepted / judged = {accepted}/0 = —**")

@@ -228,16 +228,17 @@ def alpha_explainer(events) -> str:
     m = st.run_metrics(events)
     if not m.get("drafted"):
         return "Run speculative decoding to compare α with accepted/drafted."
-    a, k = m["alpha_empirical"], m["k"]
-    wasted = m["drafted"] - m["evaluated"]
+    # a trace's metrics may lack keys (older runs) or say None: each number read with .get, shown by num()
+    a, k, accepted, evaluated = m.get("alpha_empirical"), m.get("k"), m.get("accepted", 0), m.get("evaluated", 0)
+    wasted = m["drafted"] - evaluated
+    ratios = (f"**α = accepted / judged = {accepted}/{evaluated} = {num(a, 2)}**, but "
+              f"**accepted / drafted = {accepted}/{m['drafted']} = {num(m.get('accepted_per_drafted'), 2)}**.")
     if m.get("method") == "tree":
-        return (f"**α = accepted / judged = {m['accepted']}/{m['evaluated']} = {a:.2f}**, but "
-                f"**accepted / drafted = {m['accepted']}/{m['drafted']} = {m['accepted_per_drafted']:.2f}**.\n\n"
+        return (f"{ratios}\n\n"
                 f"A tree drafts many alternatives and keeps at most one path: the {wasted} nodes the walk never "
                 "judged (grey in the tree) count as drafted. α counts every judged node, rejected siblings "
                 "included; τ (tokens per target forward) is what a tree buys.")
-    lines = [f"**α = accepted / judged = {m['accepted']}/{m['evaluated']} = {a:.2f}**, but "
-             f"**accepted / drafted = {m['accepted']}/{m['drafted']} = {m['accepted_per_drafted']:.2f}**.",
+    lines = [ratios,
              f"The difference is the {wasted} grey *wasted* drafts: after the first rejection in a step, "
              "the later drafts are thrown away without being judged, so they count as drafted but were "
              "never given a chance. α is the acceptance probability of a token the rule actually looked at."]
