@@ -17,6 +17,12 @@ from specviz.runtime.costs import forward_cost
 from specviz.runtime.models import load_pair, use_kernel
 
 
+def __getattr__(name):  # 0.1.0 documented `from specviz.bench.forward import batch_cost`: a warning until 0.3.0
+    from specviz import deprecated
+
+    return deprecated.package_name(__name__, name)
+
+
 def main(argv=None) -> int:
     return run_command(lambda: _main(argv), "interrupted")
 
