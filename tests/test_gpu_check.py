@@ -12,10 +12,16 @@ from specviz.bench import gpu_check
 TESTS = Path(__file__).resolve().parent
 
 
+SKIPS_WITHOUT_CUDA = "not torch.cuda.is_available()"  # how a test says it needs a GPU
+
+
 def _needs_cuda(source: str, node) -> bool:
-    """A skip on CUDA's absence: in a decorator, or a test body that asks torch.cuda.is_available()."""
+    """A skip on CUDA's absence: a skipif mark, or a test body that skips when
+    `not torch.cuda.is_available()` (a test that skips where a GPU *is* present, to check the
+    no-GPU message, is not CUDA-only)."""
     marks = " ".join(ast.get_source_segment(source, d) for d in getattr(node, "decorator_list", []))
-    return "cuda" in marks or "cuda.is_available" in (ast.get_source_segment(source, node) or "")
+    body = ast.get_source_segment(source, node) or ""
+    return ("skipif" in marks and SKIPS_WITHOUT_CUDA in marks) or f"if {SKIPS_WITHOUT_CUDA}" in body
 
 
 def cuda_only_tests() -> set:
@@ -26,7 +32,7 @@ def cuda_only_tests() -> set:
         source = path.read_text(encoding="utf-8")
         for node in ast.parse(source).body:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in node.targets):
-                if "cuda" in ast.get_source_segment(source, node.value):
+                if SKIPS_WITHOUT_CUDA in ast.get_source_segment(source, node.value):
                     found.add(f"tests/{path.name}")
             elif isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name.lower().startswith("test"):
                 if _needs_cuda(source, node):

@@ -295,7 +295,7 @@ def test_cli_refuses_a_tree_on_llamacpp_before_loading(capsys):
 
     assert main(["generate", "--backend", "llama.cpp", "--method", "tree", "--prompt", "x"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: method='tree' needs PyTorch")
+    assert len(err) == 1 and err[0].startswith("error: --method tree needs PyTorch")
 
 
 def test_a_missing_build_is_one_sentence_that_says_how_to_build_it(tmp_path):

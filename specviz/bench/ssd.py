@@ -113,7 +113,7 @@ def split_cost(pair, k: int, threads: int, repeats: int = 6) -> dict:
 
 def _draft_beside(draft, context: list, threads: int, stop) -> float:
     """Median seconds of a one-token draft forward on this thread with `threads` cores, until
-    `stop` is set (or 6 forwards when there is none). The thread has its own count back after:
+    `stop` is set, at least one (or 6 forwards when there is none). The thread has its own count back after:
     timed alone, on the caller's thread, the target's passes that follow run on the target's share."""
     import torch
 
@@ -123,14 +123,15 @@ def _draft_beside(draft, context: list, threads: int, stop) -> float:
         draft.reset()
         draft.forward(context)
         times = []
-        while (stop is None and len(times) < 6) or (stop is not None and not stop.is_set()):
+        # beside a pass, at least one forward: a small model's pass can end before the first one starts
+        while (stop is None and len(times) < 6) or (stop is not None and (not times or not stop.is_set())):
             start = time.perf_counter()
             draft.forward(context[:1])
             times.append(time.perf_counter() - start)
             draft.crop(len(context))
     finally:
         torch.set_num_threads(own)
-    return sorted(times)[len(times) // 2] if times else None
+    return sorted(times)[len(times) // 2]
 
 
 def measure_prompt(pair, settings: dict, prompt, turn: int) -> dict:

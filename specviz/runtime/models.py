@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 from specviz import files
-from specviz.errors import InputError, PairError, WeightsMissingError
+from specviz.errors import InputError, PairError, SpecvizError, WeightsMissingError
 from specviz.runtime import kernels
 from specviz.runtime import packaged
 from specviz.runtime.llamacpp import runner as llamacpp
@@ -134,7 +134,10 @@ def remember_load(pair: Pair) -> dict:
     if pair.name not in PRESETS:
         return {"now": load_facts(pair), "before": None, "changed": False}
     # $SPECVIZ_LAST_LOADS moves the record (the test suite keeps its fake loads out of a user's cache)
-    path = Path(os.environ.get("SPECVIZ_LAST_LOADS") or files.cache_dir() / LAST_LOADS) / f"{pair.name}.json"
+    try:
+        path = Path(os.environ.get("SPECVIZ_LAST_LOADS") or files.cache_dir() / LAST_LOADS) / f"{pair.name}.json"
+    except SpecvizError:  # $SPECVIZ_CACHE is a file: no record, as for any cache that cannot be written
+        return {"now": load_facts(pair), "before": None, "changed": False}
     try:
         before = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
