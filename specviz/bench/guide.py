@@ -251,7 +251,7 @@ def headline(folder: Path = recorded.DATA, reports: Path = REPORTS) -> str:
             f"chat prompts {_typical('chat', reports)} ({env['device_name']}, {env['dtype']}, greedy, one run a prompt; "
             f"[report](docs/benchmarks/{HELDOUT}.md)). The app's presets are single runs, {note}: the best of them, "
             f"greedy code completion, {gain('Code, greedy')} (a best case), and a chat answer sampled at temperature "
-            f"0.7 {gain('Chat, T = 0.7: ')}, where too many guesses miss "
+            f"0.7, {gain('Chat, T = 0.7: ')}, where too many guesses miss "
             "([every machine](docs/teaching.md#what-each-kind-of-machine-will-show)).\n")
 
 
