@@ -8,7 +8,7 @@ held to AR's text (specviz.bench.held). Each lane's repeat has its own session, 
 lane's earlier turns of the task and nothing else (a suffix lane never drafts from another lane's
 run, nor from another task); the other methods keep nothing between requests. Per lane:
 
-  vs AR        tokens / seconds over all its turns, over AR's (timed inside the lanes' rotation each repeat)
+  vs AR        tokens / seconds over all its turns, over AR's (timed once a turn, first)
   first turns  the same over the tasks' first turns only (nothing asked before: the floor)
   repeats      over their later turns (what suffix decoding is for)
   per task     each task's ratio over AR, all its turns
@@ -68,32 +68,26 @@ def analyse(report: dict) -> dict:
 
 def measure_turn(pair, table: dict, methods: list, task, turn: int, previous: str, tokens: int, repeats: int,
                  rotate: int, sitting: str = "") -> dict:
-    """AR once off the clock (its text is the one every lane is held to), then AR and every lane
-    `repeats` times, the order rotated (the baseline inside the rotation, never always first); a
-    lane's repeat r runs in the session ("repeated:<sitting>:<task>:<lane>:<r>") that holds its own
-    earlier turns of this task (`sitting`: unique to the run() measuring it)."""
+    """AR (timed: its text is the one every lane is held to), then every lane `repeats` times, the
+    order rotated; a lane's repeat r runs in the session ("repeated:<sitting>:<task>:<lane>:<r>")
+    that holds its own earlier turns of this task (`sitting`: unique to the run() measuring it)."""
     from specviz.bench.suite import run_method  # torch: reading and drawing a report need none
 
     text = turn_text(task, turn, previous)
     ids = pair.encode(text, chat=task.chat)
-    script = run_method(pair, table, "ar", ids, 0.0, tokens, 0)["token_ids"]
-    record = {"task": task.name, "kind": task.kind, "turn": turn, "prompt_tokens": len(ids), "ar_in_rotation": True,
-              "lanes": {m: [] for m in methods}, "answer": pair.decode(script)}
-    order, timed_ar = ["ar", *methods], []
+    ar = run_method(pair, table, "ar", ids, 0.0, tokens, 0)
+    record = {"task": task.name, "kind": task.kind, "turn": turn, "prompt_tokens": len(ids),
+              "ar": {"tokens": ar["new_tokens"], "seconds": ar["seconds"]}, "lanes": {m: [] for m in methods},
+              "answer": pair.decode(ar["token_ids"])}
     for r in range(repeats):
-        start = (rotate + r) % len(order)
-        for name in order[start:] + order[:start]:
-            if name == "ar":
-                run = run_method(pair, table, "ar", ids, 0.0, tokens, 0)
-                timed_ar.append({"tokens": run["new_tokens"], "seconds": run["seconds"]})
-                continue
+        start = (rotate + r) % len(methods)
+        for name in methods[start:] + methods[:start]:
             lane = table[name]
             own = {**table, name: dataclasses.replace(
                 lane, config=lane.config.replace(suffix_session=f"repeated:{sitting}:{task.name}:{name}:{r}"))}
-            run = run_method(pair, own, name, ids, 0.0, tokens, 0, script=script)
+            run = run_method(pair, own, name, ids, 0.0, tokens, 0, script=ar["token_ids"])
             record["lanes"][name].append({"tokens": run["new_tokens"], "seconds": run["seconds"],
                                           "tau": run.get("tau"), "forced": run.get("forced", 0)})
-    record["ar"] = {"tokens": sum(r["tokens"] for r in timed_ar), "seconds": sum(r["seconds"] for r in timed_ar)}
     return record
 
 
