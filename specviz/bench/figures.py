@@ -298,7 +298,7 @@ ALLOWED += _on("docs/heads.md", PAPER, ("(up to about 6× on Qwen3-8B",))  # DFl
 ALLOWED += _on("docs/heads.md", SHIPPED, ("EAGLE-3 (13.0 MB", "P-EAGLE (13.0 MB", "DFlash (11.7 MB", "EAGLE (11.6 MB",
                                           "Medusa (19.0 MB", "Together 68.2 MB"))
 ALLOWED += _on("docs/heads.md", SETTING, ("package's\n96 MB for heads",))
-ALLOWED += _on("docs/architecture.md", SETTING, ("well under 8 minutes",))  # the GPU check's budget (issue #62)
+ALLOWED += _on("docs/architecture.md", SETTING, ("well under 8 minutes",))  # the GPU check's time budget, a setting of specviz.bench.gpu_check
 ALLOWED += _on("docs/llamacpp.md", DISK, ("Q8_0 2.6 GB for the pair, F16 4.8 GB (the shipped files are 1.6 GB, the\n"
                                             "converted PyTorch cache 4.8 GB)",))
 ALLOWED += _on("docs/models.md", SETTING, ("an 8 GB laptop", "at most 2x a 1-row one", "Gaussian noise of 3%",

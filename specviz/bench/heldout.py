@@ -125,20 +125,34 @@ def measure_prompt(pair, table: dict, methods: list, prompt, tokens: int, repeat
     script = run_method(pair, table, "ar", ids, 0.0, tokens, 0)["token_ids"]
     record = {"kind": prompt.kind, "chat": prompt.chat, "text": prompt.text, "ar_in_rotation": True,
               "lanes": {m: [] for m in methods}}
-    order, timed_ar = ["ar", *methods], []
+    timed_ar = []
+    for _, name in rotation(methods, turn, repeats):
+        if name == "ar":
+            run = run_method(pair, table, "ar", ids, 0.0, tokens, 0)
+            timed_ar.append({"tokens": run["new_tokens"], "seconds": run["seconds"]})
+            continue
+        run = run_method(pair, table, name, ids, 0.0, tokens, 0, script=script)
+        record["lanes"][name].append({"tokens": run["new_tokens"], "seconds": run["seconds"],
+                                      "tau": run.get("tau"), "forced": run.get("forced", 0),
+                                      "draft_s_per_step": run.get("draft_s_per_step")})
+    record["ar"] = pooled(timed_ar)
+    return record
+
+
+def rotation(lanes: list, turn: int, repeats: int = 1):
+    """(repeat, lane) in the order a prompt's runs are timed: AR and `lanes`, rotated by `turn` and
+    again each repeat, so the baseline is timed inside the rotation like any lane, never always
+    first (the held-out, repeated-work and SSD benchmarks)."""
+    order = ["ar", *lanes]
     for r in range(repeats):
         start = (turn + r) % len(order)
         for name in order[start:] + order[:start]:
-            if name == "ar":
-                run = run_method(pair, table, "ar", ids, 0.0, tokens, 0)
-                timed_ar.append({"tokens": run["new_tokens"], "seconds": run["seconds"]})
-                continue
-            run = run_method(pair, table, name, ids, 0.0, tokens, 0, script=script)
-            record["lanes"][name].append({"tokens": run["new_tokens"], "seconds": run["seconds"],
-                                          "tau": run.get("tau"), "forced": run.get("forced", 0),
-                                          "draft_s_per_step": run.get("draft_s_per_step")})
-    record["ar"] = {"tokens": sum(r["tokens"] for r in timed_ar), "seconds": sum(r["seconds"] for r in timed_ar)}
-    return record
+            yield r, name
+
+
+def pooled(runs: list) -> dict:
+    """Runs ({"tokens", "seconds"}) pooled into one."""
+    return {"tokens": sum(r["tokens"] for r in runs), "seconds": sum(r["seconds"] for r in runs)}
 
 
 def run(pair, table: dict, settings: dict, partial: Path, say) -> dict:

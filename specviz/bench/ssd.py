@@ -140,10 +140,10 @@ def measure_prompt(pair, settings: dict, prompt, turn: int) -> dict:
     where each of the text's tokens ranks among the draft's candidates (the prediction's outcomes)."""
     ids = pair.encode(prompt.text, chat=prompt.chat)
     script = timed_run(pair, _ar(), ids, settings["tokens"])["token_ids"]
+    from specviz.bench.heldout import rotation
+
     record = {"kind": prompt.kind, "text": prompt.text, "ar_in_rotation": True, "lanes": {}}
-    lanes = ["ar", *_lanes(settings)]
-    start = turn % len(lanes)
-    for lane in lanes[start:] + lanes[:start]:
+    for _, lane in rotation(_lanes(settings), turn):
         if lane == "ar":
             run = timed_run(pair, _ar(), ids, settings["tokens"])
             record["ar"] = {k: run[k] for k in ("tokens", "seconds")}
