@@ -208,7 +208,7 @@ def position_figure(events) -> go.Figure:
         return _note(fig, "No drafts judged yet (autoregressive runs draft nothing).")
     tree = run.method == "tree"
     rates = [acc / n if n else None for acc, n in zip(accepted, judged)]
-    fig.add_bar(x=[f"depth {i + 1}" if tree else f"#{i}" for i in range(len(judged))], y=rates,
+    fig.add_bar(x=[f"depth {i + 1}" if tree else f"draft {i + 1}" for i in range(len(judged))], y=rates,
                 marker_color="#16a34a", name="accepted / reached" if tree else "accepted / judged",
                 text=[f"{acc}/{n}" for acc, n in zip(accepted, judged)], textposition="outside")
     alpha = st.run_metrics(events).get("alpha_empirical")

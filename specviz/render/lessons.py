@@ -223,7 +223,7 @@ def cache_rows(events: Sequence[dict]) -> list:
         closed = len(step["emitted_ids"]) == step["accepted"] + 1
         target_after, draft_after = caches_after(committed, step["drafted"], step["accepted"], draft_cache, closed)
         full = step["drafted"] > 0 and step["accepted"] == step["drafted"]
-        row = {"step": step["step"], "committed before": committed, "guessed": step["drafted"],
+        row = {"step": step["step"] + 1, "committed before": committed, "guessed": step["drafted"],
                "accepted": step["accepted"], "draft cache before": draft_cache,
                "draft cache after drafting": _draft_read(committed, step["drafted"], draft_cache),
                "draft cache after crop": draft_after, "target cache before": target_cache,
@@ -239,7 +239,7 @@ def cache_rows(events: Sequence[dict]) -> list:
 def cache_examples(rows: Sequence[dict]) -> tuple:
     """(a step with every guess accepted, the rejection with the fewest accepted), each None when
     the run has none; steps after the first preferred (the first also reads the whole prompt)."""
-    later = [r for r in rows if r["step"] > 0] or list(rows)
+    later = [r for r in rows if r["step"] > 1] or list(rows)
     full = next((r for r in later if r["outcome"] == "all accepted"), None)
     rejected = min((r for r in later if r["outcome"] == "rejection: rolled back"), key=lambda r: r["accepted"],
                    default=None)

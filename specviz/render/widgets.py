@@ -349,7 +349,7 @@ class StepInspector(_StaticCopy, ipw.VBox):
         step = self.run.step(self.step)
         if step is None:
             return []
-        return [(f"#{i}: " + " → ".join(f"{t.text!r} {t.status}" for t in step.at(i)), i)
+        return [(f"token {i + 1} of the step: " + " → ".join(f"{t.text!r} {t.status}" for t in step.at(i)), i)
                 for i in step.indices()]
 
     def _refresh(self) -> None:
