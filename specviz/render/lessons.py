@@ -8,6 +8,7 @@ runs, sample counts) and these draw. Theory curves come from `specviz.analysis.t
     distribution_figure(labels, series)  grouped bars of named distributions over tokens
     joint_figure(counts, joint, ...)     observed frequencies vs exact probabilities
     k_figure(alpha, c, records, ...)     speedup vs draft length k: theory and measured runs
+    speedup_curve_figure(settings, points)  speedup vs α, one curve per k at its c and V(k + 1), runs as points
     cost_per_million(tokens_per_s, price_per_hour)   serving cost of a measured speed
     serving_figure(batches, series, ...)  cost per million tokens against batch size
     table(records, columns)              an HTML table of run summaries (escaped)
@@ -134,6 +135,31 @@ def k_figure(alpha: float, c: float, records: Sequence[dict] = (), k_max: int = 
                   annotation_position="bottom right")
     fig.update_layout(title=text(title or "Speedup vs draft length k"), xaxis_title="k (tokens drafted per step)",
                       yaxis_title="speedup over autoregressive", **LAYOUT)
+    fig.update_yaxes(gridcolor="#e2e8f0", rangemode="tozero")
+    return fig
+
+
+def speedup_curve_figure(settings: dict, points: Sequence[dict] = (),
+                         title: str = "Speedup against α: theory and the presets") -> go.Figure:
+    """settings: {k: (c, V(k + 1))}; one curve per k of speedup = τ(α, k) / (c·k + V(k + 1)),
+    τ(α, k) = (1 − α^(k+1)) / (1 − α); points: measured runs (label, k, alpha, speedup), each in
+    its k's colour."""
+    alphas = [i / 100 for i in range(101)]
+    fig = go.Figure()
+    for color, (k, (c, v)) in zip(COLORS, sorted(settings.items())):
+        fig.add_scatter(x=alphas, y=[theory.speedup_with_cost(a, k, c, lambda n: v) for a in alphas], mode="lines",
+                        name=f"k = {k}: c = {c:.2f}, V({k + 1}) = {v:.2f}", line=dict(color=color, width=3))
+        mine = [p for p in points if p["k"] == k]
+        if mine:
+            fig.add_scatter(x=[p["alpha"] for p in mine], y=[p["speedup"] for p in mine], mode="markers+text",
+                            name=f"measured, k = {k}", text=[f"{p['speedup']:.2f}×" for p in mine],
+                            textposition="top left", customdata=[text(p["label"]) for p in mine],
+                            hovertemplate="%{customdata}: α %{x:.2f}, %{y:.2f}×<extra></extra>",
+                            marker=dict(size=15, symbol="diamond", color=color, line=dict(width=2, color="#0f172a")))
+    fig.add_hline(y=1.0, line=dict(color="#0f172a", dash="dot"), annotation_text="break-even",
+                  annotation_position="bottom right")
+    fig.update_layout(title=text(title), xaxis_title="α (the share of judged guesses accepted)",
+                      yaxis_title="speedup over autoregressive", xaxis_range=[0, 1.02], **LAYOUT)
     fig.update_yaxes(gridcolor="#e2e8f0", rangemode="tozero")
     return fig
 
@@ -278,7 +304,7 @@ def cache_figure(row: dict) -> go.Figure:
                         name=text(label))
     fig.add_vline(x=c0 - 0.5, line_dash="dot", line_color="#334155")
     fig.update_layout(**{**LAYOUT, "height": 340},
-                      title=text(f"Step {row['step']}: {row['accepted']} of {row['guessed']} guesses accepted "
+                      title=text(f"Step {row['step'] + 1}: {row['accepted']} of {row['guessed']} guesses accepted "
                                  f"({row['outcome']})") + "<br><sup>dotted line: the end of the committed text "
                                                          "before the step</sup>",
                       xaxis_title="position in the text", legend=dict(orientation="h", y=-0.3))
