@@ -304,7 +304,7 @@ def cache_figure(row: dict) -> go.Figure:
                         name=text(label))
     fig.add_vline(x=c0 - 0.5, line_dash="dot", line_color="#334155")
     fig.update_layout(**{**LAYOUT, "height": 340},
-                      title=text(f"Step {row['step'] + 1}: {row['accepted']} of {row['guessed']} guesses accepted "
+                      title=text(f"Step {row['step']}: {row['accepted']} of {row['guessed']} guesses accepted "
                                  f"({row['outcome']})") + "<br><sup>dotted line: the end of the committed text "
                                                          "before the step</sup>",
                       xaxis_title="position in the text", legend=dict(orientation="h", y=-0.3))
