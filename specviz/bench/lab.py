@@ -109,7 +109,7 @@ def run_notebook(path: Path, pair: str, env: dict):
 
     nb = nbformat.read(path, as_version=4)
     os.environ.update({"SPECVIZ_PAIR": pair, "SPECVIZ_SMOKE": "0", "SPECVIZ_STATIC_IMAGES": "0", "HF_HUB_OFFLINE": "1",
-                       "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", **env})
+                       "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "SPECVIZ_LAB": "0", **env})
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOKS)}})
     start = time.perf_counter()
