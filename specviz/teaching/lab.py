@@ -11,7 +11,7 @@ cell of each notebook's lab sections calls `lab_ends_here()`:
 - with SPECVIZ_LAB=0 (the executed copies, the notebook tests, the lab's timing) it prints one
   line and the notebook runs on, as a whole notebook must there.
 
-specviz.bench.lab finds this call to know where a notebook's lab ends.
+specviz.bench.lab finds the cell that calls it to know where a notebook's lab ends.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import os
 
 ENV = "SPECVIZ_LAB"
-CALL = "lab_ends_here("  # how specviz.bench.lab recognises the lab-end cell in a notebook
 MESSAGE = ("The lab ends here. The sections below are homework: click the next cell and use "
            "Run > Run Selected Cell and All Below.",
            "In class: shut this notebook's kernel down (Kernel > Shut Down Kernel) before you open the next one.")
