@@ -532,7 +532,7 @@ def test_notebook_with_the_solutions_passes_every_check(path, monkeypatch, tmp_p
     from jupyter_client.manager import KernelManager
 
     smoke = {"SPECVIZ_SMOKE": "1", "SPECVIZ_PAIR": "tiny", "HF_HUB_OFFLINE": "1", "TQDM_DISABLE": "1",
-             "HF_HUB_DISABLE_PROGRESS_BARS": "1", "OMP_NUM_THREADS": "1", "SPECVIZ_STATIC_IMAGES": "0"}
+             "HF_HUB_DISABLE_PROGRESS_BARS": "1", "OMP_NUM_THREADS": "1", "SPECVIZ_STATIC_IMAGES": "0", "SPECVIZ_LAB": "0"}
     for name, value in smoke.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("PYTHONPATH", raising=False)

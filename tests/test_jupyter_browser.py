@@ -186,3 +186,25 @@ def check_token_stream(page):
         stream.screenshot(path=str(Path(folder) / "notebook_token_stream.png"))
         inspector.scroll_into_view_if_needed()
         inspector.screenshot(path=str(Path(folder) / "notebook_step_inspector.png"))
+
+
+def test_run_all_stops_at_the_lab_end_with_a_message_and_no_traceback(notebook_page, tmp_path):
+    """A student's Run All (SPECVIZ_LAB unset, as in class) stops at the lab-end cell
+    (specviz.teaching.lab): its output is the message alone, and the homework sections below it
+    (section 5's greedy comparison) never run."""
+    page = notebook_page
+    try:
+        run_all_cells(page)
+        said = page.locator(".jp-OutputArea-output", has_text="The lab ends here.")
+        expect(said).to_have_count(1)
+        expect(said).to_contain_text("click the next cell and use Run > Run Selected Cell and All Below.")
+        idle = re.compile(r"Python 3 \(ipykernel\) \| Idle")
+        expect(page.locator(".jp-StatusBar-Widget", has_text=idle)).to_be_visible()
+        text = said.inner_text()
+        assert "Traceback" not in text and "lab.py" not in text and "LabEnd" not in text, text
+        ran = page.locator(".jp-OutputArea-output", has_text="greedy speculative vs autoregressive")
+        expect(ran).to_have_count(0)  # in the source of section 5's cell, never in an output
+    except AssertionError as exc:
+        shot = tmp_path / "jupyterlab-lab-end.png"
+        page.screenshot(path=str(shot), full_page=True)
+        raise AssertionError(f"{exc}\nscreenshot of the failure: {shot}") from None

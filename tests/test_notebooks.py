@@ -85,6 +85,7 @@ def test_notebook_runs_in_smoke_mode(path, monkeypatch, tmp_path):
     monkeypatch.setenv("TQDM_DISABLE", "1")
     monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # tiny models: threads only contend on a busy 2-core runner
+    monkeypatch.setenv("SPECVIZ_LAB", "0")  # the whole notebook, past the lab-end cell (specviz.teaching.lab)
     images = IMAGES.get(path.name[:2])
     monkeypatch.setenv("SPECVIZ_STATIC_IMAGES", "1" if images else "0")
     if images == "no browser":

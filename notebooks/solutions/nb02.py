@@ -3,6 +3,7 @@
 __all__ = ["cascade", "my_max_tokens", "my_emitted"]
 
 
+# Lab exercise (section 3).
 def cascade(drafts: list, target_top: list, eos=()) -> list:
     """Tokens one greedy verification step emits: the agreed prefix, then the target's token."""
     out = []
@@ -15,9 +16,9 @@ def cascade(drafts: list, target_top: list, eos=()) -> list:
     return out + [target_top[len(drafts)]]  # every draft agreed: the bonus token
 
 
-# With k = 4: four accepted drafts plus the bonus token from the same forward.
+# Homework exercise 1 (section 6). With k = 4: four accepted drafts plus the bonus token from the same forward.
 my_max_tokens = 5
 
-# 'x' and '=' agree; '1' is replaced by the target's '2' and the step stops. ';' agrees with the
+# Homework exercise 2 (section 6). 'x' and '=' agree; '1' is replaced by the target's '2' and the step stops. ';' agrees with the
 # target too, but it is never judged: after '2' the draft's context is wrong.
 my_emitted = ["x", "=", "2"]

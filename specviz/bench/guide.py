@@ -299,23 +299,34 @@ LAB_REPORTS = ("lab-qwen-coder-native", "lab-qwen-coder-avx2")  # python -m spec
 
 
 def lab_table(folder: Path = REPORTS) -> str:
-    """The lab's time on each kind of CPU, notebook by notebook, from the lab reports."""
+    """The lab's time on each kind of CPU, notebook by notebook, from the lab reports: compute to
+    the lab's end, reading and the allowance for its lab exercise, and whether the lab fits."""
     reports = [report(name, folder) for name in LAB_REPORTS]
-    lines = ["| notebook, sections | " + " | ".join(
+    allowance = reports[0]["settings"]["exercise_minutes"]
+    lines = [f"| notebook, sections | lab exercises ({allowance} min each) | " + " | ".join(
                  f"[{name}](benchmarks/{name}.md): {rep['environment']['device_name']}, "
                  f"{_lab_loaded(rep)}{' (kernels held to AVX2)' if rep['environment']['cpu_env'] else ''}"
                  for name, rep in zip(LAB_REPORTS, reports)) + " |",
-             "|---|" + "---|" * len(reports)]
+             "|---|---|" + "---|" * len(reports)]
     for number in reports[0]["notebooks"]:
         first = reports[0]["notebooks"][number]
-        cells = [f"{e['student_min']:.0f} min (compute {e['compute_to_lab_end_s'] / 60:.1f}, reading {e['reading_min']:.0f})"
+        cells = [f"{e['student_min']:.0f} min (compute {e['compute_to_lab_end_s'] / 60:.1f} + reading "
+                 f"{e['reading_min']:.1f} + exercises {e['exercise_min']:.0f})"
                  for e in (rep["notebooks"][number] for rep in reports)]
         sections = ", ".join(map(str, first["lab_sections"]))
-        lines.append(f"| {first['notebook'][:2]}, sections {sections} | " + " | ".join(cells) + " |")
-    lines.append("| **the lab** | " + " | ".join(
-        f"**{rep['lab_minutes']:.0f} min** ({'fits' if rep['fits'] else 'does not fit'} {rep['slot_minutes']})"
-        for rep in reports) + " |")
+        lines.append(f"| {first['notebook'][:2]}, sections {sections} | {first['lab_exercises']} | " + " | ".join(cells) + " |")
+    lines.append("| **the lab** | | " + " | ".join(f"**{rep['lab_minutes']:.1f} min** ({_lab_verdict(rep)})"
+                                                  for rep in reports) + " |")
+    wpm = reports[0]["settings"]["reading_wpm"]
+    lines += ["", f"A notebook's time: its compute up to the lab-end cell (where Run All stops), plus the reading "
+                  f"above that cell at {wpm} words a minute, plus {allowance} minutes for each lab exercise."]
     return "\n".join(lines) + "\n"
+
+
+def _lab_verdict(rep: dict) -> str:
+    if rep["fits"]:
+        return f"fits {rep['slot_minutes']}, {rep['margin_min']:.1f} min to spare"
+    return f"does not fit {rep['slot_minutes']}: {-rep['margin_min']:.1f} min over"
 
 
 def _lab_loaded(rep: dict) -> str:

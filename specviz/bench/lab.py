@@ -1,11 +1,15 @@
 """How long the class's lab takes: the core path run as a student runs it, timed section by section.
 
 The teacher's guide gives the lab 35 minutes for notebooks 2, 4 and 9, a few sections each
-(LAB_PATH). A student presses Run All and reads while the kernel computes, so a notebook's part of
-the lab takes the longer of two times: the compute until the last cell of its lab sections has
-run (everything above it included: cells run in order), and the reading of those sections'
-prose at READING_WPM words a minute. This runs each notebook top to bottom on the real pair, in a
-fresh kernel, one after another (as the guide says: one kernel at a time), reads each cell's time
+(LAB_PATH). Each of those notebooks closes its lab sections with a lab-end cell
+(specviz.teaching.lab.lab_ends_here(): a student's Run All stops there) and holds one required
+exercise above it, headed "Lab exercise". A notebook's part of the lab takes the sum of three
+times: the compute until the lab-end cell has run (everything above it included: cells run in
+order), the reading of the prose above it at READING_WPM words a minute, and EXERCISE_MINUTES per
+lab exercise. Added, not overlapped: a bound from above, since a student can read while a later
+cell computes. This runs each notebook top to bottom on the real pair, in a fresh kernel, one
+after another (as the guide says: one kernel at a time), with SPECVIZ_LAB=0 so that the homework
+sections run too and the whole notebook is timed beside its lab part, reads each cell's time
 from nbclient's timing record, and writes a report:
 
     python -m specviz.bench.lab                 this CPU as it is (bf16 where it multiplies bf16 natively)
@@ -42,6 +46,12 @@ REPORTS = ROOT / "docs" / "benchmarks"
 LAB_PATH = (("02", (1, 2, 3, 4)), ("04", (1, 2, 3)), ("09", (1, 2, 3)))
 LAB_MINUTES = 35
 READING_WPM = 150  # a student reading technical prose closely, with formulas and tables: slower than prose
+# writing a lab exercise (a few lines of code or one answer) until its check cell says it is right,
+# the check's hints included; the lab's sections are read before it, so reading is not counted twice
+EXERCISE_MINUTES = 4
+# the lab-end cell calls specviz.teaching.lab's switch (named, not imported: bench sits beside teaching)
+LAB_END_CALL = "lab_ends_here("
+LAB_EXERCISE = re.compile(r"^#{2,4} Lab exercise\b", re.M)
 CPUS = {"native": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
 HEADING = re.compile(r"^## (\d+)\.", re.M)
 CELL_TIMEOUT_S = 1800
@@ -73,18 +83,40 @@ def cell_seconds(cell) -> float:
 
 
 def words(text: str) -> int:
+    """The words a reader reads: a link's text, not its address; no HTML comments (figure markers)."""
+    text = re.sub(r"<!--.*?-->", " ", re.sub(r"\]\([^)]*\)", "]", text), flags=re.S)
     return len(re.findall(r"[A-Za-zÀ-ÿα-ωΑ-Ω0-9]+", text))
+
+
+def lab_end(nb, wanted: tuple) -> int:
+    """The index of the notebook's lab-end cell, checked to close exactly its lab sections: the
+    setup and sections `wanted` above it, nothing of theirs below it."""
+    marks = sections(nb)
+    if not any(s in wanted for s in marks):
+        raise SpecvizError(f"the notebook has none of the lab's sections {list(wanted)} (numbered headings "
+                           "'## N.'): update LAB_PATH in specviz/bench/lab.py and the guide's lab table")
+    ends = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and LAB_END_CALL in c.source]
+    if len(ends) != 1:
+        raise SpecvizError(f"the notebook has {len(ends)} lab-end cells (a code cell calling "
+                           f"specviz.teaching.lab.lab_ends_here()); it needs one, as the last cell of its section {wanted[-1]}")
+    end = ends[0]
+    after = nb.cells[end + 1] if end + 1 < len(nb.cells) else None
+    if set(marks[:end + 1]) != {0, *wanted} or not (after is None or after.cell_type == "markdown"
+                                                  and after.source.startswith("## ")):
+        raise SpecvizError(f"the notebook's lab-end cell must be the last cell of its section {wanted[-1]}, with "
+                           f"the lab's sections {list(wanted)} above it and the next '## ' heading right below it")
+    return end
+
+
+def lab_exercises(nb, end: int) -> int:
+    """The required exercises of a notebook's lab part: headings 'Lab exercise' above its end."""
+    return sum(len(LAB_EXERCISE.findall(c.source)) for c in nb.cells[:end] if c.cell_type == "markdown")
 
 
 def summarise(nb, wanted: tuple, kernel_start_s: float = 0.0) -> dict:
     """Per section and for the lab part of one executed notebook: compute seconds, reading minutes,
-    and the compute until its last lab cell has run."""
-    marks = sections(nb)
-    found = [i for i, s in enumerate(marks) if s in wanted]
-    if not found:
-        raise SpecvizError(f"the notebook has none of the lab's sections {list(wanted)} (numbered headings "
-                           "'## N.'): update LAB_PATH in specviz/bench/lab.py and the guide's lab table")
-    last = max(found)
+    the compute until its lab-end cell has run, its lab exercises, and the student's minutes."""
+    marks, end = sections(nb), lab_end(nb, wanted)
     per = {}
     for cell, section in zip(nb.cells, marks):
         if section is None:
@@ -94,12 +126,14 @@ def summarise(nb, wanted: tuple, kernel_start_s: float = 0.0) -> dict:
             entry["compute_s"] += cell_seconds(cell)
         else:
             entry["words"] += words(cell.source)
-    read = sum(per[s]["words"] for s in per if s == 0 or s in wanted) / READING_WPM
-    to_end = kernel_start_s + sum(cell_seconds(c) for c in nb.cells[:last + 1] if c.cell_type == "code")
+    read = sum(words(c.source) for c in nb.cells[:end] if c.cell_type == "markdown") / READING_WPM
+    to_end = kernel_start_s + sum(cell_seconds(c) for c in nb.cells[:end + 1] if c.cell_type == "code")
+    exercises = lab_exercises(nb, end)
     return {"sections": {str(s): {"compute_s": round(v["compute_s"], 2), "words": v["words"]} for s, v in per.items()},
             "lab_sections": list(wanted), "compute_to_lab_end_s": round(to_end, 2),
             "whole_notebook_s": round(kernel_start_s + sum(cell_seconds(c) for c in nb.cells if c.cell_type == "code"), 2),
-            "reading_min": round(read, 2), "student_min": round(max(to_end / 60, read), 2)}
+            "reading_min": round(read, 2), "lab_exercises": exercises, "exercise_min": exercises * EXERCISE_MINUTES,
+            "student_min": round(to_end / 60 + read + exercises * EXERCISE_MINUTES, 2)}
 
 
 def run_notebook(path: Path, pair: str, env: dict):
@@ -109,7 +143,7 @@ def run_notebook(path: Path, pair: str, env: dict):
 
     nb = nbformat.read(path, as_version=4)
     os.environ.update({"SPECVIZ_PAIR": pair, "SPECVIZ_SMOKE": "0", "SPECVIZ_STATIC_IMAGES": "0", "HF_HUB_OFFLINE": "1",
-                       "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", **env})
+                       "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "SPECVIZ_LAB": "0", **env})
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                             resources={"metadata": {"path": str(NOTEBOOKS)}})
     start = time.perf_counter()
@@ -133,7 +167,7 @@ def machine(cpu: str) -> dict:
 def measure(pair: str, cpu: str, out: Path, say: Callable[[str], None]) -> dict:
     partial = out.with_suffix(".partial.json")
     settings = {"pair": pair, "cpu": cpu, "lab_path": [list(map(str, (n, list(s)))) for n, s in LAB_PATH],
-                "reading_wpm": READING_WPM}
+                "reading_wpm": READING_WPM, "exercise_minutes": EXERCISE_MINUTES}
     done = _resume(partial, settings, say)
     started, ran = time.perf_counter(), 0
     for i, (number, wanted) in enumerate(LAB_PATH):
@@ -154,14 +188,28 @@ def measure(pair: str, cpu: str, out: Path, say: Callable[[str], None]) -> dict:
         ran += 1  # the ETA from the notebooks this sitting ran, not the ones a partial file kept
         left = sum(1 for n, _ in LAB_PATH if n not in done)
         say(f"    compute to the lab's end {done[number]['compute_to_lab_end_s'] / 60:.1f} min, reading "
-            f"{done[number]['reading_min']:.1f} min; ETA {(time.perf_counter() - started) / ran * left / 60:.0f} min")
-    total = sum(entry["student_min"] for entry in done.values())
+            f"{done[number]['reading_min']:.1f} min, {done[number]['lab_exercises']} lab exercise(s); ETA {(time.perf_counter() - started) / ran * left / 60:.0f} min")
     report = {"settings": settings, "environment": machine(cpu), "date_utc": _now(), "notebooks": done,
-              "lab_minutes": round(total, 1), "fits": total <= LAB_MINUTES, "slot_minutes": LAB_MINUTES}
+              **verdict(done)}
     files.write_json(out.with_suffix(".json"), report)
     files.write_text(out.with_suffix(".md"), markdown(report))
     files.remove(partial)
     return report
+
+
+def verdict(notebooks: dict) -> dict:
+    """The lab's minutes against its slot: whether it fits, and by how much it does or does not."""
+    total = round(sum(entry["student_min"] for entry in notebooks.values()), 1)
+    return {"lab_minutes": total, "fits": total <= LAB_MINUTES, "slot_minutes": LAB_MINUTES,
+            "margin_min": round(LAB_MINUTES - total, 1)}
+
+
+def verdict_words(report: dict) -> str:
+    """'fits its 35-minute slot, 3.2 min to spare' or 'does NOT fit its 35-minute slot: 2.1 min over'."""
+    slot = f"its {report['slot_minutes']}-minute slot"
+    if report["fits"]:
+        return f"fits {slot}, {report['margin_min']:.1f} min to spare"
+    return f"does NOT fit {slot}: {-report['margin_min']:.1f} min over"
 
 
 def _resume(partial: Path, settings: dict, say) -> dict:
@@ -183,17 +231,21 @@ def markdown(report: dict) -> str:
              f"Machine: {env.get('device_name', '?')}, {env.get('cpu_count', '?')} cores; kernels: "
              f"{'as the CPU is' if not env['cpu_env'] else ', '.join(f'{k}={v}' for k, v in env['cpu_env'].items())}; "
              f"{report['date_utc']} UTC. Command: `python -m specviz.bench.lab --cpu {s['cpu']}`.", "",
-             f"Each notebook run top to bottom in a fresh kernel (Run All). A student's time for a notebook is the "
-             f"longer of the compute until its last lab cell has run and the reading of the setup and the lab "
-             f"sections at {s['reading_wpm']} words a minute (writing the exercises comes on top).", "",
-             "| notebook | loaded as | lab sections | compute to the lab's end | whole notebook | reading | student |",
-             "|---|---|---|---|---|---|---|"]
+             "Each notebook run top to bottom in a fresh kernel, with SPECVIZ_LAB=0 so that it runs past its lab-end "
+             "cell (a student's Run All stops there) and the whole notebook is timed too. A student's time for a "
+             "notebook is the compute until its lab-end cell has run, plus the reading of the prose above that cell "
+             f"at {s['reading_wpm']} words a minute, plus {s['exercise_minutes']} minutes for each lab exercise (the "
+             "required one; the others are homework). The three are added: a bound from above, since a student "
+             "can read while a later cell computes.", "",
+             "| notebook | loaded as | lab sections | compute to the lab's end | reading | lab exercises | student "
+             "| whole notebook (homework included) |",
+             "|---|---|---|---|---|---|---|---|"]
     for entry in report["notebooks"].values():
         lines.append(f"| {entry['notebook']} | {entry['loaded_as']} | {', '.join(map(str, entry['lab_sections']))} | "
-                     f"{entry['compute_to_lab_end_s'] / 60:.1f} min | {entry['whole_notebook_s'] / 60:.1f} min | "
-                     f"{entry['reading_min']:.1f} min | {entry['student_min']:.1f} min |")
-    verdict = "fits" if report["fits"] else "does NOT fit"
-    lines += ["", f"The lab: **{report['lab_minutes']:.1f} min**, which {verdict} its {report['slot_minutes']}-minute slot."]
+                     f"{entry['compute_to_lab_end_s'] / 60:.1f} min | {entry['reading_min']:.1f} min | "
+                     f"{entry['lab_exercises']} × {s['exercise_minutes']} min | {entry['student_min']:.1f} min | "
+                     f"{entry['whole_notebook_s'] / 60:.1f} min |")
+    lines += ["", f"The lab: **{report['lab_minutes']:.1f} min**, which {verdict_words(report)}."]
     return "\n".join(lines) + "\n"
 
 
@@ -211,8 +263,7 @@ def main(argv=None, say: Optional[Callable[[str], None]] = None) -> int:
         if args.pair == "tiny" and args.out is None:
             raise SpecvizError("the tiny pair's timings mean nothing: give --out to time it anyway")
         report = measure(args.pair, args.cpu, out, say)
-        say(f"the lab: {report['lab_minutes']:.1f} min ({'fits' if report['fits'] else 'does not fit'} "
-            f"{LAB_MINUTES}); wrote {out}.md")
+        say(f"the lab: {report['lab_minutes']:.1f} min, which {verdict_words(report)}; wrote {out}.md")
         return 0
 
     return run_command(run, f"interrupted; the notebooks timed so far are kept in {out}.partial.json and the same "

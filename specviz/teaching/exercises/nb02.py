@@ -1,4 +1,5 @@
-"""Notebook 2's exercises: the greedy cascade rule.
+"""Notebook 2's exercises: the greedy cascade rule. check_cascade is the class's lab exercise
+(section 3); check_max_tokens and check_cascade_by_hand are homework (section 6, after the lab's end).
 """
 
 from __future__ import annotations
