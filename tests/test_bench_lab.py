@@ -47,7 +47,10 @@ def test_a_notebooks_lab_part_adds_compute_to_its_end_reading_and_the_exercise_a
     # the title's, section 1's and section 2's words (headings and the exercise's 7 words included)
     assert out["reading_min"] == pytest.approx((150 + 150 + 150 + 7) / 150, abs=0.01)
     assert out["lab_exercises"] == 1 and out["exercise_min"] == lab.EXERCISE_MINUTES == 4
-    assert out["student_min"] == pytest.approx(183.5 / 60 + (457 / 150) + 4, abs=0.01)
+    # the reader: title 60 s (from the kernel's start at 3 s), the setup's output is there (33 s), section
+    # 1 60 s more, its cell done at 93 s, section 2 62.8 s more; its cells are done at 183.5 s, before it
+    assert out["reading_with_compute_min"] == pytest.approx((3 + 60 + 60 + 157 / 150 * 60) / 60, abs=0.01)
+    assert out["student_min"] == pytest.approx(out["reading_with_compute_min"] + 4, abs=0.01)
     assert out["sections"]["3"]["compute_s"] == 600.0
 
 
@@ -102,20 +105,21 @@ def fake_report(cpu: str, scale: float) -> dict:
 def test_the_report_and_the_guides_table_show_the_exercise_allowance(tmp_path):
     from specviz.bench import guide
 
-    native, avx2 = fake_report("native", 1.0), fake_report("avx2", 10.0)  # avx2: 30.1 min of compute
+    native, avx2 = fake_report("native", 1.0), fake_report("avx2", 11.0)  # avx2: 33.1 min of compute
     text = lab.markdown(avx2)
     assert "plus 4 minutes for each lab exercise" in text and "| lab exercises |" in text
+    assert "waiting at a code cell until its output is there" in text
     row = next(line for line in text.splitlines() if line.startswith("| 02_x.ipynb"))
-    assert row.split(" | ")[5:7] == ["1 × 4 min", f"{avx2['notebooks']['02']['student_min']:.1f} min"]
+    assert row.split(" | ")[5:8] == ["33.1 min", "1 × 4 min", f"{avx2['notebooks']['02']['student_min']:.1f} min"]
     assert "does NOT fit its 35-minute slot: 2.1 min over" in text
     for name, rep in zip(guide.LAB_REPORTS, (native, avx2)):
         (tmp_path / f"{name}.json").write_text(json.dumps(rep))
     table = guide.lab_table(tmp_path)
     assert "| notebook, sections | lab exercises (4 min each) |" in table
-    assert "| 02, sections 1, 2 | 1 | 10 min (compute 3.0 + reading 3.0 + exercises 4) | " in table
-    assert "**10.1 min** (fits 35, 24.9 min to spare)" in table
+    assert "| 02, sections 1, 2 | 1 | 7 min (compute 3.0, reading 3.0, both together 3.0; exercises 4) | " in table
+    assert "**7.0 min** (fits 35, 28.0 min to spare)" in table
     assert "**37.1 min** (does not fit 35: 2.1 min over)" in table
-    assert "plus 4 minutes for each lab exercise" in table
+    assert "then 4 minutes for each lab exercise" in table
 
 
 def test_the_lab_end_cell_is_the_switchs_call():
@@ -194,3 +198,24 @@ def test_a_notebook_without_the_lab_sections_is_one_sentence():
 
     with pytest.raises(SpecvizError, match="none of the lab's sections"):
         lab.summarise(notebook(), (7, 8))
+
+
+def test_a_reader_waits_for_a_cell_that_computes_longer_than_the_reading():
+    nb = notebook()
+    nb.cells[3].metadata["specviz_wall_s"] = 600.0  # section 1's cell: ten minutes
+    out = lab.summarise(nb, (1, 2), kernel_start_s=3.0)
+    # the reader reaches section 1's output at 3 + 30 + 600 s, then reads section 2 (62.8 s) while its
+    # 90 s cell computes, and waits for it: 723 s, and the lab-end cell's 0.5 s
+    assert out["reading_with_compute_min"] == pytest.approx((3 + 30 + 600 + 90 + 0.5) / 60, abs=0.01)
+    assert out["compute_to_lab_end_s"] / 60 <= out["reading_with_compute_min"] <= (
+        out["compute_to_lab_end_s"] / 60 + out["reading_min"])
+
+
+def test_the_lab_records_the_worksheet_where_the_notebooks_write_it(tmp_path):
+    from specviz.teaching import worksheet
+
+    assert lab.WORKSHEET_ENV == worksheet.ENV
+    path = tmp_path / "answers.jsonl"
+    path.write_text('{"question": "7", "what": "speedup", "value": 1.5, "shown": "1.50×", "note": ""}\n\n')
+    assert lab.read_answers(path) == [{"question": "7", "what": "speedup", "value": 1.5, "shown": "1.50×", "note": ""}]
+    assert lab.read_answers(tmp_path / "none.jsonl") == []

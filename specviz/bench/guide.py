@@ -310,16 +310,18 @@ def lab_table(folder: Path = REPORTS) -> str:
              "|---|---|" + "---|" * len(reports)]
     for number in reports[0]["notebooks"]:
         first = reports[0]["notebooks"][number]
-        cells = [f"{e['student_min']:.0f} min (compute {e['compute_to_lab_end_s'] / 60:.1f} + reading "
-                 f"{e['reading_min']:.1f} + exercises {e['exercise_min']:.0f})"
+        cells = [f"{e['student_min']:.0f} min (compute {e['compute_to_lab_end_s'] / 60:.1f}, reading "
+                 f"{e['reading_min']:.1f}, both together {e['reading_with_compute_min']:.1f}; exercises "
+                 f"{e['exercise_min']:.0f})"
                  for e in (rep["notebooks"][number] for rep in reports)]
         sections = ", ".join(map(str, first["lab_sections"]))
         lines.append(f"| {first['notebook'][:2]}, sections {sections} | {first['lab_exercises']} | " + " | ".join(cells) + " |")
     lines.append("| **the lab** | | " + " | ".join(f"**{rep['lab_minutes']:.1f} min** ({_lab_verdict(rep)})"
                                                   for rep in reports) + " |")
     wpm = reports[0]["settings"]["reading_wpm"]
-    lines += ["", f"A notebook's time: its compute up to the lab-end cell (where Run All stops), plus the reading "
-                  f"above that cell at {wpm} words a minute, plus {allowance} minutes for each lab exercise."]
+    lines += ["", f"A notebook's time: the student presses Run All and reads from the top at {wpm} words a minute "
+                  "while the kernel computes, waiting at a code cell until its output is there, down to the lab-end "
+                  f"cell (where Run All stops); then {allowance} minutes for each lab exercise."]
     return "\n".join(lines) + "\n"
 
 

@@ -3,11 +3,13 @@
 The teacher's guide gives the lab 35 minutes for notebooks 2, 4 and 9, a few sections each
 (LAB_PATH). Each of those notebooks closes its lab sections with a lab-end cell
 (specviz.teaching.lab.lab_ends_here(): a student's Run All stops there) and holds one required
-exercise above it, headed "Lab exercise". A notebook's part of the lab takes the sum of three
-times: the compute until the lab-end cell has run (everything above it included: cells run in
-order), the reading of the prose above it at READING_WPM words a minute, and EXERCISE_MINUTES per
-lab exercise. Added, not overlapped: a bound from above, since a student can read while a later
-cell computes. This runs each notebook top to bottom on the real pair, in a fresh kernel, one
+exercise above it, headed "Lab exercise". A student presses Run All and reads from the
+top while the kernel computes, in order: the prose at READING_WPM words a minute, and a code
+cell's output once the kernel has finished that cell (a student who reads faster than the kernel
+computes waits). A notebook's part of the lab is the time the reader reaches its lab-end cell
+that way (`reading_with_compute`: at least the longer of the compute and the reading, at most
+their sum) plus EXERCISE_MINUTES per lab exercise: the check cells say "not written yet" without
+stopping Run All, so the exercise is written after the reading, and its cells run again in seconds. This runs each notebook top to bottom on the real pair, in a fresh kernel, one
 after another (as the guide says: one kernel at a time), with SPECVIZ_LAB=0 so that the homework
 sections run too and the whole notebook is timed beside its lab part, reads each cell's time
 from nbclient's timing record, and writes a report:
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import re
 import sys
@@ -55,6 +58,7 @@ LAB_EXERCISE = re.compile(r"^#{2,4} Lab exercise\b", re.M)
 CPUS = {"native": {}, "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}}
 HEADING = re.compile(r"^## (\d+)\.", re.M)
 CELL_TIMEOUT_S = 1800
+WORKSHEET_ENV = "SPECVIZ_WORKSHEET"  # specviz.teaching.worksheet.ENV (bench does not import teaching)
 
 
 def sections(nb) -> list:
@@ -129,19 +133,39 @@ def summarise(nb, wanted: tuple, kernel_start_s: float = 0.0) -> dict:
     read = sum(words(c.source) for c in nb.cells[:end] if c.cell_type == "markdown") / READING_WPM
     to_end = kernel_start_s + sum(cell_seconds(c) for c in nb.cells[:end + 1] if c.cell_type == "code")
     exercises = lab_exercises(nb, end)
+    reached = reading_with_compute(nb.cells[:end + 1], kernel_start_s)
     return {"sections": {str(s): {"compute_s": round(v["compute_s"], 2), "words": v["words"]} for s, v in per.items()},
             "lab_sections": list(wanted), "compute_to_lab_end_s": round(to_end, 2),
             "whole_notebook_s": round(kernel_start_s + sum(cell_seconds(c) for c in nb.cells if c.cell_type == "code"), 2),
             "reading_min": round(read, 2), "lab_exercises": exercises, "exercise_min": exercises * EXERCISE_MINUTES,
-            "student_min": round(to_end / 60 + read + exercises * EXERCISE_MINUTES, 2)}
+            "reading_with_compute_min": round(reached, 2),
+            "student_min": round(reached + exercises * EXERCISE_MINUTES, 2)}
 
 
-def run_notebook(path: Path, pair: str, env: dict):
-    """The notebook top to bottom in a fresh kernel with `env`, as Run All does; (nb, kernel start s)."""
+def reading_with_compute(cells, kernel_start_s: float = 0.0) -> float:
+    """Minutes until a student who pressed Run All has read down to the last of `cells`: the
+    reading advances at READING_WPM and stops at a code cell until the kernel, running the cells
+    in order once it has started (kernel_start_s), has finished that cell."""
+    done = reader = kernel_start_s  # seconds: the kernel's progress, the reader's
+    for cell in cells:
+        if cell.cell_type == "code":
+            done += cell_seconds(cell)
+            reader = max(reader, done)  # its output is read once it is there
+        else:
+            reader += words(cell.source) / READING_WPM * 60
+    return reader / 60
+
+
+def run_notebook(path: Path, pair: str, env: dict, answers: Optional[Path] = None):
+    """The notebook top to bottom in a fresh kernel with `env`, as Run All does; (nb, kernel start s).
+    The worksheet answers its cells print are also written to `answers` (specviz.teaching.worksheet)."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
+    if answers is not None:
+        env = {**env, WORKSHEET_ENV: str(answers)}
+        files.remove(answers)
     os.environ.update({"SPECVIZ_PAIR": pair, "SPECVIZ_SMOKE": "0", "SPECVIZ_STATIC_IMAGES": "0", "HF_HUB_OFFLINE": "1",
                        "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "SPECVIZ_LAB": "0", **env})
     client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
@@ -155,6 +179,14 @@ def run_notebook(path: Path, pair: str, env: dict):
             if cell.cell_type == "code":
                 cell.metadata["specviz_wall_s"] = time.perf_counter() - before
     return nb, started
+
+
+def read_answers(path: Path) -> list:
+    """The worksheet answers a notebook's cells recorded (one JSON object a line), in their order."""
+    try:
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except FileNotFoundError:
+        return []
 
 
 def machine(cpu: str) -> dict:
@@ -177,13 +209,16 @@ def measure(pair: str, cpu: str, out: Path, say: Callable[[str], None]) -> dict:
         if path is None:
             raise SpecvizError(f"the lab's notebook {number} is not in {NOTEBOOKS}")
         say(f"[{i + 1}/{len(LAB_PATH)}] {path.name} on {pair}, cpu {cpu} ...")
+        answers = out.with_name(f"{out.name}.answers-{number}.jsonl")
         try:
-            nb, kernel_s = run_notebook(path, pair, CPUS[cpu])
+            nb, kernel_s = run_notebook(path, pair, CPUS[cpu], answers)
         except CellExecutionError as exc:
             last = str(exc).strip().splitlines()[-1][:200]
             raise SpecvizError(f"{path.name} failed while the lab was timed ({last}); run it in Jupyter to see "
                                "the cell") from exc
-        done[number] = {"notebook": path.name, "loaded_as": loaded_as(nb) or "unknown", **summarise(nb, wanted, kernel_s)}
+        done[number] = {"notebook": path.name, "loaded_as": loaded_as(nb) or "unknown", **summarise(nb, wanted, kernel_s),
+                        "worksheet": read_answers(answers)}
+        files.remove(answers)
         files.write_json(partial, {"settings": settings, "notebooks": done})
         ran += 1  # the ETA from the notebooks this sitting ran, not the ones a partial file kept
         left = sum(1 for n, _ in LAB_PATH if n not in done)
@@ -232,18 +267,18 @@ def markdown(report: dict) -> str:
              f"{'as the CPU is' if not env['cpu_env'] else ', '.join(f'{k}={v}' for k, v in env['cpu_env'].items())}; "
              f"{report['date_utc']} UTC. Command: `python -m specviz.bench.lab --cpu {s['cpu']}`.", "",
              "Each notebook run top to bottom in a fresh kernel, with SPECVIZ_LAB=0 so that it runs past its lab-end "
-             "cell (a student's Run All stops there) and the whole notebook is timed too. A student's time for a "
-             "notebook is the compute until its lab-end cell has run, plus the reading of the prose above that cell "
-             f"at {s['reading_wpm']} words a minute, plus {s['exercise_minutes']} minutes for each lab exercise (the "
-             "required one; the others are homework). The three are added: a bound from above, since a student "
-             "can read while a later cell computes.", "",
-             "| notebook | loaded as | lab sections | compute to the lab's end | reading | lab exercises | student "
-             "| whole notebook (homework included) |",
-             "|---|---|---|---|---|---|---|---|"]
+             "cell (a student's Run All stops there) and the whole notebook is timed too. A student presses Run "
+             f"All and reads from the top at {s['reading_wpm']} words a minute while the kernel computes, waiting at "
+             "a code cell until its output is there; a notebook's time is when that reader reaches the lab-end cell "
+             "(at least the longer of compute and reading, at most their sum), plus "
+             f"{s['exercise_minutes']} minutes for each lab exercise (the required one; the others are homework).", "",
+             "| notebook | loaded as | lab sections | compute to the lab's end | reading | read beside the compute "
+             "| lab exercises | student | whole notebook (homework included) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for entry in report["notebooks"].values():
         lines.append(f"| {entry['notebook']} | {entry['loaded_as']} | {', '.join(map(str, entry['lab_sections']))} | "
                      f"{entry['compute_to_lab_end_s'] / 60:.1f} min | {entry['reading_min']:.1f} min | "
-                     f"{entry['lab_exercises']} × {s['exercise_minutes']} min | {entry['student_min']:.1f} min | "
+                     f"{entry['reading_with_compute_min']:.1f} min | {entry['lab_exercises']} × {s['exercise_minutes']} min | {entry['student_min']:.1f} min | "
                      f"{entry['whole_notebook_s'] / 60:.1f} min |")
     lines += ["", f"The lab: **{report['lab_minutes']:.1f} min**, which {verdict_words(report)}."]
     return "\n".join(lines) + "\n"
