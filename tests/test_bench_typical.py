@@ -94,3 +94,10 @@ def test_bad_input_is_one_line(args, message):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_the_prompts_are_the_presets_then_a_held_out_chat_prompt():
+    from specviz.bench.heldout import bank_prompts
+
+    assert typical.prompt_texts(1) == [typical.presets()["typical"].prompt]
+    assert typical.prompt_texts(2) == [typical.presets()["typical"].prompt, bank_prompts("chat", 1)[0].text]
