@@ -4,10 +4,15 @@ A class on one Space clicks presets all at once, and the engine computes one run
 each preset is run once on the real pair, the chosen method and the autoregressive run with the
 same prompt and sampling (the race's two lanes), and shipped as gzip-compressed JSON Lines traces
 (`specviz.analysis.trace` format, one event per line) in specviz/data/presets/, with a manifest that says
-where and when: device, CPU, dtype, date, specviz version, and each lane's compute clock.
+where and when: device, CPU, dtype, date, specviz version, and each lane's compute clock. One race
+is an anecdote: after its recording each preset's race is run again `--repeats` times (events
+dropped: the same seed writes the same text, only the clock differs), and the manifest keeps the
+speedup of every run, the recorded one first. A label's claim ("wins", "loses", "break-even")
+must hold over that whole range (`claim_problem`; tests/test_presets.py).
 
     python -m specviz.bench.recordings list
-    python -m specviz.bench.recordings record [--pair qwen-coder] [--dtype bfloat16]   # a few minutes on a CPU
+    python -m specviz.bench.recordings record [--pair qwen-coder] [--dtype bfloat16] [--repeats 5]
+        # about 15 minutes on a CPU at 5 repeats; nothing else should run on the cores
 
 The serving view's presets are batched runs (specviz.engine.batch): B users of the serving bank decoded
 together, plain and speculative, at B = 1 .. 32, in specviz/data/serving/, with the measured
@@ -47,6 +52,8 @@ SERVING = Path(__file__).resolve().parents[1] / "data" / "serving"
 MANIFEST = "manifest.json"
 RECORD_TOPK = 10  # the top-k slices the app records per position: the inspector's bars
 LANES = ("run", "ar")  # the preset's method, and autoregressive decoding with the same sampling
+REPEATS = 5  # the race run again after its recording, so each claim is held to a range, not one run
+CLAIMS = ("wins", "loses", "break-even")
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ class Preset:
     seed: int = 0
     ngram: int = 3
     tree: str = "3,2,1"
-    claim: str = ""  # what the label claims of the recorded race: "wins", "loses", or "" (no claim)
+    claim: str = ""  # what the label claims of the race over its repeats: one of CLAIMS, or "" (none)
 
     def example(self) -> list:
         """The sidebar values gr.Examples fills: prompt, method, k, temperature, chat, acceptance."""
@@ -107,8 +114,9 @@ DURATION = 'def parse_duration(text):\n    """Parse strings like \'1h30m\' into 
 REWRITE = ("Rename x to count in this code and return only the code:\n\nx = 0\nfor item in items:\n"
            "    if item.ok:\n        x += 1\n    elif item.retry:\n        x += 2\nprint(x)\nreturn x\n")
 POEM = "Write a short poem about the sea, in three stanzas."  # long enough that 48 tokens rarely reach its end
-# Each label says what its recording measured (tests/test_presets.py holds every label to its
-# recording: `claim` "wins" needs a speedup above 1, "loses" one below 1).
+# Each label says what its recordings measured (tests/test_presets.py holds every label to them:
+# `claim` "wins" needs every run's speedup above 1, "loses" every run's below 1, and "break-even" a
+# range that reaches both sides of 1; see claim_problem).
 PRESETS = (
     Preset("Code, greedy: speculation wins", CODE, "spec", 4, 0.0, False, claim="wins"),
     Preset("Chat, T = 0.7: speculation loses", POEM, "spec", 4, 0.7, True, max_new_tokens=48, claim="loses"),
@@ -137,6 +145,7 @@ class Recording:
     ar_busy: float
     where: dict  # pair, device, device_name, dtype, date, specviz version, ...
     code: Optional[str] = None  # provenance.code_version of the code that decided the method's lane
+    speedups: Optional[tuple] = None  # the race's speedup in every run, the recorded one first
 
     @property
     def earlier_code(self) -> str:
@@ -179,8 +188,32 @@ def _read(label: str, folder: Path) -> Recording:
     if entry["settings"] != asdict(preset):  # a changed preset must be re-recorded, not mislabelled
         raise ValueError(f"the recording of {label!r} has other settings: run `python -m specviz.bench.recordings record`")
     lanes = {lane: read_trace(Path(folder) / entry[lane]["file"]) for lane in LANES}
+    speedups = tuple(entry["speedups"]) if "speedups" in entry else None  # None: recorded before repeats
     return Recording(preset, lanes["run"], lanes["ar"], entry["run"]["busy"], entry["ar"]["busy"], info["recorded"],
-                     entry.get("code"))
+                     entry.get("code"), speedups)
+
+
+def verdict(speedups) -> str:
+    """What a race's speedups over its runs say: "wins" when every run is above 1, "loses" when
+    every run is below 1, "break-even" when the range reaches 1 (or runs land on both sides)."""
+    if min(speedups) > 1:
+        return "wins"
+    return "loses" if max(speedups) < 1 else "break-even"
+
+
+def claim_problem(preset: Preset, speedups) -> str:
+    """One sentence when the preset's label or claim says other than its runs' range, else ""."""
+    said = [word for word in CLAIMS if word in preset.label]
+    if said and said != [preset.claim]:
+        return f"{preset.label!r} says {' and '.join(said)} but its claim is {preset.claim!r}"
+    if preset.claim == "":
+        return ""
+    found = verdict(speedups)
+    if found == preset.claim:
+        return ""
+    span = f"{min(speedups):.2f}–{max(speedups):.2f}x over {len(speedups)} runs"
+    return (f"{preset.label!r} claims {preset.claim!r} but its runs ({span}) say {found!r}: change its label and "
+            f"claim in specviz.bench.recordings.PRESETS to {found!r}")
 
 
 def earlier_code(code: Optional[str], method: str, k, batched: bool = False, command: str = "record") -> str:
@@ -207,9 +240,11 @@ def read_trace(path: Path) -> list:
 
 
 def record(pair_name: str = "qwen-coder", dtype: Optional[str] = None, folder: Path = DATA,
-           say: Callable[[str], None] = print, tries: int = 3, presets: tuple = PRESETS) -> dict:
+           say: Callable[[str], None] = print, tries: int = 3, presets: tuple = PRESETS,
+           repeats: int = REPEATS) -> dict:
     """Run every preset's two lanes on `pair_name` and write the traces and the manifest; a
-    preset timed while other programs held the cores is recorded again, up to `tries` times."""
+    preset timed while other programs held the cores is recorded again, up to `tries` times;
+    then its race is timed `repeats` more times (time_again)."""
     from specviz.runtime.machine import environment, loadavg  # torch: the app imports this module only to replay
 
     pair = specviz.load_pair(pair_name, dtype=dtype, progress=lambda f, message: say(f"  {message}"))
@@ -219,7 +254,13 @@ def record(pair_name: str = "qwen-coder", dtype: Optional[str] = None, folder: P
     folder.mkdir(parents=True, exist_ok=True)
     env = environment(pair, static_cache=False)
     where = {**env, "date": env["date_utc"][:10], "specviz": __version__, "record_topk": RECORD_TOPK}
-    entries = [_record_reliably(pair, number, preset, folder, say, tries) for number, preset in enumerate(presets, 1)]
+    entries = []
+    for number, preset in enumerate(presets, 1):
+        entry = _record_reliably(pair, number, preset, folder, say, tries)
+        entry["speedups"] += time_again(pair, preset, repeats)
+        say(f"  speedup over {len(entry['speedups'])} runs: " + ", ".join(f"{x:.2f}" for x in entry["speedups"])
+            + f" ({verdict(entry['speedups'])})")
+        entries.append(entry)
     # other work sharing the cores slows both lanes: the load at the end goes beside the start's
     info = {"recorded": {**where, "loadavg_end": loadavg()}, "presets": entries}
     files.write_json(folder / MANIFEST, info)
@@ -251,7 +292,8 @@ def _record_preset(pair, number: int, preset: Preset, folder: Path, say) -> dict
             _progress(number, lanes)
     finally:  # the progress line ends, so what follows (the summary, or an interrupt's message) has its own
         print(file=sys.stderr)
-    entry = {"label": preset.label, "settings": asdict(preset), "code": provenance.code_version(preset.method, preset.k)}
+    entry = {"label": preset.label, "settings": asdict(preset), "code": provenance.code_version(preset.method, preset.k),
+             "speedups": [_speedup(lanes["run"], lanes["ar"])]}
     for name, lane in lanes.items():
         file = f"{number:02d}-{name}.jsonl.gz"
         write_trace(lane.events, folder / file)
@@ -260,6 +302,25 @@ def _record_preset(pair, number: int, preset: Preset, folder: Path, say) -> dict
     say(f"[{number}/{len(PRESETS)}] {preset.label}: {preset.method} {entry['run']['tokens']} tokens in "
         f"{entry['run']['busy']:.1f} s, ar {entry['ar']['tokens']} in {entry['ar']['busy']:.1f} s")
     return entry
+
+
+def time_again(pair, preset: Preset, repeats: int) -> list:
+    """The preset's race run `repeats` more times as it was recorded, its events dropped: the
+    speedup of each run. Which lane takes the first step alternates (the recording's AR did)."""
+    speedups = []
+    for turn in range(repeats):
+        run = Lane("run", specviz.generate(pair, preset.prompt, preset.race_options()))
+        ar = Lane("ar", specviz.generate(pair, preset.prompt, preset.ar_options()))
+        for _ in race(*((run, ar) if turn % 2 == 0 else (ar, run))):
+            pass
+        speedups.append(_speedup(run, ar))
+    return speedups
+
+
+def _speedup(run: Lane, ar: Lane) -> float:
+    """The method's tokens per second of its own compute over AR's, to 4 decimals."""
+    tokens = [len(lane.events[-1]["token_ids"]) for lane in (run, ar)]
+    return round((tokens[0] / run.busy) / (tokens[1] / ar.busy), 4)
 
 
 def _progress(number: int, lanes: dict) -> None:
@@ -408,6 +469,8 @@ def main(argv=None) -> int:
     rec.add_argument("--dtype", default=None, help="default: what specviz.runtime.cpu measures best on this machine")
     rec.add_argument("--out", type=Path, default=DATA)
     rec.add_argument("--tries", type=int, default=3, help="recordings of a preset timed on a busy machine")
+    rec.add_argument("--repeats", type=int, default=REPEATS,
+                     help=f"times each preset's race is run again after its recording (default {REPEATS})")
     serve = sub.add_parser("record-serving", help="record the serving view's batched runs, B = 1 .. 32 (minutes)")
     serve.add_argument("--pair", default="qwen-coder")
     serve.add_argument("--dtype", default=None)
@@ -438,7 +501,10 @@ def _record(args, parser) -> int:
         else:
             record_serving(args.pair, args.dtype, args.out, args.sweep, say=say, tokens=args.tokens)
         return 0
-    record(args.pair, args.dtype, args.out, say=lambda line: print(line, flush=True), tries=args.tries)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1: a claim is held to the range of several runs")
+    record(args.pair, args.dtype, args.out, say=lambda line: print(line, flush=True), tries=args.tries,
+           repeats=args.repeats)
     return 0
 
 

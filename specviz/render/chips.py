@@ -55,6 +55,12 @@ def tooltip(token: st.TokenView, greedy: bool = False) -> str:
     return "\n".join(lines)
 
 
+# Medusa's typical-acceptance bar with its defaults (posterior_threshold 0.09, the cap; posterior_alpha
+# 0.3, the entropy factor), written out here because views import no torch; tests/test_typical.py
+# holds it to specviz.verifiers.typical's defaults.
+TYPICAL_THRESHOLD = "min(0.09, 0.3·exp(−H(p)))"
+
+
 def _typical(token: st.TokenView) -> bool:
     return str(token.rule or "").startswith("typical")
 
@@ -65,7 +71,7 @@ def decision(token: st.TokenView, greedy: bool = False) -> str:
     if _typical(token) and status in ("accepted", "rejected"):
         verb = "above" if status == "accepted" else "below"
         return (f"{status} by typical acceptance (LOSSY): p(x) = {num(token.p)} is {verb} the threshold "
-                "min(ε, δ·exp(−H(p)))")
+                f"{TYPICAL_THRESHOLD}, H(p) the entropy of p")
     if status == "accepted":
         if greedy or token.u is None:
             return "accepted: it is the target's top token (greedy)"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Optional
 
 from specviz.render import steps as st
-from specviz.render.chips import chip
+from specviz.render.chips import TYPICAL_THRESHOLD, chip
 from specviz.render.html import Rendered, attr, ms, num, quoted, text
 
 
@@ -222,7 +222,7 @@ def sentence(step: st.StepView, greedy: bool = False) -> str:
 
 def _why(rejected: st.TokenView, greedy: bool) -> str:
     if str(rejected.rule or "").startswith("typical"):
-        return f"p = {num(rejected.p, 2)} is below the typical threshold min(ε, δ·exp(−H(p)))"
+        return f"p = {num(rejected.p, 2)} is below the typical threshold {TYPICAL_THRESHOLD}"
     if greedy or rejected.u is None:
         return "it is not the target's top token"
     return f"u = {num(rejected.u, 2)} ≥ min(1, p/q) = {num(rejected.accept_prob, 2)}"
