@@ -38,7 +38,8 @@ def build_sidebar() -> None:
             ui.tree_budget_sl = gr.Slider(0, 64, value=16, step=1, visible=False,
                                           label="dynamic tree budget (nodes; 0: sized to this machine each step)")
         ui.acceptance_radio = gr.Radio(ACCEPTANCE_CHOICES, value="exact", label="Acceptance rule",
-                                       info="typical (Medusa) accepts more but is LOSSY: the output no longer "
+                                       info="typical (Medusa) keeps a guess the target finds plausible enough, "
+                                            "without comparing with the draft: LOSSY, the output no longer "
                                             "follows the target's distribution")
         ui.draft_radio = gr.Radio(list(DRAFT_WEIGHTS), value="none", label="Draft weights",
                                   info="int8: the draft model's linear weights in int8 (CPU). Cheaper drafts, "
