@@ -58,7 +58,7 @@ def test_the_screen_names_each_check_and_ends_ready(capsys, monkeypatch):
     assert len(screen) <= 25
     starts = ["specviz check:", "Pair      tiny on cpu in float32", "          why: the tiny pair's default",
               "          the tiny pair checks the install only", "Cores     ", "Memory    ",
-              "          the pair peaked at ", "          headroom beside a browser and Jupyter (2.0 GiB): ",
+              "          this process peaked at ", "          headroom beside a browser and Jupyter (2.0 GiB): ",
               "Race      greedy code prompt, 32 tokens, speculative (k = 4) and autoregressive, 2 runs each",
               "          speculative ", "Lab       about ", "          compute ", "Needs     Python ", "Disk      "]
     assert [line[:len(start)] for line, start in zip(screen, starts)] == starts
@@ -96,7 +96,7 @@ def test_too_little_memory_is_not_ready_by_how_much(capsys, fast, monkeypatch):
     status, screen, _ = run_cli(capsys)
     assert status == 1
     assert "Memory    8.0 GiB total, 4.0 GiB available before the load" in screen
-    assert "          the pair peaked at 3.5 GiB while loading, holds 3.0 GiB after" in screen
+    assert "          this process peaked at 3.5 GiB (load and race), holds 3.0 GiB after" in screen
     assert "          headroom beside a browser and Jupyter (2.0 GiB): 1.0 GiB SHORT" in screen
     assert screen[-1] == ("Not ready: memory: 1.0 GiB short for the pair beside a browser and Jupyter; "
                           "close other programs")
@@ -195,8 +195,7 @@ def test_the_committed_lab_reports_give_a_prediction():
 
 def test_memory_headroom_counts_the_process_it_replaces():
     before = {"total_bytes": 16 * GiB, "available_bytes": 10 * GiB, "resident_bytes": GiB}
-    loaded = {"peak_bytes": 6 * GiB, "resident_bytes": 5 * GiB}
-    assert check.memory_after(before, loaded)["headroom_bytes"] == 10 * GiB + GiB - 6 * GiB - 2 * GiB
+    assert check.memory_after(before, 6 * GiB, 5 * GiB)["headroom_bytes"] == 10 * GiB + GiB - 6 * GiB - 2 * GiB
 
 
 def test_every_flag_at_once_still_fits_one_screen():
@@ -219,10 +218,13 @@ def test_every_flag_at_once_still_fits_one_screen():
 
 def test_problems_name_each_planted_condition():
     result = {"pair": {"int8": True, "converted_now": True}, "memory": {"headroom_bytes": -GiB},
-              "lab": {"minutes": 40.0, "slot_minutes": 35, "fits": False},
+              "lab": {"minutes": 40.0, "slot_minutes": 35, "fits": False, "busy": False},
               "needs": {"libraries": {"Jupyter": False, "plotly": True}, "python_ok": False, "python": "3.9.0",
                         "disk_free_bytes": 0}}
     found = check.problems(result)
     assert [p.split(" ")[0] for p in found] == ["the", "memory:", "the", "missing", "Python", "only"]
     assert "(this run included the one-time conversion: run the check again)" in found[1]
     assert found[2] == "the lab would take about 40 min, 5 over its 35"
+    result["lab"]["busy"] = True  # a busy race's prediction is too long: measure again
+    assert check.problems(result)[2] == ("the cores were busy during the race, so the lab's 40 min cannot be "
+                                         "trusted: close other programs and run the check again")

@@ -43,7 +43,8 @@ def _memory(m: dict) -> list:
     headroom = m["headroom_bytes"]
     room = "unknown" if headroom is None else (_gib(headroom) if headroom >= 0 else f"{_gib(-headroom)} SHORT")
     return [f"Memory    {_gib(m['total_bytes'])} total, {_gib(m['available_bytes'])} available before the load",
-            f"          the pair peaked at {_gib(m['peak_bytes'])} while loading, holds {_gib(m['resident_after_bytes'])} after",
+            f"          this process peaked at {_gib(m['peak_bytes'])} (load and race), holds "
+            f"{_gib(m['resident_after_bytes'])} after",
             f"          headroom beside a browser and Jupyter ({_gib(m['beside_bytes'])}): {room}"]
 
 
@@ -71,7 +72,7 @@ def _lab(lab: dict) -> list:
     out = [f"Lab       about {lab['minutes']:.0f} min of its {lab['slot_minutes']}: {verdict}{busy}",
            f"          compute {lab['compute_min']:.1f} min ({lab['report']}'s x {lab['scale']:.2f}), reading "
            f"{lab['reading_min']:.1f}, exercises {lab['exercise_min']:.0f}{each}"]
-    return out + ([f"          what to do: {WHAT_TO_DO}"] if over > 0 else [])
+    return out + ([f"          what to do: {WHAT_TO_DO}"] if over > 0 and not lab["busy"] else [])
 
 
 def _needs(n: dict) -> list:
