@@ -230,3 +230,8 @@ def test_problems_name_each_planted_condition():
     result["lab"]["busy"] = True  # a busy race's prediction is too long: measure again
     assert check.problems(result)[2] == ("the cores were busy during the race, so the lab's 40 min cannot be "
                                          "trusted: close other programs and run the check again")
+
+
+def test_a_module_is_found_without_being_imported_and_a_missing_parent_is_no_error():
+    assert check.importable("plotly") and not check.importable("google.colab.no_such_module")
+    assert not check.importable("no_such_package_anywhere")

@@ -52,7 +52,8 @@ DISK_MIN_BYTES = GiB // 2  # the lab writes traces and figures into the cache, n
 TOKENS, K, REPEATS = 32, 4, 2  # the race: as the suite's, AR and speculative twice each
 WARMUP = 2  # tokens of an AR run off the clock before the race
 PYTHON_MIN = (3, 10)
-NEEDS = (("Jupyter", ("jupyterlab", "notebook")), ("ipywidgets", ("ipywidgets",)), ("anywidget", ("anywidget",)),
+# Colab is its own Jupyter: its runtime has google.colab, and a `!python -m specviz check` cell sees it
+NEEDS = (("Jupyter", ("jupyterlab", "notebook", "google.colab")), ("ipywidgets", ("ipywidgets",)), ("anywidget", ("anywidget",)),
          ("plotly", ("plotly",)))
 OPTIONAL = (("kaleido", ("kaleido",)),)  # static images of figures: the lab runs without it
 
@@ -300,13 +301,22 @@ def combines_by_sum(entry: dict, compute: float, reading: float, exercise: float
 def needs() -> dict:
     """Python's version, the libraries the notebooks import (found, not imported: no start-up cost)
     and the free disk where the cache lives."""
-    found = {label: any(importlib.util.find_spec(m) is not None for m in modules) for label, modules in NEEDS}
-    optional = {label: any(importlib.util.find_spec(m) is not None for m in modules) for label, modules in OPTIONAL}
+    found = {label: any(map(importable, modules)) for label, modules in NEEDS}
+    optional = {label: any(map(importable, modules)) for label, modules in OPTIONAL}
     cache = files.cache_dir()
     where = next((p for p in (cache, *cache.parents) if p.exists()), Path.cwd())
     return {"python": platform.python_version(), "python_ok": sys.version_info[:2] >= PYTHON_MIN,
             "libraries": found, "optional": optional, "cache": str(cache),
             "disk_free_bytes": shutil.disk_usage(where).free}
+
+
+def importable(module: str) -> bool:
+    """Whether `module` could be imported, without importing it (a dotted name whose parent
+    package is missing is simply not importable)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 # ---------------------------------------------------------------------------------------------
