@@ -235,3 +235,17 @@ def test_problems_name_each_planted_condition():
 def test_a_module_is_found_without_being_imported_and_a_missing_parent_is_no_error():
     assert check.importable("plotly") and not check.importable("google.colab.no_such_module")
     assert not check.importable("no_such_package_anywhere")
+
+
+def test_a_report_with_a_timeline_is_replayed_with_this_machines_compute():
+    from specviz.bench import check, lab
+
+    # setup 60 s of compute, 150 words (a minute), a 120 s cell, 150 words, the lab end
+    cells = [["code", 60.0], ["prose", 150], ["code", 120.0], ["prose", 150], ["code", 0.0]]
+    entry = {"notebook": "02_x.ipynb", "compute_to_lab_end_s": 180.0, "reading_min": 2.0, "exercise_min": 4,
+             "student_min": lab.replay(cells) + 4, "lab_cells": cells, "kernel_start_s": 0.0}
+    assert check.predict_notebook(entry, 1.0)["minutes"] == pytest.approx(entry["student_min"])
+    # twice as slow: the reader waits for the setup (2 min), reads 1, waits for the cell (2 + 4 = 6), reads 1
+    assert check.predict_notebook(entry, 2.0)["minutes"] == pytest.approx(7.0 + 4)
+    # ten times as fast: reading alone (2 min) sets the pace
+    assert check.predict_notebook(entry, 0.1)["minutes"] == pytest.approx(2.1 + 4, abs=0.11)

@@ -34,6 +34,7 @@ from typing import Callable, Optional
 from specviz import files
 from specviz.analysis.metrics import fold, timing_check
 from specviz.bench.heldout import rotation
+from specviz.bench.lab import replay
 from specviz.errors import PairError, SpecvizError
 from specviz.prompts import PROMPTS
 from specviz.runtime.machine import cpu_count
@@ -271,14 +272,18 @@ def _loaded_as(rep: dict) -> str:
 
 def predict_notebook(entry: dict, scale: float) -> dict:
     """One notebook's minutes here: its compute to the lab's end scaled, its reading as it is, and
-    its exercise (the report's, else EXERCISE_MIN), combined as the report combined them."""
+    its exercise (the report's, else EXERCISE_MIN): the report's cell timeline replayed with the
+    compute scaled (specviz.bench.lab.replay), or, for a report without one, combined as it combined them."""
     compute, reading = entry["compute_to_lab_end_s"] / 60, entry["reading_min"]
     exercise = entry.get("exercise_min")
     assumed = exercise is None
     exercise = EXERCISE_MIN if assumed else float(exercise)
-    adds_up = combines_by_sum(entry, compute, reading, 0.0 if assumed else exercise)
     here = compute * scale
-    time_ = (here + reading) if adds_up else max(here, reading)
+    if entry.get("lab_cells"):  # the report's timeline: replay the reader beside this machine's compute
+        time_ = replay(entry["lab_cells"], entry.get("kernel_start_s", 0.0), scale)
+    else:
+        adds_up = combines_by_sum(entry, compute, reading, 0.0 if assumed else exercise)
+        time_ = (here + reading) if adds_up else max(here, reading)
     return {"notebook": entry.get("notebook", "?"), "compute_min": here, "reading_min": reading,
             "exercise_min": exercise, "exercise_assumed": assumed, "minutes": time_ + exercise}
 

@@ -138,22 +138,35 @@ def summarise(nb, wanted: tuple, kernel_start_s: float = 0.0) -> dict:
             "lab_sections": list(wanted), "compute_to_lab_end_s": round(to_end, 2),
             "whole_notebook_s": round(kernel_start_s + sum(cell_seconds(c) for c in nb.cells if c.cell_type == "code"), 2),
             "reading_min": round(read, 2), "lab_exercises": exercises, "exercise_min": exercises * EXERCISE_MINUTES,
-            "reading_with_compute_min": round(reached, 2),
+            "reading_with_compute_min": round(reached, 2), "kernel_start_s": round(kernel_start_s, 2),
+            "lab_cells": timeline(nb.cells[:end + 1]),
             "student_min": round(reached + exercises * EXERCISE_MINUTES, 2)}
+
+
+def timeline(cells) -> list:
+    """The lab part as the reader meets it: ["code", seconds] or ["prose", words] per cell, so that
+    a machine of another speed can replay it with its compute scaled (specviz.bench.check)."""
+    return [["code", round(cell_seconds(c), 2)] if c.cell_type == "code" else ["prose", words(c.source)]
+            for c in cells]
+
+
+def replay(cells: list, kernel_start_s: float = 0.0, scale: float = 1.0) -> float:
+    """Minutes until the reader of `timeline` cells reaches the last, each cell's compute times `scale`."""
+    done = reader = kernel_start_s * scale
+    for kind, amount in cells:
+        if kind == "code":
+            done += amount * scale
+            reader = max(reader, done)
+        else:
+            reader += amount / READING_WPM * 60
+    return reader / 60
 
 
 def reading_with_compute(cells, kernel_start_s: float = 0.0) -> float:
     """Minutes until a student who pressed Run All has read down to the last of `cells`: the
     reading advances at READING_WPM and stops at a code cell until the kernel, running the cells
     in order once it has started (kernel_start_s), has finished that cell."""
-    done = reader = kernel_start_s  # seconds: the kernel's progress, the reader's
-    for cell in cells:
-        if cell.cell_type == "code":
-            done += cell_seconds(cell)
-            reader = max(reader, done)  # its output is read once it is there
-        else:
-            reader += words(cell.source) / READING_WPM * 60
-    return reader / 60
+    return replay(timeline(cells), kernel_start_s)
 
 
 def run_notebook(path: Path, pair: str, env: dict, answers: Optional[Path] = None):
@@ -187,6 +200,24 @@ def read_answers(path: Path) -> list:
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except FileNotFoundError:
         return []
+
+
+def pace(pair: str, cpu: str, say: Callable[[str], None]) -> dict:
+    """This machine's AR seconds per token as `python -m specviz check` measures it (its short
+    greedy race), run in a child process with the CPU's kernel settings: what the check on a
+    student's laptop divides by to scale this report's compute to that laptop."""
+    import subprocess
+
+    say(f"pace: python -m specviz check --pair {pair} (the race a student's check runs) ...")
+    done = subprocess.run([sys.executable, "-m", "specviz", "check", "--pair", pair, "--json"], capture_output=True,
+                          text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", **CPUS[cpu]})
+    try:
+        race = json.loads(done.stdout)["race"]
+    except (ValueError, KeyError, TypeError):
+        raise SpecvizError(f"the check's race failed ({(done.stderr.strip().splitlines() or ['no output'])[-1][:200]})") from None
+    if race.get("busy"):
+        raise SpecvizError(f"the cores were busy while the pace was timed ({race['busy']}): run again on a quiet machine")
+    return {"ar_s_per_token": race["ar_s_per_token"], "check_speedup": race["speedup"]}
 
 
 def machine(cpu: str) -> dict:
@@ -224,7 +255,8 @@ def measure(pair: str, cpu: str, out: Path, say: Callable[[str], None]) -> dict:
         left = sum(1 for n, _ in LAB_PATH if n not in done)
         say(f"    compute to the lab's end {done[number]['compute_to_lab_end_s'] / 60:.1f} min, reading "
             f"{done[number]['reading_min']:.1f} min, {done[number]['lab_exercises']} lab exercise(s); ETA {(time.perf_counter() - started) / ran * left / 60:.0f} min")
-    report = {"settings": settings, "environment": machine(cpu), "date_utc": _now(), "notebooks": done,
+    report = {"settings": settings, "environment": {**machine(cpu), **pace(pair, cpu, say)}, "date_utc": _now(),
+              "notebooks": done,
               **verdict(done)}
     files.write_json(out.with_suffix(".json"), report)
     files.write_text(out.with_suffix(".md"), markdown(report))
