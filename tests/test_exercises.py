@@ -849,8 +849,12 @@ def step_variant(replace="residual", bonus="p", stop=True, row=0, ratio="p/q", c
                  own_rng=False):
     """The solution's step with one thing changed (each default is the right rule)."""
     def step(models, prefix, k, greedy, generator):
-        pick = (lambda probs: ex12.top(probs)) if greedy else (
-            (lambda probs: int(torch.multinomial(probs, 1))) if own_rng else (lambda probs: ex12.draw(probs, generator)))
+        if greedy:
+            pick = ex12.top
+        elif own_rng:  # the global generator, not the one the check hands over
+            pick = lambda probs: int(torch.multinomial(probs, 1))  # noqa: E731
+        else:
+            pick = lambda probs: ex12.draw(probs, generator)  # noqa: E731
         drafts, q = [], []
         for _ in range(k):
             q.append(models.draft_probs(prefix + (drafts if chain else [])))

@@ -184,7 +184,8 @@ def _call(fn: Callable, args: tuple, where: str) -> tuple:
 def _tokens(got, k: int) -> list:
     """A step's result as a list of ints, or Wrong."""
     if not isinstance(got, (list, tuple)) or not all(isinstance(t, int) and not isinstance(t, bool) for t in got):
-        raise Wrong("return the tokens the step emits as a list of token ids (ints)")
+        raise Wrong("return the tokens the step emits as a list of token ids, Python ints (top and draw give them; "
+                    "a tensor is not one)")
     if not 1 <= len(got) <= k + 1:
         raise Wrong(f"it emitted {len(got)} tokens; a step with k = {k} emits from 1 to k + 1")
     return list(got)
