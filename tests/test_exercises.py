@@ -820,3 +820,195 @@ def test_00_the_check_says_what_is_wrong(capsys):
     for says, fn in wrong.items():
         result, out = outcome(capsys, ex00.check_caches_after, fn)
         assert result is False and says in out and reveals_nothing(out), (says, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# notebook 12: one whole step, written by the student
+
+from specviz.teaching.exercises import nb12 as ex12  # noqa: E402
+from solutions import nb12  # noqa: E402
+
+CODED["12"] = ("my_step",)
+STEP_PROMPT = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"
+
+
+@pytest.fixture(scope="module")
+def greedy_run(tiny):
+    """A greedy run of the tiny pair with every kind of step: some drafts rejected, all accepted,
+    and a last step that drafts fewer than k (the length limit)."""
+    import specviz
+
+    events = [e.to_dict() for e in specviz.generate(tiny, STEP_PROMPT, method="spec", k=4, max_new_tokens=40,
+                                                      ignore_eos=True)]
+    done = steps_of(events)
+    assert {s["accepted"] == s["k"] for s in done[:-1]} == {True, False} and done[-1]["k"] < 4
+    return events
+
+
+def step_variant(replace="residual", bonus="p", stop=True, row=0, ratio="p/q", chain=True, passes=1,
+                 own_rng=False):
+    """The solution's step with one thing changed (each default is the right rule)."""
+    def step(models, prefix, k, greedy, generator):
+        if greedy:
+            pick = ex12.top
+        elif own_rng:  # the global generator, not the one the check hands over
+            pick = lambda probs: int(torch.multinomial(probs, 1))  # noqa: E731
+        else:
+            pick = lambda probs: ex12.draw(probs, generator)  # noqa: E731
+        drafts, q = [], []
+        for _ in range(k):
+            q.append(models.draft_probs(prefix + (drafts if chain else [])))
+            drafts.append(pick(q[-1]))
+        p = models.target_probs(prefix, drafts)
+        for _ in range(passes - 1):
+            p = models.target_probs(prefix, drafts)
+        out = []
+        for i, x in enumerate(drafts):
+            pi = p[min(i + row, k)]
+            a = float(pi[x] / q[i][x]) if ratio == "p/q" else float(q[i][x] / pi[x])
+            passes_test = x == ex12.top(pi) if greedy else ex12.uniform(generator) < min(1.0, a)
+            if passes_test:
+                out.append(x)
+                continue
+            if replace == "draft":
+                out.append(x)
+            elif replace is not None:
+                left = torch.clamp(pi - q[i], min=0.0)
+                out.append(ex12.top(pi) if greedy else pick(pi if replace == "p" else left / left.sum()))
+            if stop:
+                return out
+        return out + ([pick(p[k] if bonus == "p" else q[-1] if q else p[k])] if bonus else [])
+
+    return step
+
+
+WRONG_GREEDY_STEPS = {
+    "no bonus token": (step_variant(bonus=None), "the bonus token is missing"),
+    "the bonus from q": (step_variant(bonus="q"), "the bonus token is not the target's top token"),
+    "goes on after the first rejection": (step_variant(stop=False), "goes on after draft"),
+    "keeps the rejected draft": (step_variant(replace="draft"), "yet your step kept it"),
+    "nothing in place of the rejected draft": (step_variant(replace=None), "nothing replaces draft"),
+    "judges with the next row of p": (step_variant(row=1), "did not"),
+    "every draft from q after the prefix alone": (step_variant(chain=False), "your draft 2 is not the engine's"),
+    "two target passes": (step_variant(passes=2), "2 target passes"),
+}
+
+WRONG_SAMPLED_STEPS = {
+    "resamples from p (the planted step)": (ex12.resample_from_p_step, "chi-square"),
+    "resamples from p (the student's way)": (step_variant(replace="p"), "chi-square"),
+    "the bonus from q": (step_variant(bonus="q"), "chi-square"),
+    "accepts with min(1, q/p)": (step_variant(ratio="q/p"), "chi-square"),
+    "randomness not from the generator": (step_variant(own_rng=True), "the same seed gave other tokens"),
+}
+
+
+def test_12_the_checks_pass_the_engine_and_the_solution(tiny, greedy_run, capsys):
+    for step in (ex12.engine_step, nb12.my_step):
+        result, out = outcome(capsys, ex12.check_greedy, step, tiny, greedy_run)
+        assert result is True and out.startswith(checking.RIGHT) and "\n" not in out, out
+        assert f"each of the {len(steps_of(greedy_run))} steps" in out and "40 tokens" in out, out
+        result, out = outcome(capsys, ex12.check_sampling, step, runs=2000)
+        assert result is True and "\n" not in out and "chi-square" in out and "degrees of freedom" in out, out
+
+
+@pytest.mark.parametrize("wrong", WRONG_GREEDY_STEPS)
+def test_12_the_greedy_check_says_where_a_wrong_step_parts_from_the_engine(wrong, tiny, greedy_run, capsys):
+    fn, says = WRONG_GREEDY_STEPS[wrong]
+    assert_wrong(capsys, ex12.check_greedy, fn, says, pair=tiny, events=greedy_run)
+    result, out = outcome(capsys, ex12.check_greedy, fn, tiny, greedy_run)
+    assert re.search(r"parts from the engine at step \d+ of \d+", out), out
+
+
+def test_12_the_greedy_check_names_the_step_and_draft(tiny, greedy_run, capsys):
+    """The first step whose drafts are not all accepted is the one a step without replacement
+    parts at, and the draft it names is the engine's first rejected one (both from 1)."""
+    first = next(s for s in steps_of(greedy_run) if s["accepted"] < s["k"])
+    result, out = outcome(capsys, ex12.check_greedy, step_variant(replace=None), tiny, greedy_run)
+    assert f"at step {first['step'] + 1} of " in out and f"replaces draft {first['accepted'] + 1}," in out, out
+    full = next(s for s in steps_of(greedy_run) if s["accepted"] == s["k"] > 0)
+    result, out = outcome(capsys, ex12.check_greedy, step_variant(bonus=None), tiny, greedy_run)
+    assert f"at step {full['step'] + 1} of " in out and f"all {full['k']} drafts" in out, out
+
+
+@pytest.mark.parametrize("wrong", WRONG_SAMPLED_STEPS)
+def test_12_the_sampling_check_has_power(wrong, capsys):
+    fn, says = WRONG_SAMPLED_STEPS[wrong]
+    result, out = outcome(capsys, ex12.check_sampling, fn, runs=2000)
+    assert result is False and out.startswith(checking.WRONG) and "\n" not in out and says in out, out
+    if says == "chi-square":
+        shown = re.search(r"p-value (.+) \(below 1e-4\)", out)[1]
+        assert shown.startswith("below 1e-300") or float(shown) < ex12.P_VALUE_FLOOR, out
+
+
+def test_12_the_planted_step_fails_the_statistic_the_notebook_shows(capsys):
+    assert ex12.show_power(runs=2000) < 1e-10
+    out = capsys.readouterr().out
+    assert out.startswith("a planted wrong step") and "degrees of freedom" in out, out
+    counts, joint = ex12.sampled_counts(ex12.engine_step, 2000)
+    statistic, dof, p_value = ex12.chi_square(counts, joint)
+    assert sum(counts.values()) == 2000 and len(joint) == ex12.TOY_VOCAB ** ex12.TOY_TOKENS
+    assert 0 < dof < len(joint) and p_value > ex12.P_VALUE_FLOOR
+
+
+def test_12_chi_square_on_hand_made_counts():
+    joint = {(0,): 0.5, (1,): 0.25, (2,): 0.25, (3,): 0.0}
+    assert ex12.chi_square({(0,): 50, (1,): 25, (2,): 25}, joint) == (0.0, 2, 1.0)
+    statistic, dof, _ = ex12.chi_square({(0,): 60, (1,): 20, (2,): 20}, joint)
+    assert dof == 2 and math.isclose(statistic, 10 ** 2 / 50 + 5 ** 2 / 25 + 5 ** 2 / 25)
+
+
+def test_12_an_unwritten_or_broken_step_does_not_stop_the_notebook(tiny, greedy_run, capsys):
+    def unwritten(*args):
+        raise NotImplementedError("write this")
+
+    def crashes(*args):
+        return {}["missing"]
+
+    for check, extra in ((ex12.check_greedy, (tiny, greedy_run)), (ex12.check_sampling, ())):
+        result, out = outcome(capsys, check, unwritten, *extra)
+        assert result is None and out.startswith(f"{checking.NOT_WRITTEN}: my_step") and "\n" not in out, out
+        result, out = outcome(capsys, check, crashes, *extra)
+        assert result is False and "raised KeyError" in out and "\n" not in out, out
+        result, out = outcome(capsys, check, None, *extra)
+        assert result is False and "should be a function" in out, out
+    result, out = outcome(capsys, ex12.check_greedy, lambda *a: "abc", tiny, greedy_run)
+    assert result is False and "list of token ids" in out, out
+
+
+def test_12_the_greedy_check_compares_with_what_the_run_recorded(tiny, greedy_run, capsys):
+    """The engine's own step fails a run whose events were altered: the check compares with
+    the run's recorded steps, not with the rule again."""
+    altered = tampered(greedy_run, "step_finished",
+                       lambda e: {**e, "emitted_ids": e["emitted_ids"][:-1] + [e["emitted_ids"][-1] + 1]}
+                       if e["step"] == 2 else None)
+    result, out = outcome(capsys, ex12.check_greedy, ex12.engine_step, tiny, altered)
+    assert result is False and "at step 3 of " in out, out
+
+
+def test_12_the_greedy_check_refuses_a_run_it_cannot_replay(tiny, capsys):
+    import specviz
+
+    runs = {"not a greedy run": dict(temperature=1.0, seed=0, ignore_eos=True),
+            "ignore_eos=True": dict()}
+    for says, options in runs.items():
+        events = list(specviz.generate(tiny, STEP_PROMPT, method="spec", k=2, max_new_tokens=6, **options))
+        result, out = outcome(capsys, ex12.check_greedy, nb12.my_step, tiny, events)
+        assert result is False and says in out and "\n" not in out, out
+
+
+def test_12_the_models_feed_what_the_engine_feeds(tiny):
+    """A step in the engine's order gets the engine's p bit for bit: the p of the drafts it
+    scored equals the target_scored event's p_draft of each step of a real run."""
+    import specviz
+
+    events = [e.to_dict() for e in specviz.generate(tiny, STEP_PROMPT, method="spec", k=3, max_new_tokens=20,
+                                                      ignore_eos=True)]
+    prompt, steps = ex12.engine_steps(events)
+    models, prefix = ex12.Models(tiny, 0.0), list(prompt)
+    for step in steps:
+        emitted = ex12.engine_step(models, prefix, step["k"], True, torch.Generator())
+        scored = next(e for e in events if e["kind"] == "target_scored" and e["step"] == step["step"])
+        p = models.target_probs(prefix, step["drafts"])
+        assert [float(p[i][x]) for i, x in enumerate(step["drafts"])] == scored["p_draft"]
+        assert emitted == step["emitted"]
+        prefix += emitted
