@@ -85,7 +85,7 @@ def test_a_deck_built_by_an_older_renderer_fails(deck, tmp_path):
     """The deck's stamp, had it been drawn by an older chips renderer, is not the code's now."""
     _, html = deck
     root = tmp_path / "repo"
-    shutil.copytree(provenance.PACKAGE, root / "specviz", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(provenance.PACKAGE, root / "specviz", ignore=shutil.ignore_patterns("__pycache__", "heads", "serving"))
     chips = root / "specviz" / "render" / "chips.py"
     assert "specviz/render/chips.py" in provenance.deck_files(build.SOURCE, root)
     chips.write_text(chips.read_text() + "\n# a comment changes nothing\n")
