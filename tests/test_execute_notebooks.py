@@ -217,3 +217,30 @@ def test_the_vendored_katex_is_complete():
     assert len(fonts) >= 15 and all((vendor / "katex" / f).is_file() for f in fonts)
     size = sum(p.stat().st_size for p in vendor.rglob("*") if p.is_file())
     assert size < 2_000_000, size
+
+
+def test_a_widget_filled_after_it_was_displayed_shows_its_finished_run(tmp_path, monkeypatch):
+    """`display(race); race.run(...)`, as the notebooks do, executed in a real kernel: the copy
+    shows the finished race and stream, not the empty widgets they were displayed as."""
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("SPECVIZ_STATIC_IMAGES", "0")
+    golden = ROOT / "tests" / "golden"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(
+        "from IPython.display import display\n"
+        "from specviz.analysis import trace\n"
+        "from specviz.render.widgets import RaceWidget, TokenStream\n"
+        f"golden = {str(golden)!r}\n"
+        "ar, spec = (trace.load(golden + '/' + name) for name in ('tiny_ar.jsonl', 'tiny_spec_greedy.jsonl'))\n"
+        "race = RaceWidget()\n"
+        "display(race)\n"
+        "records = race.run(iter(ar), iter(spec))"),
+        nbformat.v4.new_code_cell("stream = TokenStream()\nevents = stream.live(iter(trace.load("
+                                  f"{str(golden / 'tiny_spec_greedy.jsonl')!r})))")]
+    NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    page = execute.to_html(nb, Path("04_x.ipynb"), "tiny")
+    assert "Racing" not in page and page.count('data-done="1"') == 2  # both lanes, finished
+    assert len(re.findall(r'class="[^"]*sv-verdict', page)) == 1
+    chips = re.findall(r'data-status="(\w+)"', page.split("jp-CodeCell")[-1])
+    assert len(chips) > 3 and "bonus" in chips  # the stream's finished run
