@@ -19,7 +19,9 @@ Every widget draws with the same renderers as the app (`chips`, `panel`, `inspec
 
 Each widget has a static fallback: `_repr_mimebundle_` adds `text/html` (and the inspector a
 PNG when kaleido can draw one), so a saved notebook shows something meaningful on GitHub or
-nbviewer, where widget JavaScript does not run.
+nbviewer, where widget JavaScript does not run, and the executed copies (notebooks/execute.py)
+show it in place of the widget. A run's end rewrites it (`refresh_static`), so the saved HTML is
+the finished run, not the empty widget first displayed.
 """
 
 from __future__ import annotations
