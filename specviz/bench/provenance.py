@@ -21,7 +21,8 @@ and a test fails when a committed page's stamp is not the code's now:
   timings and texts as a re-run on another machine would, not what the copy says it shows. The
   preset recordings a copy replays carry their own `code_version`.
 - the lecture deck (docs/slides/lecture.slides.html): the lecture notebook's cells, the renderers
-  and teaching modules it imports (followed as above) and the presets' manifest (`deck_files`).
+  and teaching modules it imports (followed as above), the bench modules it imports itself (which
+  read the numbers it shows) and the presets' manifest (`deck_files`).
 - the screenshots and GIF (docs/screenshots): app.py, webapp/, the renderers they import (followed
   as above) and the presets' manifest (`app_files`).
 """
@@ -149,8 +150,12 @@ def notebook_files(notebook: Path, root: Path = REPO) -> tuple:
 
 
 def deck_files(lecture: Path, root: Path = REPO) -> tuple:
-    """The code and data that draw the deck built from `lecture`."""
-    return tuple(sorted(drawing_files(_code(lecture), DECK_LAYERS, root) | {PRESETS_MANIFEST}))
+    """The code and data that draw the deck built from `lecture`: the renderers and teaching
+    modules it imports (followed), the bench modules it imports itself (the numbers it shows;
+    not followed: bench imports the engine and runtime) and the presets' manifest."""
+    code = _code(lecture)
+    bench = {p for text in code for p in imported_files(text, root) if p.startswith("specviz/bench/")}
+    return tuple(sorted(drawing_files(code, DECK_LAYERS, root) | bench | {PRESETS_MANIFEST}))
 
 
 def app_files(root: Path = REPO) -> tuple:
