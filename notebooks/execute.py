@@ -106,7 +106,9 @@ def to_html(nb, path: Path, pair: str) -> str:
     import nbformat
 
     keep_static_images(nb)  # a figure without a PNG keeps its JSON (no browser drew it)
-    keep_static_widgets(nb)  # a widget shows its static HTML: its JavaScript would need a CDN
+    textual = keep_static_widgets(nb)  # a widget shows its static HTML: its JavaScript would need a CDN
+    if textual:
+        print(f"note: {textual} widget(s) of {path.name} have no static HTML and show as text", file=sys.stderr)
     stamp = provenance.notebook_version(path) if path.is_file() else "unknown"
     where = (f"**Executed copy** of `notebooks/{path.name}` on the `{pair}` pair: {cpu_name()}, "
              f"{os.cpu_count()} cores, {loaded_as(nb) or 'no model loaded'}, {datetime.date.today().isoformat()}, "
