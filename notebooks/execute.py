@@ -10,6 +10,17 @@ Figures are kept as the static PNGs `specviz.render.notebook` draws beside them 
 Plotly JSON would need plotly.js in the page), so a machine with Chrome/Chromium makes the
 complete copy.
 
+A copy is read from disk with no network: its math is drawn by the KaTeX kept in vendor/ beside
+the copies (not MathJax from a CDN), each widget shows its own static HTML (the widget's
+JavaScript would come from a CDN), and the page loads nothing else from the network.
+
+Built, never edited: each copy carries the stamp of the code that drew it
+(specviz.bench.provenance.notebook_version: the notebook's cells, the engine, the renderers it
+imports), in its header and in `<meta name="specviz-code">`, and the index lists it.
+`problems(copy, notebook)` says how a committed copy differs from what this code would build (a
+stale stamp, code cells that are not the notebook's); tests/test_execute_notebooks.py runs it on
+every committed copy.
+
 Resumable: a notebook whose copy exists is skipped unless --force (or named on the command line).
 One line per notebook with its time and an ETA for the rest.
 """
@@ -18,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import html as html_text
 import os
 import platform
 import re
@@ -27,13 +39,29 @@ import time
 from pathlib import Path
 
 from specviz import files
-from specviz.render.notebook import keep_static_images, loaded_as
+from specviz.bench import provenance
+from specviz.render.notebook import keep_static_images, keep_static_widgets, loaded_as
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = ROOT / "docs" / "notebooks"
 CELL_TIMEOUT_S = 1800
 STYLESHEET = "notebook.css"  # the HTML template's styles, the same for every copy: stored once
+VENDOR = "vendor"  # KaTeX and its loader, beside the copies (docs/notebooks/vendor)
+STAMP = re.compile(r'<meta name="specviz-code" content="([0-9a-f]+|unknown)">')
+# the lab template with nothing from a CDN: KaTeX from vendor/ draws the math; no require.js,
+# widget manager or mermaid (a copy has no widget JavaScript and no diagram)
+OFFLINE_TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{% block jupyter_widgets %}{% endblock jupyter_widgets %}
+{%- block html_head_js_mathjax -%}
+<link rel="stylesheet" href="VENDOR/katex/katex.min.css">
+<script defer src="VENDOR/katex/katex.min.js"></script>
+<script defer src="VENDOR/katex/contrib/auto-render.min.js"></script>
+<script defer src="VENDOR/math.js"></script>
+{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+""".replace("VENDOR", VENDOR)
 
 
 def notebooks(names=()) -> list:
@@ -73,30 +101,86 @@ def execute(path: Path, pair: str):
 
 
 def to_html(nb, path: Path, pair: str) -> str:
+    """The executed notebook as a page that needs no network, opening with where it ran and the
+    stamp of the code that drew it (`path`: the notebook file; one that does not exist: 'unknown')."""
     import nbformat
-    from nbconvert import HTMLExporter
 
     keep_static_images(nb)  # a figure without a PNG keeps its JSON (no browser drew it)
+    textual = keep_static_widgets(nb)  # a widget shows its static HTML: its JavaScript would need a CDN
+    if textual:
+        print(f"note: {textual} widget(s) of {path.name} have no static HTML and show as text", file=sys.stderr)
+    stamp = provenance.notebook_version(path) if path.is_file() else "unknown"
     where = (f"**Executed copy** of `notebooks/{path.name}` on the `{pair}` pair: {cpu_name()}, "
              f"{os.cpu_count()} cores, {loaded_as(nb) or 'no model loaded'}, {datetime.date.today().isoformat()}, "
-             f"specviz commit {commit()}. Timings are this machine's; run the notebook to see yours.")
+             f"specviz commit {commit()}. Timings are this machine's; run the notebook to see yours. "
+             f"Drawn by code stamp {stamp}.")
     nb.cells.insert(0, nbformat.v4.new_markdown_cell(where))
-    html, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
-    return html
+    page = export(nb)
+    return page.replace("<head>", f'<head>\n<meta name="specviz-code" content="{stamp}">', 1)
+
+
+def export(nb) -> str:
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(template_name="lab", template_file="specviz_offline.html.j2",
+                            extra_loaders=[DictLoader({"specviz_offline.html.j2": OFFLINE_TEMPLATE})])
+    return exporter.from_notebook_node(nb)[0]
+
+
+def stamp_of(page: str):
+    """The code stamp a copy carries, or None (a copy built before stamps)."""
+    found = STAMP.search(page)
+    return found[1] if found else None
+
+
+def code_cells(page: str) -> list:
+    """The source of each code cell a copy shows, in order (its highlighted input, unescaped;
+    trailing spaces aside)."""
+    sources = []
+    for chunk in re.split(r'<div class="jp-Cell jp-CodeCell', page)[1:]:
+        found = re.search(r'<div class="highlight[^"]*"><pre>(.*?)</pre>', chunk, re.S)
+        sources.append(_tidy(html_text.unescape(re.sub(r"<[^>]+>", "", found[1]))) if found else "")
+    return sources
+
+
+def _tidy(source: str) -> str:
+    return "\n".join(line.rstrip() for line in source.strip().splitlines())
+
+
+def problems(copy: Path, notebook: Path) -> list:
+    """How a committed copy is not what the code now would build: one sentence each, [] if none."""
+    page = Path(copy).read_text(encoding="utf-8")
+    found = []
+    stamp, now = stamp_of(page), provenance.notebook_version(notebook)
+    if stamp != now:
+        found.append(f"{copy.name} was drawn by code stamp {stamp or 'none'}, the code now is {now}")
+    shown = code_cells(page)
+    wanted = [_tidy(s) for kind, s in provenance.cells(notebook) if kind == "code"]
+    if len(shown) != len(wanted):
+        found.append(f"{copy.name} shows {len(shown)} code cells, {notebook.name} has {len(wanted)}")
+    found += [f"{copy.name}: code cell {i + 1} is not {notebook.name}'s" for i, (a, b) in enumerate(zip(shown, wanted))
+              if a != b]
+    return found
 
 
 def write_index() -> Path:
     """docs/notebooks/README.md: each executed copy with the line saying where it ran."""
     rows = []
     for page in sorted(OUT.glob("[0-9][0-9]_*.html")):
-        found = re.search(r"on the <code>([^<]+)</code> pair: ([^<]*?)\. Timings", page.read_text(encoding="utf-8"))
+        text = page.read_text(encoding="utf-8")
+        found = re.search(r"on the <code>([^<]+)</code> pair: ([^<]*?)\. Timings", text)
         where = f"{found[1]} pair: {found[2]}" if found else "(no header)"
-        rows.append(f"| [{page.stem}]({page.name}) | [notebook](../../notebooks/{page.stem}.ipynb) | {where} |")
+        rows.append(f"| [{page.stem}]({page.name}) | [notebook](../../notebooks/{page.stem}.ipynb) | {where} "
+                    f"| {stamp_of(text) or 'none'} |")
     index = OUT / "README.md"
     files.write_text(index, "# Executed notebooks\n\nEach teaching notebook run top to bottom on the real pair, saved as HTML with its "
                      "figures as images and the page style in notebook.css beside them (`make executed-notebooks` "
-                     "regenerates them; download this folder or open a page through an HTML preview to read it). The timings are the machine's named beside it.\n\n"
-                     "| copy | source | where it ran (CPU, cores, device and dtype, date, commit) |\n|---|---|---|\n"
+                     "regenerates them; download this folder, vendor/ included, and open a page from disk: it needs no network). "
+                     "The timings are the machine's named beside it. The code stamp names the code that drew the copy "
+                     "(specviz.bench.provenance); a test fails when it is not the code's now.\n\n"
+                     "| copy | source | where it ran (CPU, cores, device and dtype, date, commit) | code stamp |\n"
+                     "|---|---|---|---|\n"
                      + "\n".join(rows) + "\n")
     return index
 

@@ -1,14 +1,17 @@
 """The lecture's slides (docs/slides): built by Jupyter's own slideshow export from a notebook
 that replays the presets' recordings, with reveal.js kept beside the deck so a projector needs no
-network; the committed deck is the current build of the current recordings."""
+network; the committed deck is the current build of the current recordings, stamped with the code
+that drew it (a deck of an older renderer or an older lecture.ipynb fails)."""
 
 import importlib.util
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
 
+from specviz.bench import provenance
 from specviz.render.notebook import keep_static_images
 
 nbformat = pytest.importorskip("nbformat")
@@ -185,3 +188,40 @@ def test_losses_and_lossy_speak_only_as_far_as_their_numbers_go(tmp_path):
     assert lecture.typical_sentence(seeds(1.01)).startswith("Faster here")
     single = lecture.typical(rows, tmp_path / "none")
     assert not single["seeds"] and lecture.typical_sentence(single).startswith("Single runs")
+
+def test_the_committed_deck_is_drawn_by_the_code_now():
+    """Until `python docs/slides/build.py` builds it again, a deck older than its code fails here."""
+    assert build.problems((SLIDES / build.DECK).read_text(encoding="utf-8")) == []
+
+
+def test_a_fresh_deck_is_of_the_code_now(deck):
+    _, html = deck
+    assert build.STAMP.search(html)[1] == provenance.deck_version(build.SOURCE)
+    assert build.problems(html) == []
+
+
+def test_a_deck_built_by_an_older_renderer_fails(deck, tmp_path):
+    """The deck's stamp, had it been drawn by an older chips renderer, is not the code's now."""
+    _, html = deck
+    root = tmp_path / "repo"
+    shutil.copytree(provenance.PACKAGE, root / "specviz", ignore=shutil.ignore_patterns("__pycache__", "heads", "serving"))
+    chips = root / "specviz" / "render" / "chips.py"
+    drawn = provenance.deck_files(build.SOURCE, root)
+    assert "specviz/render/chips.py" in drawn and any(f.startswith("specviz/bench/") for f in drawn)
+    chips.write_text(chips.read_text() + "\n# a comment changes nothing\n")
+    assert provenance.deck_version(build.SOURCE, root) == provenance.deck_version(build.SOURCE)
+    chips.write_text(chips.read_text() + "\nOLDER = True\n")
+    older = provenance.deck_version(build.SOURCE, root)
+    stale = build.STAMP.sub(f'<meta name="specviz-code" content="{older}">', html)
+    assert build.problems(stale) == [f"the deck was drawn by code stamp {older}, the code now is "
+                                     f"{provenance.deck_version(build.SOURCE)}: python docs/slides/build.py"]
+    assert len(build.problems(html.replace('<meta name="specviz-code"', '<meta name="other"'))) == 1  # no stamp
+
+
+def test_a_changed_lecture_makes_the_deck_stale(deck, tmp_path):
+    _, html = deck
+    lecture = nbformat.read(build.SOURCE, as_version=4)
+    lecture.cells[-1].source += "\nOne more sentence."
+    changed = tmp_path / "lecture.ipynb"
+    nbformat.write(lecture, changed)
+    assert build.problems(html, changed) and not build.problems(html, build.SOURCE)

@@ -7,11 +7,17 @@ it in Debian's Chromium through Playwright, clicks the presets (runs of Qwen2.5-
 for 1.5B, recorded once: specviz/data/presets) and saves a PNG of each view. Nothing is computed
 live, so the pictures show the real pair's text, chips and numbers. Needs /usr/bin/chromium
 (apt-get install chromium) and playwright (installed with specviz's requirements).
+
+Built, never edited: manifest.json beside the pictures names them and the stamp of the code and
+presets they show (specviz.bench.provenance.app_version: app.py, webapp/, the renderers they
+import, the presets' manifest); `problems()` says when they are stale, and
+tests/test_screenshots.py fails until they are taken again.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import sys
@@ -25,6 +31,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 SHOTS = ("step_view", "tooltip", "inspector", "tree", "lossy", "race", "speedup", "serving", "how_it_works")
 GIF = "steps.gif"  # the hook preset played step by step: the README's animation
 GIF_WIDTH, GIF_FRAME_MS = 900, 1100
+MANIFEST = "manifest.json"
 
 
 def start_app() -> tuple:
@@ -146,6 +153,37 @@ def take(out: Path) -> list:
     return [out / f"{name}.png" for name in SHOTS] + [out / GIF]
 
 
+def write_manifest(out: Path, paths: list) -> Path:
+    """manifest.json: the pictures, and the stamp of the code and presets they were taken from."""
+    from specviz import files
+    from specviz.bench.provenance import app_files, app_version
+
+    manifest = {"code": app_version(), "files": list(app_files()), "shots": sorted(p.name for p in paths)}
+    path = Path(out) / MANIFEST
+    files.write_text(path, json.dumps(manifest, indent=1) + "\n")
+    return path
+
+
+def problems(folder: Path = HERE) -> list:
+    """Why the pictures in `folder` are not of the code now (one sentence each), or []."""
+    from specviz.bench.provenance import app_version
+
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        return [f"{path.name} is missing: python docs/screenshots/take.py"]
+    manifest = json.loads(path.read_text(encoding="utf-8"))
+    found = [f"{name} is missing" for name in expected() if name not in manifest["shots"]
+             or not (Path(folder) / name).is_file()]
+    if manifest["code"] != app_version():
+        found.append(f"the pictures show code stamp {manifest['code']}, the code now is {app_version()}: "
+                     "python docs/screenshots/take.py")
+    return found
+
+
+def expected() -> list:
+    return sorted([f"{name}.png" for name in SHOTS] + [GIF])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python docs/screenshots/take.py", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HERE)
@@ -155,6 +193,7 @@ def main(argv=None) -> int:
         return 2
     try:
         paths = take(args.out)
+        write_manifest(args.out, paths)
     except KeyboardInterrupt:
         print("interrupted; the screenshots taken so far are in place", file=sys.stderr)
         return 130

@@ -7,18 +7,25 @@ The notebook replays the presets' recordings and reads the committed reports thr
 renderers: no model loads, a build takes seconds. reveal.js and require.js are kept beside the deck
 (vendor/), so it runs on a projector without network. Figures are PNGs drawn by kaleido in a
 Chrome/Chromium (as the executed notebooks' are); without one the build stops and says so.
+
+Built, never edited: the deck carries, in `<meta name="specviz-code">`, the stamp of what drew it
+(specviz.bench.provenance.deck_version: lecture.ipynb's cells, the renderers and teaching modules
+it imports, the presets' manifest); `problems(deck)` says when that is not the code now, and
+tests/test_slides.py fails on the committed deck until it is built again.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "lecture.ipynb"
 DECK = "lecture.slides.html"
+STAMP = re.compile(r'<meta name="specviz-code" content="([0-9a-f]+)">')
 VENDOR = {"reveal_url_prefix": "vendor/reveal.js", "require_js_url": "vendor/require.js",
           "mathjax_url": "vendor/no-mathjax.js"}
 
@@ -39,13 +46,27 @@ def execute(source: Path = SOURCE):
     return nb
 
 
-def export(nb) -> str:
+def export(nb, source: Path = SOURCE) -> str:
+    """The executed lecture as the deck, stamped with the code that drew it (from `source`)."""
     from nbconvert import SlidesExporter
+
+    from specviz.bench.provenance import deck_version
 
     exporter = SlidesExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
                               reveal_theme="simple", reveal_scroll=False, **VENDOR)
     html, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": "specviz lecture"}})
-    return html
+    return html.replace("<head>", f'<head>\n<meta name="specviz-code" content="{deck_version(source)}">', 1)
+
+
+def problems(deck: str, source: Path = SOURCE) -> list:
+    """Why a deck is not what the code now would build (one sentence), or [] when it is."""
+    from specviz.bench.provenance import deck_version
+
+    found, now = STAMP.search(deck), deck_version(source)
+    if found and found[1] == now:
+        return []
+    return [f"the deck was drawn by code stamp {found[1] if found else 'none'}, the code now is {now}: "
+            "python docs/slides/build.py"]
 
 
 def build(out: Path = HERE, require_images: bool = True) -> Path:

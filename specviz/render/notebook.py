@@ -236,6 +236,25 @@ def keep_static_images(nb) -> int:
     return missing
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def keep_static_widgets(nb) -> int:
+    """Show each widget as its static HTML (specviz's widgets put it in the same output,
+    specviz.render.widgets._StaticCopy) and drop the widget view and the notebook's widget state:
+    a page drawing the view needs the widget manager's JavaScript from a CDN, and shows nothing
+    offline. Returns the number of widget outputs left without HTML (they show as text)."""
+    missing = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if WIDGET_VIEW in data:
+                del data[WIDGET_VIEW]
+                missing += "text/html" not in data
+    nb.metadata.pop("widgets", None)
+    return missing
+
+
 # ---------------------------------------------------------------------------------------------
 # the loaded pair, and a banner when its target is not the one the student expects
 

@@ -19,7 +19,9 @@ Every widget draws with the same renderers as the app (`chips`, `panel`, `inspec
 
 Each widget has a static fallback: `_repr_mimebundle_` adds `text/html` (and the inspector a
 PNG when kaleido can draw one), so a saved notebook shows something meaningful on GitHub or
-nbviewer, where widget JavaScript does not run.
+nbviewer, where widget JavaScript does not run, and the executed copies (notebooks/execute.py)
+show it in place of the widget. A run's end rewrites it (`refresh_static`), so the saved HTML is
+the finished run, not the empty widget first displayed.
 """
 
 from __future__ import annotations
@@ -100,13 +102,32 @@ export default { render };
 
 class _StaticCopy:
     """A widget that a page without a kernel (an executed copy, GitHub, nbconvert) shows as its
-    `static_html()`: the live widget's view stays in its own output, the HTML beside it."""
+    `static_html()`: the live widget's view stays in its own output, the HTML beside it.
+
+    A widget is often displayed empty and then filled by a run (`display(race); race.run(...)`),
+    so the HTML of the moment it was displayed would show an empty widget. Each display is
+    therefore given an id, and `refresh_static()` (called when a run ends) rewrites every output
+    showing the widget with the HTML of its finished state."""
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = super()._repr_mimebundle_(**kwargs)
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
         data["text/html"] = self.static_html()
         return data, meta
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        data, meta = self._repr_mimebundle_()
+        handle = display(data, metadata=meta, raw=True, display_id=True)
+        if handle is not None:  # None outside IPython: nothing to refresh later
+            self._static_handles = getattr(self, "_static_handles", []) + [handle]
+
+    def refresh_static(self) -> None:
+        """Write the widget's current state into every output that displays it."""
+        for handle in getattr(self, "_static_handles", []):
+            data, meta = self._repr_mimebundle_()
+            handle.update(data, metadata=meta, raw=True)
 
 
 class TokenStream(_StaticCopy, anywidget.AnyWidget):
@@ -244,10 +265,9 @@ class TokenStream(_StaticCopy, anywidget.AnyWidget):
         output so a saved notebook keeps the finished run as its static fallback."""
         from IPython.display import display
 
-        handle = display(self, display_id=True)
+        display(self)
         self.record(events)
-        if handle is not None:
-            handle.update(self)
+        self.refresh_static()
         return self.events
 
     # -- static fallback -----------------------------------------------------------------------
@@ -472,6 +492,7 @@ class RaceWidget(_StaticCopy, ipw.VBox):
             state["timeline"].append((lane.busy, len(state["events"])))
             self._draw({name: None for name in self.TITLES})
         self._replay.disabled = False
+        self.refresh_static()
         return self.records()
 
     def records(self) -> dict:
@@ -593,6 +614,7 @@ class BatchWidget(_StaticCopy, ipw.VBox):
                     self._draw()
         n = sum(e["kind"] == "batch_step" for e in self.lanes["run"])
         self._slider.max, self._slider.disabled = n, False
+        self.refresh_static()
         return self.comparison()
 
     def comparison(self) -> Optional[dict]:
