@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import html as html_text
+import json
 import os
 import platform
 import re
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from specviz import files
 from specviz.bench import provenance
@@ -46,6 +48,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 OUT = ROOT / "docs" / "notebooks"
 CELL_TIMEOUT_S = 1800
+ANSWERS = OUT / "answers.json"  # the worksheet answers the copies printed (the answer key reads them)
 STYLESHEET = "notebook.css"  # the HTML template's styles, the same for every copy: stored once
 VENDOR = "vendor"  # KaTeX and its loader, beside the copies (docs/notebooks/vendor)
 STAMP = re.compile(r'<meta name="specviz-code" content="([0-9a-f]+|unknown)">')
@@ -87,17 +90,40 @@ def commit() -> str:
         return "unknown"
 
 
-def execute(path: Path, pair: str):
+def execute(path: Path, pair: str, answers: Optional[Path] = None):
+    """The notebook run top to bottom; the worksheet answers its cells print go to `answers`."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
     env = {"SPECVIZ_PAIR": pair, "SPECVIZ_SMOKE": "0", "SPECVIZ_STATIC_IMAGES": "1", "HF_HUB_OFFLINE": "1",
            "TQDM_DISABLE": "1", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "SPECVIZ_LAB": "0"}  # past the lab's end
+    if answers is not None:
+        files.remove(answers)
+        env["SPECVIZ_WORKSHEET"] = str(answers)  # specviz.teaching.worksheet
     os.environ.update(env)  # the kernel inherits this process's environment
     NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                    resources={"metadata": {"path": str(HERE)}}).execute()
     return nb
+
+
+def keep_answers(number: str, answers: Path) -> None:
+    """The copy's worksheet answers into ANSWERS ({"notebooks": {number: [records]}}), which the
+    guide's answer key quotes as "the executed copy"; a notebook without answers is left out."""
+    try:
+        records = [json.loads(line) for line in answers.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except FileNotFoundError:
+        records = []
+    try:
+        kept = json.loads(ANSWERS.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        kept = {"notebooks": {}}
+    kept["notebooks"].pop(number, None)
+    if records:
+        kept["notebooks"][number] = records
+    kept["notebooks"] = dict(sorted(kept["notebooks"].items()))
+    files.write_json(ANSWERS, kept)
+    files.remove(answers)
 
 
 def to_html(nb, path: Path, pair: str) -> str:
@@ -211,13 +237,14 @@ def main(argv=None) -> int:
         start = time.perf_counter()
         print(f"[{i + 1}/{len(todo)}] {path.name} ...", end="", flush=True)
         try:
-            nb = execute(path, args.pair)
+            nb = execute(path, args.pair, OUT / f".answers-{path.name[:2]}.jsonl")
         except Exception as exc:  # a failing cell: say which notebook, keep the copies made so far
             print(f" failed: {str(exc).strip().splitlines()[-1][:300]}", file=sys.stderr)
             return 1
         page, css = share_css(to_html(nb, path, args.pair))
         files.write_text(OUT / STYLESHEET, css)
         files.write_text(OUT / path.with_suffix(".html").name, page)
+        keep_answers(path.name[:2], OUT / f".answers-{path.name[:2]}.jsonl")
         spent.append(time.perf_counter() - start)
         write_index()
         eta = sum(spent) / len(spent) * (len(todo) - i - 1)

@@ -4,6 +4,7 @@ network (KaTeX from vendor/, widgets as their static HTML); each committed copy 
 of the code now and shows its notebook's code cells (else: rebuild it)."""
 
 import importlib.util
+import json
 import re
 import shutil
 from pathlib import Path
@@ -244,3 +245,18 @@ def test_a_widget_filled_after_it_was_displayed_shows_its_finished_run(tmp_path,
     assert len(re.findall(r'class="[^"]*sv-verdict', page)) == 1
     chips = re.findall(r'data-status="(\w+)"', page.split("jp-CodeCell")[-1])
     assert len(chips) > 3 and "bonus" in chips  # the stream's finished run
+
+
+def test_a_copys_worksheet_answers_are_kept_for_the_answer_key(tmp_path, monkeypatch):
+    monkeypatch.setattr(execute, "ANSWERS", tmp_path / "answers.json")
+    line = '{"question": "7", "what": "speedup", "value": 1.5, "shown": "1.50×", "note": ""}\n'
+    (tmp_path / "a.jsonl").write_text(line + line.replace("1.5", "1.6").replace("1.50", "1.60"))
+    execute.keep_answers("04", tmp_path / "a.jsonl")
+    (tmp_path / "b.jsonl").write_text("")
+    execute.keep_answers("02", tmp_path / "b.jsonl")  # no answers: left out
+    kept = json.loads((tmp_path / "answers.json").read_text())
+    assert list(kept["notebooks"]) == ["04"] and [r["value"] for r in kept["notebooks"]["04"]] == [1.5, 1.6]
+    assert not (tmp_path / "a.jsonl").exists()
+    (tmp_path / "c.jsonl").write_text(line)
+    execute.keep_answers("04", tmp_path / "c.jsonl")  # a notebook run again replaces its answers
+    assert [r["value"] for r in json.loads((tmp_path / "answers.json").read_text())["notebooks"]["04"]] == [1.5]
