@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: app test gpu-check setup llamacpp clean-cache executed-notebooks slides screenshots
+.PHONY: app test gpu-check setup llamacpp clean-cache executed-notebooks slides screenshots student-pack
 
 setup: $(VENV)/.installed
 
@@ -55,3 +55,8 @@ screenshots: setup
 
 clean-cache:
 	rm -rf "$${SPECVIZ_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/specviz}"
+
+# the course for students: the repository at HEAD without teacher/ (the exercises' solutions)
+student-pack:
+	git archive --format=zip --prefix=specviz/ -o specviz-student.zip HEAD -- . ':(exclude)teacher'
+	@echo "wrote specviz-student.zip (no teacher/ folder): hand it out; students install from it as the README says"

@@ -1,4 +1,4 @@
-"""The notebooks' exercises (specviz.teaching.exercises: one module per notebook; notebooks/solutions/).
+"""The notebooks' exercises (specviz.teaching.exercises: one module per notebook; teacher/solutions/).
 
 Every check passes the engine's own implementation and the solution file's, fails plausible
 wrong answers (each named) with a message that says what is wrong without giving the expected
@@ -28,8 +28,8 @@ from specviz.verifiers import sampling
 NOTEBOOK_CHECKS = (ex00, ex01, ex02, ex03, ex04, ex05, ex06, ex07, ex08, ex09, ex10, ex11)  # specviz.teaching.exercises: one module per notebook
 
 ROOT = Path(__file__).resolve().parents[1]
-SOLUTIONS = ROOT / "notebooks" / "solutions"
-sys.path.insert(0, str(ROOT / "notebooks"))  # as the notebooks' kernels have it: they run in notebooks/
+SOLUTIONS = ROOT / "teacher" / "solutions"  # the teacher's folder: not handed to students with the notebooks
+sys.path.insert(0, str(ROOT / "teacher"))
 
 from solutions import nb01, nb02, nb03, nb04, nb05, nb06, nb07, nb08, nb09, nb10, nb11  # noqa: E402
 
@@ -505,7 +505,7 @@ def test_committed_exercises_are_unsolved_and_their_answers_out_of_sight(path):
     cells = exercise_cells(nb)
     assert cells, "every notebook has exercises"
     solved = [c for c in nb.cells if "solution" in c.metadata.get("tags", [])]
-    assert not solved, "solutions live in notebooks/solutions/"
+    assert not solved, "solutions live in teacher/solutions/"
     module = __import__(f"solutions.nb{path.name[:2]}", fromlist=["__all__"])
     for cell in cells:
         names = defined_names(cell.source)
@@ -524,7 +524,7 @@ def test_committed_exercises_are_unsolved_and_their_answers_out_of_sight(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_with_the_solutions_passes_every_check(path, monkeypatch, tmp_path):
-    """The exercise cells replaced by imports from notebooks/solutions/nbXX.py, the notebook runs
+    """The exercise cells replaced by imports from teacher/solutions/nbXX.py, the notebook runs
     in smoke mode (as tests/test_notebooks.py runs it) and every check cell says ✓. The run stops
     after the last check cell: nothing after it can change a check, and test_notebooks.py has run
     those cells (in notebook 10, training EAGLE-3 and P-EAGLE live: most of its time)."""
@@ -535,7 +535,7 @@ def test_notebook_with_the_solutions_passes_every_check(path, monkeypatch, tmp_p
              "HF_HUB_DISABLE_PROGRESS_BARS": "1", "OMP_NUM_THREADS": "1", "SPECVIZ_STATIC_IMAGES": "0", "SPECVIZ_LAB": "0"}
     for name, value in smoke.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setenv("PYTHONPATH", str(ROOT / "teacher"))  # the kernel finds the solutions there, specviz installed
     nb = nbformat.read(path, as_version=4)
     for cell in exercise_cells(nb):
         cell.source = f"from solutions.nb{path.name[:2]} import {', '.join(defined_names(cell.source))}"

@@ -34,5 +34,5 @@ or None (not written or not answered yet). A wrong answer is described by the ki
 fails on and the property it breaks ("the result does not sum to 1", "the mask lets a node see
 its sibling"), never by the expected values. A student function that still raises
 NotImplementedError is reported as "not written yet", so a notebook runs top to bottom before
-any exercise is done. Solutions: notebooks/solutions/nbXX.py.
+any exercise is done. Solutions: teacher/solutions/nbXX.py.
 """
