@@ -329,6 +329,8 @@ def answers_table(reports: Path = REPORTS, presets: Path = recorded.DATA,
              "3": "the residual norm(max(p − q, 0)); β is the value the inspector shows (it varies by position)",
              "4": f"5 tokens read, 5 positions scored, differences of rounding only; V(5): native bf16 {v5(native)}, "
                   f"AVX2 float32 {v5(avx2)}",
+             "5": "every step the engine took (the check prints how many); in section 5 the greedy texts are identical "
+                  "in float32, and in bfloat16 identical or parting at a near-tie",
              "12": f"hot sampling, T = 1.5 ({spread(hot)}); chat at T = 0.7 ({spread(chat)}, "
                    f"{'below 1 in every run' if chat['speedup_hi'] < 1 else 'break-even: its runs fall on both sides of 1'}); "
                    "batches of users (the lecture's batching slide); the time to first token in specviz (question 8)"}
