@@ -1,4 +1,5 @@
-"""Notebook 4's exercises: alpha and tau from the events.
+"""Notebook 4's exercises: the lab exercise (section 3: the expected accepted / drafted) and the
+homework (section 6: the best draft length; alpha and tau from a run's events).
 """
 
 from __future__ import annotations
@@ -8,9 +9,6 @@ from typing import Callable, Iterable, Optional
 
 from specviz.analysis import metrics, theory
 from specviz.teaching.exercises.checking import Case, Wrong, check_answer, replayed, run_cases, tiny_runs
-
-# notebook 4: alpha and tau from the events
-
 
 
 def _alpha_tau_cases(runs=None) -> list:
@@ -77,20 +75,20 @@ def _judge_alpha_tau(got, case: Case) -> None:
 
 
 def check_alpha_tau(fn: Callable, runs: Optional[Iterable] = None) -> Optional[bool]:
-    """fn(events) -> (alpha, tau) from a run's events (dicts), against metrics.fold; `runs`: event
-    lists of the notebook's own runs, checked too."""
+    """Notebook 4, homework exercise 2: fn(events) -> (alpha, tau) from a run's events (dicts),
+    against metrics.fold; `runs`: event lists of the notebook's own runs, checked too."""
     cases = _alpha_tau_cases(runs)
     return run_cases("alpha_tau", fn, cases, _judge_alpha_tau, "the engine's metrics.fold", replayed(cases, "run"),
                 "runs of the tiny pair: greedy, sampled, autoregressive, prompt lookup, tree, k = auto")
 
 
 def check_best_k(answer) -> Optional[bool]:
-    """Notebook 4: the best draft length at α = 0.6, c = 0.4."""
+    """Notebook 4, homework exercise 1: the best draft length at α = 0.6, c = 0.4 (V(k + 1) = 1)."""
     return check_answer(answer, theory.optimal_k(0.6, 0.4),
                    hint="Evaluate theory.speedup(0.6, k, 0.4) for several k and keep the best.")
 
 
 def check_accepted_per_drafted(answer) -> Optional[bool]:
-    """Notebook 4: expected accepted / drafted at α = 0.8, k = 4."""
+    """Notebook 4, the lab exercise: expected accepted / drafted at α = 0.8, k = 4."""
     return check_answer(answer, theory.accepted_per_drafted(0.8, 4), tol=0.005,
                    hint="(expected accepted per step) / k, with expected accepted = α + α² + α³ + α⁴.")
