@@ -32,7 +32,7 @@ from specviz.errors import SpecvizError, run_command
 
 BYTES_PER_WEIGHT = {"bfloat16": 2, "float16": 2, "float32": 4}
 TYPICAL = "typical-qwen-coder"  # exact vs typical acceptance over seeds (specviz.bench, when measured)
-HOT, CHAT, REWRITE = "Hot sampling, T = 1.5: ", "Chat, T = 0.7: speculation", "Code rewrite, k = 6: "
+HOT, CHAT, REWRITE = "Hot sampling, T = 1.5: ", "Chat, T = 0.7: a hard", "Code rewrite, k = 6: "
 TREE, LOOKUP, LOSSY = "Code, draft tree", "Code rewrite, prompt lookup", "typical acceptance: LOSSY"
 
 

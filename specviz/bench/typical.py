@@ -1,7 +1,7 @@
 """The lossy lesson measured over seeds: typical acceptance against the exact rule, beside AR.
 
 The app's LOSSY preset and its exact twin ("Chat, T = 0.7, typical acceptance: LOSSY" and "Chat,
-T = 0.7: speculation loses", specviz.bench.recordings.PRESETS) are one sampled run each, and one
+T = 0.7: a hard text to draft", specviz.bench.recordings.PRESETS) are one sampled run each, and one
 sampled run says little: a different seed draws different text. Here that workload (spec, k = 4,
 T = 0.7, a chat prompt, every lane running to the preset's count whatever end of text says) runs
 with the exact rule and with typical acceptance (specviz.verifiers.typical, Medusa's rule and
@@ -40,7 +40,7 @@ from specviz.bench.recordings import PRESETS
 from specviz.errors import InputError
 
 LOSSY = "Chat, T = 0.7, typical acceptance: LOSSY"
-EXACT = "Chat, T = 0.7: speculation loses"  # the LOSSY preset's exact twin
+EXACT = "Chat, T = 0.7: a hard text to draft"  # the LOSSY preset's exact twin
 RULES = ("exact", "typical")
 MEASURES = ("alpha", "tau", "tokens_per_s", "speedup")
 DEFAULT_SEEDS = 8
