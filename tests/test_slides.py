@@ -86,11 +86,11 @@ def _at(titles: list, start: str) -> int:
 
 def test_the_slides_follow_the_idea():
     """Why decoding is slow, then one pass, the greedy rule and its bonus, the caches' rollback (after
-    rejection is defined), the sampling rule and its proof, the curve, the losses, the variants, the lab."""
+    rejection is defined), the sampling rule, β seen in the inspector, then the proof, the curve, the losses, the variants, the lab."""
     titles = headings(nbformat.read(build.SOURCE, as_version=4))
     order = ["Speculative decoding", "The race: a best case", "The words first", "Why decoding is slow: the memory wall",
              "So a pass over 5 tokens", "One pass, k + 1 answers", "The greedy rule", "The bonus token",
-             "Both KV caches, and the rollback", "The sampling rule", "Why it is exact", "The inspector",
+             "Both KV caches, and the rollback", "The sampling rule", "The inspector", "Why it is exact",
              "τ and the speedup curve", "Every preset", "When it loses: hot sampling", "When it loses: batches",
              "Variants", "Typical acceptance (LOSSY)", "Your turn: the lab"]
     assert [_at(titles, start) for start in order] == list(range(len(order)))
@@ -107,10 +107,10 @@ def test_the_run_sheet_has_a_row_per_slide_in_the_decks_order():
 
 
 def test_the_guides_run_sheet_is_built_from_the_current_sources():
-    """docs/teaching.md's run sheet sits right under the intro, and is what python -m specviz.bench.lecture writes."""
+    """docs/teaching.md's run sheet sits under the contents, before the plan, and is what python -m specviz.bench.lecture writes."""
     text = guide.GUIDE.read_text(encoding="utf-8")
     assert lecture.render(text) == text, "run python -m specviz.bench.lecture"
-    assert text.index("## Run sheet") < text.index("Contents:") < text.index("## The 90-minute plan")
+    assert text.index("Contents:") < text.index("## Run sheet") < text.index("## The 90-minute plan")
     stale = lecture.BLOCK.sub(lambda m: m[1] + m[2].replace("|", "| 9.99× |", 1) + m[3], text)
     assert lecture.render(stale) == text and lecture.main(["--check"], say=lambda _: None) == 0
     with pytest.raises(SpecvizError, match="no run sheet block"):

@@ -34,7 +34,8 @@ from specviz.errors import SpecvizError, run_command
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "teaching.md"
 README = ROOT / "README.md"
-PAGES = (GUIDE, README)  # the pages with generated blocks
+ANSWER_KEY = ROOT / "teacher" / "answer-key.md"
+PAGES = (GUIDE, README, ANSWER_KEY)  # the pages with generated blocks
 REPORTS = ROOT / "docs" / "benchmarks"
 # the reports each column of "what each kind of machine will show" is read from
 NATIVE, AVX2 = "suite-qwen-coder-full", "suite-qwen-coder-full-avx2"
@@ -284,6 +285,17 @@ RED_FLAGS = {
 }
 
 
+def _lab_exercise(question: str) -> str:
+    """The lab exercise a worksheet question asks for: its value where it is one number."""
+    if question == "6":  # notebook 4: accepted / drafted with independent acceptance, alpha(1 - alpha^k) / (k(1 - alpha))
+        alpha, k = 0.8, 4
+        return f"Lab exercise: α(1 − α^k) / (k(1 − α)) = {alpha * (1 - alpha ** k) / (k * (1 - alpha)):.2f} at α = {alpha}, k = {k}. "
+    if question == "10":  # notebook 9: the check cell recomputes it from the student's own runs
+        return ("Lab exercise: half of the t-interval's width in τ's row of the intervals table (the student's own "
+                "runs: the check cell recomputes it). ")
+    return ""
+
+
 def _worksheet(records: list, question: str) -> str:
     found = {}
     for r in records:  # the last answer to (question, what) wins, as in a notebook run twice
@@ -326,7 +338,8 @@ def answers_table(reports: Path = REPORTS, presets: Path = recorded.DATA,
 
     fixed = {"1": f"{hook['speedup']:.2f}× as recorded ({spread(hook)}); {hook['tokens'][1]} target passes "
                   f"autoregressive, {hook['steps']} speculative (one per step, each yielding up to k + 1 = 5 tokens)",
-             "2": "5 (4 accepted guesses and the bonus token)",
+             "2": "k + 1: 7 on the slide (the code rewrite, k = 6: 6 accepted guesses and the bonus), 5 in the app's "
+                  "hook (k = 4)",
              "3": "the residual norm(max(p − q, 0)); β is the value the inspector shows (it varies by position)",
              "4": f"5 tokens read, 5 positions scored, differences of rounding only; V(5): native bf16 {v5(native)}, "
                   f"AVX2 float32 {v5(avx2)}",
@@ -343,7 +356,7 @@ def answers_table(reports: Path = REPORTS, presets: Path = recorded.DATA,
             lines.append(f"| {q} | {fixed[q]} | | | {RED_FLAGS.get(q, '')} |")
             continue
         cells = [_worksheet(copy_records, q)] + [_worksheet(_lab_records(rep), q) for rep in labs]
-        lines.append(f"| {q} | " + " | ".join(cells) + f" | {RED_FLAGS.get(q, '')} |")
+        lines.append(f"| {q} | " + " | ".join(cells) + f" | {_lab_exercise(q)}{RED_FLAGS.get(q, '')} |")
     return "\n".join(lines) + "\n"
 
 
