@@ -221,7 +221,11 @@ def presets_table(folder: Path = recorded.DATA) -> str:
     note = rows[0]["note"]
     lines = [f"The presets as {note} (each lane's own compute clock; both lanes emit the same number of tokens). "
              "Each race was run again after its recording, the same text each time, so the spread of its speedup "
-             "is the machine's: a preset wins or loses only where every run says so, else it is break-even.",
+             "is the machine's: a preset wins or loses only where every run says so, else it is break-even. "
+             f"They are raced as the app races them: the lanes take turns step by step, and every position "
+             f"records the top {recorded.RECORD_TOPK} probabilities the inspector shows, which the speculative "
+             "lane pays at k + 1 positions a step: the benchmarks, which time the engine without them, measure "
+             "the same workloads a few per cent faster for speculation.",
              "", "| preset | method | tokens per lane | autoregressive | speculative | speedup, this recording | "
              "speedup over runs: median (range) | α |",
              "|---|---|---|---|---|---|---|---|"]
