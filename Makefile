@@ -44,10 +44,12 @@ gpu-check: setup
 executed-notebooks: setup
 	$(PY) notebooks/execute.py
 
-# the lecture's slides (docs/slides/lecture.slides.html) from the presets' recordings: seconds, no model;
+# the lecture's slides (docs/slides/lecture.slides.html) from the presets' recordings, and the guide's run
+# sheet from the same sources: seconds, no model;
 # figures need a Chrome/Chromium for their images
 slides: setup
 	$(PY) docs/slides/build.py
+	$(PY) -m specviz.bench.lecture
 
 # the docs' screenshots of every view, from the real pair's recorded presets, in Chromium
 screenshots: setup
