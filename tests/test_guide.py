@@ -92,3 +92,40 @@ def test_a_report_that_lacks_a_figure_is_one_sentence(tmp_path):
     name.write_text(json.dumps(rep))
     with pytest.raises(SpecvizError, match="machines table could not be written: its report lacks 'ranking'"):
         guide._made("machines", lambda: guide.machines_table(tmp_path))
+
+
+def test_the_answer_key_quotes_what_the_lab_notebooks_printed(tmp_path):
+    """Questions 6-11 are read from the worksheet answers the notebooks recorded: the executed
+    copies' (docs/notebooks/answers.json) and each lab run's (its report's notebooks.*.worksheet),
+    each in its own column; a question nobody answered shows a dash, never a typed number."""
+    for path in guide.REPORTS.glob("*.json"):
+        shutil.copy(path, tmp_path / path.name)
+
+    def record(question, what, shown):
+        return {"question": question, "what": what, "value": None, "shown": shown, "note": ""}
+
+    for name, speedup in zip(guide.LAB_REPORTS, ("1.61×", "1.23×")):
+        rep = json.loads((tmp_path / f"{name}.json").read_text())
+        for entry in rep["notebooks"].values():
+            entry["worksheet"] = []
+        rep["notebooks"]["04"]["worksheet"] = [record("7", "measured speedup at k = 4", speedup)]
+        (tmp_path / f"{name}.json").write_text(json.dumps(rep))
+    executed = tmp_path / "answers.json"
+    executed.write_text(json.dumps({"notebooks": {"04": [record("7", "measured speedup at k = 4", "1.55×"),
+                                                         record("6", "α", "0.88")]}}))
+    table = guide.answers_table(tmp_path, executed=executed)
+    row7 = next(line for line in table.splitlines() if line.startswith("| 7 |"))
+    assert row7.split(" | ")[1:4] == ["measured speedup at k = 4 1.55×", "measured speedup at k = 4 1.61×",
+                                      "measured speedup at k = 4 1.23×"]
+    row6 = next(line for line in table.splitlines() if line.startswith("| 6 |"))
+    assert row6.split(" | ")[1:4] == ["α 0.88", "—", "—"] and "Lab exercise: α(1 − α^k) / (k(1 − α)) = 0.59" in row6
+    assert "| 12 |" in table and "design, not speculation's cost" in table
+
+
+def test_the_worksheet_and_its_key_are_apart():
+    """Students get docs/worksheet.md; the key is in the teacher's folder (left out of make student-pack)."""
+    worksheet = (guide.ROOT / "docs" / "worksheet.md").read_text(encoding="utf-8")
+    key = guide.ANSWER_KEY.read_text(encoding="utf-8")
+    assert "generated: answers" not in worksheet and "generated: answers" in key
+    assert guide.ANSWER_KEY.parent.name == "teacher" and len(re.findall(r"^\d+\. ", worksheet, re.M)) == 12
+    assert "teacher" in (guide.ROOT / "Makefile").read_text(encoding="utf-8").split("student-pack:")[1].split("\n\n")[0]
