@@ -176,16 +176,19 @@ def test_losses_and_lossy_speak_only_as_far_as_their_numbers_go(tmp_path):
         (lecture.preset(rows, lecture.HOT)["label"], lecture.preset(rows, lecture.CHAT)["label"]),
         key=lambda label: next(r["speedup"] for r in rows if r["label"] == label))
 
-    def seeds(typical_lo: float) -> dict:
+    def seeds(diff_lo: float, verdict: str) -> dict:
         stat = lambda mean, lo, hi: {"mean": mean, "lo": lo, "hi": hi}  # noqa: E731
-        summary = {"exact": {"alpha": stat(0.6, 0.5, 0.7), "tau": stat(2, 1.8, 2.2), "speedup": stat(0.95, 0.9, 1.0)},
-                   "typical": {"alpha": stat(0.7, 0.6, 0.8), "tau": stat(2.3, 2, 2.6),
-                               "speedup": stat(typical_lo + 0.05, typical_lo, typical_lo + 0.1)}}
+        summary = {"runs": 16,  # the two rules' intervals overlap: only the paired difference can tell them apart
+                   "exact": {"alpha": stat(0.6, 0.5, 0.7), "tau": stat(2, 1.8, 2.2), "speedup": stat(0.95, 0.9, 1.0)},
+                   "typical": {"alpha": stat(0.7, 0.6, 0.8), "tau": stat(2.3, 2, 2.6), "speedup": stat(1.0, 0.95, 1.05)},
+                   "typical_minus_exact": {"speedup": stat(diff_lo + 0.05, diff_lo, diff_lo + 0.1), "verdict": verdict}}
         (tmp_path / f"{lecture.TYPICAL}.json").write_text(json.dumps({"summary": summary}))
         return lecture.typical(rows, tmp_path)
 
-    assert lecture.typical_sentence(seeds(0.93)).startswith("Lossy is not the same as faster")
-    assert lecture.typical_sentence(seeds(1.01)).startswith("Faster here")
+    assert lecture.typical_sentence(seeds(-0.05, "no measurable difference")).startswith("Lossy is not the same as faster")
+    assert lecture.typical_sentence(seeds(0.01, "faster")).startswith("Faster, paired by seed and prompt")
+    assert lecture.typical_sentence(seeds(-0.12, "slower")).startswith("Slower")
+    assert "+0.06 (95% interval +0.01 to +0.11)" in lecture.typical_sentence(seeds(0.01, "faster"))
     single = lecture.typical(rows, tmp_path / "none")
     assert not single["seeds"] and lecture.typical_sentence(single).startswith("Single runs")
 

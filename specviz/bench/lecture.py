@@ -213,7 +213,8 @@ def batching(folder: Path = guide.REPORTS) -> dict:
 def typical(rows: list, folder: Path = guide.REPORTS) -> dict:
     """Exact against typical acceptance: over seeds, with intervals, where the typical report was
     measured (docs/benchmarks/typical-qwen-coder.json); else the two chat presets, called single
-    runs. `faster` is True only where typical's whole interval lies above exact's."""
+    runs. `faster` is the report's paired verdict: typical minus exact, run by run, with its interval
+    above 0 (two unpaired intervals that overlap can still differ, run by run)."""
     path = Path(folder) / f"{TYPICAL}.json"
     if path.is_file():
         summary = json.loads(path.read_text(encoding="utf-8"))["summary"]
@@ -221,9 +222,10 @@ def typical(rows: list, folder: Path = guide.REPORTS) -> dict:
                   **{key: summary[name][key]["mean"] for key in ("alpha", "tau", "speedup")},
                   "interval": f"{summary[name]['speedup']['lo']:.2f}–{summary[name]['speedup']['hi']:.2f}"}
                  for name in ("exact", "typical")]
-        faster = summary["typical"]["speedup"]["lo"] > summary["exact"]["speedup"]["hi"]
-        return {"source": f"{TYPICAL}.json: the mean over seeds, the speedup's interval", "rules": rules,
-                "faster": faster, "seeds": True}
+        diff = summary["typical_minus_exact"]
+        return {"source": f"{TYPICAL}.json: {summary['runs']} runs (seeds × chat prompts), the mean and the speedup's "
+                          "95% interval", "rules": rules, "faster": diff["verdict"] == "faster",
+                "verdict": diff["verdict"], "difference": diff["speedup"], "seeds": True}
     exact, lossy = preset(rows, CHAT), preset(rows, LOSSY)
     rules = [{"rule": "exact" if r["lossless"] else "typical (LOSSY)", "alpha": r["alpha"], "tau": None,
               "speedup": r["speedup"], "interval": "one run"} for r in (exact, lossy)]
@@ -235,9 +237,13 @@ def typical_sentence(found: dict) -> str:
     if not found["seeds"]:
         return ("Single runs, one sampled text each: which rule is faster needs repeats over seeds, "
                 "with an interval; one run of each cannot say.")
-    if found["faster"]:
-        return "Faster here over every seed's interval, and the text no longer follows the target's distribution."
-    return "Lossy is not the same as faster: over the seeds, typical's interval does not clear exact's."
+    d = found["difference"]
+    paired = f"paired by seed and prompt, typical minus exact: {d['mean']:+.2f} (95% interval {d['lo']:+.2f} to {d['hi']:+.2f})"
+    if found["verdict"] == "faster":
+        return f"Faster, {paired}: it buys speed with another distribution, not the target's."
+    if found["verdict"] == "slower":
+        return f"Slower, {paired}: lossy is not the same as faster."
+    return f"Lossy is not the same as faster: {paired}, no measurable difference."
 
 
 # --- the run sheet ---------------------------------------------------------------------------------
