@@ -101,12 +101,26 @@ def test_from_dict_rejects_unknown():
 
 # -- old traces, and whether a run's timings can be trusted ------------------------------------
 
+# golden traces recorded again since the CPU clock was kept (typical acceptance's, for Medusa's rule)
+RECORDED_WITH_CPU_CLOCK = {"tiny_typical_t1.jsonl"}
+
+
+def test_golden_traces_recorded_since_the_cpu_clock_carry_it():
+    from pathlib import Path
+
+    for name in RECORDED_WITH_CPU_CLOCK:
+        steps = [e for e in trace.load(Path(__file__).parent / "golden" / name) if e.kind == "step_finished"]
+        assert steps and all(s.cpu_elapsed is not None for s in steps), name
+
+
 def test_old_golden_traces_still_load_and_fold():
     """Traces recorded before the CPU clock was kept have no cpu_elapsed: they load, fold, and
     are never called busy on that account."""
     from pathlib import Path
 
-    for path in sorted((Path(__file__).parent / "golden").glob("*.jsonl")):
+    paths = sorted((Path(__file__).parent / "golden").glob("*.jsonl"))
+    assert {p.name for p in paths} >= RECORDED_WITH_CPU_CLOCK
+    for path in (p for p in paths if p.name not in RECORDED_WITH_CPU_CLOCK):
         events = trace.load(path)
         steps = [e for e in events if e.kind == "step_finished"]
         assert steps and all(s.cpu_elapsed is None for s in steps), path.name
