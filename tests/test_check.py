@@ -70,7 +70,7 @@ def test_the_screen_names_each_check_and_ends_ready(capsys, monkeypatch):
               "          the tiny pair checks the install only", "Cores     ", "Memory    ",
               "          this process peaked at ", "          headroom beside a browser and Jupyter (2.0 GiB): ",
               "Race      greedy code prompt, 32 tokens, speculative (k = 4) and autoregressive, 2 runs each",
-              "          speculative ", "Lab       about ", "          compute ", "Needs     Python ", "Disk      "]
+              "          speculative ", "Lab       would take about ", "          this machine computes at ", "Needs     Python ", "Disk      "]
     assert [line[:len(start)] for line, start in zip(screen, starts)] == starts
     assert "same text: yes" in screen[9] and ("x faster" in screen[9] or "x slower" in screen[9])
     assert "Jupyter, ipywidgets, anywidget, plotly: found" in screen[12]
@@ -129,7 +129,7 @@ def test_a_lab_over_its_slot_is_not_ready_by_how_much(capsys, fast, monkeypatch,
     status, screen, _ = run_cli(capsys)
     assert status == 1
     lab = screen.index(next(line for line in screen if line.startswith("Lab")))
-    assert screen[lab] == "Lab       about 44 min of its 35: does NOT fit, 9 min over"
+    assert screen[lab] == "Lab       would take about 44 min here; it has 35: does NOT fit, 9 min over"
     assert screen[lab + 2].startswith("          what to do: cut MAX_NEW_TOKENS and SEEDS in the notebooks' "
                                       "parameters cells, follow the executed copies in docs/notebooks/")
     assert screen[-1] == "Not ready: the lab would take about 44 min, 9 over its 35"

@@ -69,9 +69,10 @@ def _lab(lab: dict) -> list:
     verdict = f"fits, {-over:.0f} min to spare" if over <= 0 else f"does NOT fit, {over:.0f} min over"
     busy = " (timed on a busy machine: likely too long)" if lab["busy"] else ""
     each = " assumed" if lab["exercises_assumed"] else ""
-    out = [f"Lab       about {lab['minutes']:.0f} min of its {lab['slot_minutes']}: {verdict}{busy}",
-           f"          compute {lab['compute_min']:.1f} min ({lab['report']}'s x {lab['scale']:.2f}), reading "
-           f"{lab['reading_min']:.1f}, exercises {lab['exercise_min']:.0f}{each}"]
+    out = [f"Lab       would take about {lab['minutes']:.0f} min here; it has {lab['slot_minutes']}: {verdict}{busy}",
+           f"          this machine computes at {lab['scale']:.2f}x the reference's time ({lab['report']}): "
+           f"{lab['compute_min']:.1f} min of compute, read beside {lab['reading_min']:.1f} min of reading, "
+           f"then {lab['exercise_min']:.0f} min of exercises{each}"]
     return out + ([f"          what to do: {WHAT_TO_DO}"] if over > 0 and not lab["busy"] else [])
 
 
