@@ -110,10 +110,7 @@ def execute(path: Path, pair: str, answers: Optional[Path] = None):
 def keep_answers(number: str, answers: Path) -> None:
     """The copy's worksheet answers into ANSWERS ({"notebooks": {number: [records]}}), which the
     guide's answer key quotes as "the executed copy"; a notebook without answers is left out."""
-    try:
-        records = [json.loads(line) for line in answers.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except FileNotFoundError:
-        records = []
+    records = files.read_json_lines(answers)
     try:
         kept = json.loads(ANSWERS.read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -146,6 +146,16 @@ def write_json(path: Path, data, indent: Optional[int] = 1) -> Path:
     return write_text(path, json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
 
 
+def read_json_lines(path: Path) -> list:
+    """The JSON objects of a file written one a line (blank lines skipped), in order; a missing
+    file reads as none (e.g. the worksheet answers of specviz.teaching.worksheet)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def read_partial(path: Path, settings: dict, say: Callable[[str], None]) -> Optional[dict]:
     """A long command's saved progress (`path`, JSON with its "settings"), or None, saying why,
     when there is none to resume: unreadable (a write cut short) or made with other settings."""

@@ -1,6 +1,8 @@
 """specviz.teaching.worksheet: an answer is printed as the student reads it and recorded, one JSON
 line each, where SPECVIZ_WORKSHEET points (what the answer key reads)."""
 
+from specviz import files
+from specviz.bench import guide
 from specviz.teaching import worksheet
 
 
@@ -15,16 +17,17 @@ def test_an_answer_is_printed_and_recorded(tmp_path, monkeypatch, capsys):
     assert out[0] == "Worksheet 7: measured speedup at k = 4 = 1.62×"
     assert out[1] == "Worksheet 8: TTFT, AR = 212 ms (median of 3)"
     assert out[3] == "Worksheet 10: speedup = not measured"
-    answers = worksheet.read(path)
-    assert answers[("7", "measured speedup at k = 4")]["value"] == 1.5
-    assert answers[("10", "speedup")]["value"] is None
-    assert worksheet.shown(answers, 8) == "TTFT, AR 212 ms"
-    assert worksheet.shown(answers, 9) is None
-
+    records = files.read_json_lines(path)
+    assert [r["question"] for r in records] == ["7", "8", "7", "10"]
+    assert next(r for r in records if r["question"] == "10")["value"] is None
+    # the answer key joins a question's answers, the last of a (question, what) pair winning
+    assert guide._worksheet(records, "7") == "measured speedup at k = 4 1.50×"
+    assert guide._worksheet(records, "8") == "TTFT, AR 212 ms"
+    assert guide._worksheet(records, "9") == "—"
 
 def test_without_the_variable_nothing_is_written(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(worksheet.ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     worksheet.answer(1, "x", 2)
     assert capsys.readouterr().out == "Worksheet 1: x = 2\n" and not list(tmp_path.iterdir())
-    assert worksheet.read(tmp_path / "absent.jsonl") == {}
+    assert files.read_json_lines(tmp_path / "absent.jsonl") == []

@@ -196,10 +196,7 @@ def run_notebook(path: Path, pair: str, env: dict, answers: Optional[Path] = Non
 
 def read_answers(path: Path) -> list:
     """The worksheet answers a notebook's cells recorded (one JSON object a line), in their order."""
-    try:
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except FileNotFoundError:
-        return []
+    return files.read_json_lines(path)
 
 
 def pace(pair: str, cpu: str, say: Callable[[str], None]) -> dict:
