@@ -3,7 +3,8 @@
 import pytest
 from test_distribution import RUNS, _first_tokens, _p_value, _target_joint, toy  # noqa: F401
 
-from specviz import generate
+from specviz import generate, methods
+from specviz.events import check_trace, from_dict
 from specviz.config import Warp
 from specviz.drafters.lookup import lookup
 
@@ -131,8 +132,8 @@ def test_lookahead_pool_learns_a_cycle():
 def test_lookahead_pool_is_used_and_shown(tiny):
     events = list(generate(tiny, REPEATS, method="lookahead", max_new_tokens=60))
     built = [e for e in events if e.kind == "tree_built"]
-    assert all({n["source"] for n in b.nodes} <= {"window", "pool"} for b in built)
-    assert any(n["source"] == "pool" for b in built for n in b.nodes)  # the pool offered candidates
+    assert all({n["source"]["kind"] for n in b.nodes} <= {"window", "pool"} for b in built)
+    assert any(n["source"]["kind"] == "pool" for b in built for n in b.nodes)  # the pool offered candidates
     steps = [e for e in events if e.kind == "step_finished"]
     assert all(s.info["lookahead"]["accepted_from"] in ("window", "pool", "none") for s in steps)
     assert steps[-1].info["lookahead"]["pool_keys"] > 0
@@ -157,3 +158,13 @@ def test_lookahead_refuses_sampling(tiny):
         generate(tiny, "x", method="lookahead", temperature=0.7)
     with pytest.raises(InputError, match="n-gram size from 2"):
         generate(tiny, "x", method="lookahead", ngram=1)
+
+
+@pytest.mark.parametrize("method", [m for m in methods.names() if not methods.get(m).heads])
+def test_every_methods_trace_reads_back_through_the_schema(tiny, method):
+    """A saved trace of any method opens again (the app's upload and the site's build read traces
+    through the schema): lookahead's tree nodes once named their branch with a bare string, which
+    the schema's `source` (an object) refused."""
+    events = [e.to_dict() for e in generate(tiny, REPEATS, method=method, max_new_tokens=24)]
+    assert [from_dict(e).to_dict() for e in events] == events
+    check_trace(events)

@@ -67,7 +67,7 @@ class LookaheadDrafter(Drafter):
             child = next((c for c in tree.children(node) if tree.tokens[c] == token), None)
             if child is None:
                 child = tree.add(token, node, 1.0)
-                sources.append(source)
+                sources.append({"kind": source})  # events.Source: where the branch came from
             node = child
             ids.append(node)
         return ids
@@ -85,7 +85,7 @@ class LookaheadDrafter(Drafter):
         committed_end = base + len(path) + 1
         hit = "none"
         if path:
-            hit = sources[path[-1]] if sources else "window"  # the branch that reached furthest
+            hit = sources[path[-1]]["kind"] if sources else "window"  # the branch that reached furthest
         self.info.update(window_outputs=outputs, accepted=len(path), accepted_from=hit,
                          next_window_start=committed_end)
 
