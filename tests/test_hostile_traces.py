@@ -234,3 +234,14 @@ def test_metrics_without_a_key_or_with_none_are_shown(tmp_path):
     assert verdict == "shown"
     accepted = events[-1]["metrics"]["accepted"]
     assert charts.alpha_explainer(events).startswith(f"**α = accepted / judged = {accepted}/0 = —**")
+
+
+def test_a_probability_a_rounding_error_past_one_reads_and_a_wrong_one_is_refused(tmp_path):
+    """The real pair's float32 sums over its whole vocabulary land a little past 1 (a recorded
+    residual mass was 1 + 1.07e-6): such a trace opens; a probability of 1.01 is no rounding error."""
+    events = _events(GOLDEN / "tiny_spec_t1.jsonl")
+    events[1]["q"] = 1 + 2e-6
+    assert answer(_write(tmp_path, events))[0][0] == "shown"
+    events[1]["q"] = 1.01
+    (verdict, message), _ = answer(_write(tmp_path, events))
+    assert verdict != "shown" and "draft_proposed.q is 1.01, but it must be from 0 to 1" in message
