@@ -145,6 +145,18 @@ def timed_run(device="cpu", shares=(0.97,) * 12, verify=(0.1,) * 12, step_s=0.1)
     return events
 
 
+def test_ssd_waiting_for_its_own_drafting_thread_is_not_called_busy():
+    """SSD's decoding thread waits while its drafting thread works, so its share is below 1 on a quiet
+    machine; the spread judges it instead (a plain run with the same clocks is called busy)."""
+    quiet_ssd = timed_run(shares=(0.85,) * 12)
+    quiet_ssd[0] = {**quiet_ssd[0], "method": "ssd"}
+    assert metrics.timing_check(quiet_ssd).reliable is True and metrics.fold(quiet_ssd).cpu_share is None
+    assert metrics.timing_check(timed_run(shares=(0.85,) * 12)).reliable is False
+    bursty = timed_run(shares=(0.85,) * 12, verify=(0.1, 0.5) * 6)
+    bursty[0] = {**bursty[0], "method": "ssd"}
+    assert metrics.timing_check(bursty).reliable is False  # a busy machine still shows, in the spread
+
+
 def test_a_busy_cpu_run_is_called_unreliable_and_says_why():
     quiet = metrics.timing_check(timed_run())
     assert quiet.reliable is True and quiet.note is None and quiet.cpu_share == pytest.approx(0.97)

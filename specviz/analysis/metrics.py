@@ -14,6 +14,8 @@ Definitions (k = draft length, a step = one target forward):
     c                     mean draft forward time / mean target forward time, measured.
     cpu_share             seconds the decoding thread was on a core / seconds of the run (both on
                           the engine's clock, consumer pauses left out). Near 1 alone on a CPU.
+                          None for a method that drafts on threads of its own (THREADED: SSD),
+                          whose decoding thread waits for them by design.
     verify_spread         interquartile range / median of the per-forward verify time over the
                           decode steps of the commonest shape: how much same-shape forwards varied.
 
@@ -98,6 +100,11 @@ def _kind(event) -> str:
     return _get(event, "kind")
 
 
+# methods whose decoding thread hands drafting to threads of their own and waits (SSD prepares the next
+# step's drafts while the target verifies): its CPU share is below 1 on a quiet machine
+THREADED = frozenset({"ssd"})
+
+
 def fold(events: Iterable) -> RunStats:
     """Metrics of one run from its events (run_started and step_finished are enough)."""
     stats = RunStats()
@@ -114,6 +121,8 @@ def fold(events: Iterable) -> RunStats:
             _fold_clocks(stats, event, per_forward)
     _finish(stats, beta_sum, pos_eval, pos_acc)
     stats.verify_spread = _spread(max(per_forward.values(), key=len, default=[]))
+    if stats.method in THREADED:  # its drafts run on threads of their own while the decoding thread waits
+        stats.cpu_share = None  # for them, so that thread's share says nothing of other work: the spread judges
     return stats
 
 
