@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: app test gpu-check setup llamacpp clean-cache executed-notebooks slides screenshots student-pack
+.PHONY: app test gpu-check setup llamacpp clean-cache executed-notebooks slides screenshots student-pack site
 
 setup: $(VENV)/.installed
 
@@ -54,6 +54,13 @@ slides: setup
 # the docs' screenshots of every view, from the real pair's recorded presets, in Chromium
 screenshots: setup
 	$(PY) docs/screenshots/take.py
+
+# the course as a static site in site/ (SITE=DIR for another folder): every view and method on the recorded
+# real pair, the glossary, the slides and the executed notebooks; open site/index.html, or upload the folder
+# (docs/teaching.md: a static Hugging Face Space, GitHub Pages, a USB stick). Seconds, no model
+SITE ?= site
+site: setup
+	$(PY) -m specviz site $(SITE)
 
 clean-cache:
 	rm -rf "$${SPECVIZ_CACHE:-$${XDG_CACHE_HOME:-$$HOME/.cache}/specviz}"

@@ -1,4 +1,4 @@
-"""Command line: `python -m specviz app | pairs | check | generate ... | train ... | selfgen ... | bench ...`.
+"""Command line: `python -m specviz app | pairs | check | site OUT | generate ... | train ... | selfgen ... | bench ...`.
 
 Errors a user can fix print one line on stderr and exit with status 2; nothing else is printed
 on stdout with --jsonl but one event per line.
@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--pair", default=None, help="the pair to check (default: $SPECVIZ_PAIR or qwen-coder; "
                      "tiny checks the install only)")
     chk.add_argument("--json", action="store_true", help="print the measurements as JSON instead")
+    site = sub.add_parser("site", help="write the course as a static site into OUT: every view and method on the "
+                          "recorded real pair, offline (seconds, no model)")
+    site.add_argument("out", help="the folder to write (replaced whole if it holds an earlier site)")
     sub.add_parser("bench", help="the benchmark suite (python -m specviz bench --help)", add_help=False)
     sub.add_parser("llamacpp", help="llama.cpp beside PyTorch: `python -m specviz llamacpp install` builds it from "
                    "PyPI's source package (a few minutes; optional)", add_help=False)
@@ -303,6 +306,15 @@ def cmd_train(args) -> int:
     return 0
 
 
+def cmd_site(args) -> int:
+    from pathlib import Path
+
+    from specviz.site.build import build
+
+    build(Path(args.out), say=lambda line: print(line, flush=True))
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["bench"]:  # the benchmark suite has its own options: python -m specviz.bench
@@ -320,7 +332,8 @@ def main(argv=None) -> int:
 
         return selfgen_main(argv[1:])
     args = build_parser().parse_args(argv)
-    commands = {"app": cmd_app, "pairs": cmd_pairs, "check": cmd_check, "generate": cmd_generate, "train": cmd_train}
+    commands = {"app": cmd_app, "pairs": cmd_pairs, "check": cmd_check, "generate": cmd_generate, "train": cmd_train,
+                "site": cmd_site}
     interrupted = ("interrupted; training resumes from its last checkpoint with the same command"
                    if args.command == "train" else "interrupted")
     with as_flags():  # messages name options by the flags a user typed

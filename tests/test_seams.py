@@ -2,8 +2,8 @@
 
 - the layers: each folder of specviz/ imports only the layers below it (LAYERS, lowest first),
   and only the entry points and the schema sit at specviz/'s top;
-- renderers (specviz/render/*.py), app.py and its views (webapp/*.py) import neither torch nor
-  transformers, and the renderers import nothing of the engine's internals (only events, the
+- renderers (specviz/render/*.py), the static site's builder (specviz/site/*.py), app.py and its
+  views (webapp/*.py) import neither torch nor transformers, and the renderers import nothing of the engine's internals (only events, the
   analysis layer, errors and files, which writes a file whole and imports only the standard library);
 - every other specviz module imports no UI library (gradio, plotly, ipywidgets, anywidget), but
   the app's outside clients (bench.classroom), which import no model library and no engine;
@@ -56,9 +56,16 @@ APP_CLIENTS = (ROOT / "specviz" / "bench" / "classroom.py",)
 CLIENT_MAY_USE = ("specviz.files", "specviz.errors")
 
 
+def site_files() -> list:
+    """The static site's builder: a consumer of the renderers like the app (it writes their
+    Plotly figures out for the page), held to the renderers' rule of no model library."""
+    return sorted((ROOT / "specviz" / "site").glob("*.py"))
+
+
 def core_files() -> list:
-    render = ROOT / "specviz" / "render"
-    return sorted(p for p in (ROOT / "specviz").rglob("*.py") if render not in p.parents and p not in APP_CLIENTS)
+    render, built = ROOT / "specviz" / "render", ROOT / "specviz" / "site"
+    return sorted(p for p in (ROOT / "specviz").rglob("*.py")
+                  if render not in p.parents and built not in p.parents and p not in APP_CLIENTS)
 
 
 @pytest.mark.parametrize("path", APP_CLIENTS, ids=lambda p: p.name)
@@ -84,7 +91,7 @@ def test_there_are_files_to_check():
     assert len(render_files()) >= 6 and len(app_files()) >= 8 and len(core_files()) >= 8
 
 
-@pytest.mark.parametrize("path", render_files() + app_files(), ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("path", render_files() + app_files() + site_files(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_renderers_and_app_import_no_model_library(path):
     found = top_levels(imported_modules(path.read_text(encoding="utf-8"))) & MODEL_LIBS
     assert not found, f"{path.name} imports {sorted(found)}"
@@ -187,6 +194,9 @@ LAYERS = {
     "training": ("analysis", "verifiers", "runtime", "drafters", "engine", "render"),
     "teaching": ("analysis", "verifiers", "runtime", "drafters", "engine", "render"),
     "bench": ("analysis", "verifiers", "runtime", "drafters", "engine", "render", "training"),
+    # the static site: pages drawn by the renderers from the bench's recordings (runtime: the
+    # machine's name for its measurement report, nothing that loads a model)
+    "site": ("analysis", "render", "bench", "runtime"),
 }
 
 

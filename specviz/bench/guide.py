@@ -405,8 +405,50 @@ def _lab_loaded(rep: dict) -> str:
     return ", ".join(sorted(kinds))
 
 
+# The worksheet's questions the static site (python -m specviz site) answers from its recordings and
+# executed copies: (question, page of the site, what the link says, what to read there). The site's
+# lab page lists them and the guide's "site-lab" block marks them; question 5 (write the cascade
+# rule) needs a notebook run.
+WORKSHEET_URL = "https://github.com/specviz/specviz/blob/main/docs/worksheet.md"
+NB4, NB9 = "notebooks/04_speedup_vs_acceptance.html", "notebooks/09_latency_and_serving.html"
+SITE_LAB = (
+    (1, "gallery.html#k=preset-01&view=race", "the preset's race",
+     "The speedup as recorded is the race's verdict; each lane's target forwards are in its counters, and the "
+     "range of the preset's repeated races is under its title."),
+    (2, "gallery.html#k=preset-01", "the same preset, step view",
+     "Step (→) to a blue bonus chip: the step panel says how many tokens that one target pass produced, and k."),
+    (3, "gallery.html#k=preset-02", "the chat preset at T = 0.7",
+     "Step to an orange chip: the panel says it was drawn from the residual norm(max(p − q, 0)); the inspector "
+     "below gives β at that position."),
+    (4, "slides/lecture.slides.html", "the slides \"One pass, k + 1 answers\" and \"So a pass over 5 tokens costs about one\"",
+     "Both numbers are on the slides (and in notebook 0, section 2)."),
+    (6, NB4 + "#3.-accepted-/-drafted-is-not-%CE%B1", "notebook 4, section 3",
+     "α and accepted / drafted as the notebook measured them; the exercise's expected accepted / drafted at "
+     "α = 0.8, k = 4 is a line of arithmetic."),
+    (7, NB4 + "#2.-Measured-runs-for-several-k,-on-the-theory-curves", "notebook 4, section 2",
+     "The table's measured speedup and both theories; the speedup explorer draws τ/(c·k + V) for any α, k, c and V."),
+    (8, NB9 + "#1.-Time-to-first-token,-and-the-gaps-between-tokens", "notebook 9, section 1",
+     "The time-to-first-token table and the arrival gaps, as the notebook measured them."),
+    (9, NB9 + "#2.-Acceptance-decays-with-depth", "notebook 9, section 2", "The depth table and its verdict."),
+    (10, NB9 + "#3.-One-run-is-not-the-truth:-repeats-and-error-bars", "notebook 9, section 3",
+     "The speedup with its bootstrap interval and the repeated runs' range."),
+    (11, NB9 + "#4.-Serving-cost:-what-a-million-tokens-cost", "notebook 9, section 4 (homework)",
+     "The cost table at the notebook's price; the Batches page shows where speculation stops paying."),
+    (12, "gallery.html#k=preset-03&view=race", "the hot-sampling preset",
+     "A race speculation loses, with its range; the Batches page has the other situation."),
+)
+
+
+def site_lab_table() -> str:
+    """The guide's marks of the worksheet questions the static site answers (SITE_LAB)."""
+    rows = "".join(f"| {q} | {link}: `{href}` | {what} |\n" for q, href, link, what in SITE_LAB)
+    return ("| question | where the site answers it | what to read there |\n|---|---|---|\n" + rows
+            + f"\nQuestion 5 (write the greedy cascade rule) needs a notebook run; the other "
+            f"{len(SITE_LAB)} are read off the site.\n")
+
+
 TABLES: dict = {"machines": machines_table, "presets": presets_table, "answers": answers_table, "lab": lab_table,
-                "headline": headline}
+                "headline": headline, "site_lab": site_lab_table}
 
 
 def _made(name: str, make: Callable[[], str]) -> str:
