@@ -5,7 +5,8 @@ slideshow export (nbconvert, reveal.js), code hidden, figures as images.
 
 The notebook replays the presets' recordings and reads the committed reports through specviz's
 renderers: no model loads, a build takes seconds. reveal.js and require.js are kept beside the deck
-(vendor/), so it runs on a projector without network. Figures are PNGs drawn by kaleido in a
+(vendor/), and the template (templates/offline) drops the two scripts nbconvert would fetch from a
+CDN, so it runs on a projector without network. Figures are PNGs drawn by kaleido in a
 Chrome/Chromium (as the executed notebooks' are); without one the build stops and says so.
 
 Built, never edited: the deck carries, in `<meta name="specviz-code">`, the stamp of what drew it
@@ -53,7 +54,8 @@ def export(nb, source: Path = SOURCE) -> str:
     from specviz.bench.provenance import deck_version
 
     exporter = SlidesExporter(exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True,
-                              reveal_theme="simple", reveal_scroll=False, **VENDOR)
+                              reveal_theme="simple", reveal_scroll=False, template_name="offline",
+                              extra_template_basedirs=[str(HERE / "templates")], **VENDOR)
     html, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": "specviz lecture"}})
     return html.replace("<head>", f'<head>\n<meta name="specviz-code" content="{deck_version(source)}">', 1)
 
