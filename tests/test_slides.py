@@ -57,6 +57,9 @@ def test_the_deck_runs_offline(deck):
                  "reveal.js/plugin/notes/notes.js", "require.js", "no-mathjax.js"):
         assert (SLIDES / "vendor" / part).is_file(), part
     assert "unpkg.com/reveal.js" not in html
+    # nothing fetched from a CDN: nbconvert's jQuery and mermaid (templates/offline), the theme's web fonts
+    assert not re.search(r"""(?:src=|import |url\()["']?https?://""", html)
+    assert "fonts.googleapis" not in (SLIDES / "vendor" / "reveal.js/dist/theme/simple.css").read_text()
 
 
 def test_the_committed_deck_is_built_from_the_current_recordings():
