@@ -439,12 +439,18 @@ SITE_LAB = (
 )
 
 
+def worksheet_questions(path: Path = ROOT / "docs" / "worksheet.md") -> int:
+    """How many numbered questions the student worksheet has."""
+    return len(re.findall(r"^\d+\. ", path.read_text(encoding="utf-8"), re.M))
+
+
 def site_lab_table() -> str:
     """The guide's marks of the worksheet questions the static site answers (SITE_LAB)."""
     rows = "".join(f"| {q} | {link}: `{href}` | {what} |\n" for q, href, link, what in SITE_LAB)
+    others = sorted(set(range(1, worksheet_questions() + 1)) - {q for q, *_ in SITE_LAB})
     return ("| question | where the site answers it | what to read there |\n|---|---|---|\n" + rows
-            + f"\nQuestion 5 (write the greedy cascade rule) needs a notebook run; the other "
-            f"{len(SITE_LAB)} are read off the site.\n")
+            + f"\nQuestion{'s' * (len(others) != 1)} {', '.join(map(str, others))} need{'s' * (len(others) == 1)} a "
+            f"notebook run (writing a rule or timing a laptop); the other {len(SITE_LAB)} are read off the site.\n")
 
 
 TABLES: dict = {"machines": machines_table, "presets": presets_table, "answers": answers_table, "lab": lab_table,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import shutil
@@ -43,7 +44,6 @@ STATIC = Path(__file__).resolve().parent / "static"
 BUDGET = 15_000_000  # bytes: the whole site (issue #64); `sizes()` says what takes the room
 NOTEBOOKS = REPO / "docs" / "notebooks"
 SLIDES = REPO / "docs" / "slides"
-GLOSSARY = REPO / "docs" / "glossary.md"
 
 
 def build(out: Path, say: Callable[[str], None] = print, gallery_folder: Path = gallery.DATA,
@@ -56,6 +56,9 @@ def build(out: Path, say: Callable[[str], None] = print, gallery_folder: Path = 
         raise InputError(f"{out} is a folder with other files in it: give a new folder, or an earlier site's, "
                          "which is replaced whole.")
     _check_sources(gallery_folder, complete)
+    if not (NOTEBOOKS.is_dir() and SLIDES.is_dir()):
+        raise InputError(f"the site is built from a checkout of the specviz repository: {NOTEBOOKS.parent} lacks "
+                         "the executed notebooks and the slides (git clone the repository, then make site).")
     try:
         return _write(out, say, gallery_folder, presets_folder, serving_folder)
     except OSError as exc:  # a folder under a file, no permission, a full disk: one sentence
@@ -141,7 +144,8 @@ def _gallery(out: Path, folder: Path, say) -> list:
 
 def _pool():
     workers = max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8))
-    return ProcessPoolExecutor(workers)
+    # spawn: a fresh interpreter per worker, safe in a process that runs threads (a browser under test)
+    return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
 
 
 def _entry(key: str, folder: Path) -> tuple:

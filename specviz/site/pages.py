@@ -83,8 +83,8 @@ def index_page(presets: list) -> str:
     intro = " ".join(INTRO).format(draft=glossary("draft-model", "drafter"), target=glossary("target", "target"))
     body = (f'<h1>Speculative decoding, step by step, on real models</h1><p class="sv-lead">{intro}</p>'
             '<div class="sv-ways">'
-            '<a class="sv-way" href="slides/lecture.slides.html"><b>Give the lecture</b><span>19 slides, the ideas in '
-            'order, each on a recorded run</span></a>'
+            '<a class="sv-way" href="slides/lecture.slides.html"><b>Give the lecture</b><span>the slides, the ideas in '
+            'order, each shown on a recorded run</span></a>'
             '<a class="sv-way" href="lab.html"><b>Run the lab without laptops</b><span>the worksheet questions this '
             'site answers, each with where to look</span></a>'
             '<a class="sv-way" href="gallery.html"><b>Open the gallery</b><span>every method on the same three texts; '
@@ -248,10 +248,10 @@ def explorer_page(entries: list, presets: list) -> str:
         '<label>V(k + 1) <input type="range" id="sv-v" min="0.5" max="3" step="0.05" value="1"><output></output>'
         '</label></form><p class="sv-readout" id="sv-readout" aria-live="polite"></p>'
         '<div id="sv-explorer" class="sv-figure"></div>'
-        "<p>Reading it: on this CPU a draft pass costs about c of a target pass, and a pass over 5 tokens costs "
-        "about one over 1 (V near 1), so speculation pays once α is high enough; where V grows (a batch, a GPU "
-        'already busy), the same α pays less (<a href="serving.html">batches</a>, '
-        '<a href="notebooks/04_speedup_vs_acceptance.html">notebook 4</a>).</p>')
+        "<p>Reading it: the cheaper a draft pass (small c) and the closer a pass over k + 1 tokens costs to a pass "
+        "over one (V near 1), the lower the α at which speculation pays; where V grows (a batch of users, a busy "
+        'GPU) the same α pays less (<a href="serving.html">batches</a>; '
+        '<a href="notebooks/04_speedup_vs_acceptance.html">notebook 4</a> measures c and V on a laptop).</p>')
     return layout("Speedup explorer", body, ("assets/template.js", "assets/player.js",
                                               "assets/gallery.js"), "explorer.html",
                   data=f"SV.explorer = {{figure: {_json(fig)}, c: {c0:.4f}}};")
@@ -289,7 +289,8 @@ def lab_page() -> str:
     rows = "".join(f'<li value="{q}"><b>Question {q}.</b> {escape(what)} <a href="{href}">{escape(link)}</a></li>'
                    for q, href, link, what in guide.SITE_LAB)
     body = ("<h1>The lab without laptops</h1><p>The <a href=\"" + guide.WORKSHEET_URL + "\">worksheet</a>'s "
-            f"questions that this site answers from its recordings ({len(guide.SITE_LAB)} of 12); the others need a "
+            f"questions that this site answers from its recordings ({len(guide.SITE_LAB)} of "
+            f"{guide.worksheet_questions()}); the others need a "
             "notebook run on a laptop (writing a rule, timing your own machine). Project a view, let the room read "
             "the numbers off it, and discuss. The executed notebooks are here too, with their numbers, for the "
             "questions that cite them.</p>"

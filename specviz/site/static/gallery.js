@@ -96,7 +96,12 @@
         const viewRoot = document.createElement("div");
         viewRoot.dataset.key = entry.key;
         body.appendChild(viewRoot);
-        if (view === "step") SV.stepView(viewRoot, d.step);
+        const has = { step: d.step, race: d.race, timeline: d.timeline, batch: d.serving }[view];
+        if (!has) {
+          viewRoot.className = "sv-muted";
+          viewRoot.textContent = view === "timeline" ? "Only SSD has a timeline of its own: pick SSD here, or the " +
+            "Step view or Race to compare." : "This recording has no such view.";
+        } else if (view === "step") SV.stepView(viewRoot, d.step);
         else if (view === "race") SV.raceView(viewRoot, d.race);
         else if (view === "timeline") { viewRoot.className = "sv-figure"; SV.plot(viewRoot, d.timeline); }
         else if (view === "batch") batch(viewRoot, d.serving);
