@@ -32,8 +32,10 @@ import pytest  # noqa: E402
 # the rest longest first: the tiny pair's notebooks and distribution tests, then the low-memory
 # file (the same pair in int8, in a subprocess, under 3.75 GiB: both fit together), by then
 # converted or waiting on that lock rather than converting beside it; a worker is handed its next
-# file only as its current one runs out, so the two end close together.
-FIRST = ("test_real_pair.py", "test_notebooks.py", "test_llamacpp.py", "test_distribution.py", "test_low_memory.py",
+# file only as its current one runs out, so the two end close together. The static site's two
+# files come early too: each builds the site first (about a minute on two cores).
+FIRST = ("test_real_pair.py", "test_notebooks.py", "test_llamacpp.py", "test_site.py", "test_site_browser.py",
+         "test_distribution.py", "test_low_memory.py",
          "test_tree.py", "test_cli.py",
          "test_jupyter_browser.py", "test_browser.py", "test_cache_faults.py", "test_methods.py", "test_app_api.py")
 
