@@ -148,7 +148,17 @@ def export(nb) -> str:
 
     exporter = HTMLExporter(template_name="lab", template_file="specviz_offline.html.j2",
                             extra_loaders=[DictLoader({"specviz_offline.html.j2": OFFLINE_TEMPLATE})])
-    return exporter.from_notebook_node(nb)[0]
+    return exporter.from_notebook_node(nb, resources={"metadata": {"name": title_of(nb)}})[0]
+
+
+def title_of(nb) -> str:
+    """The notebook's first heading (the page's title; nbconvert would call every copy "Notebook")."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            found = re.search(r"^#\s+(.+)$", cell.source, re.M)
+            if found:
+                return found[1].strip()
+    return "specviz notebook"
 
 
 def stamp_of(page: str):

@@ -83,10 +83,10 @@ def latest_c(history: list) -> Optional[float]:
     return next((r["c"] for r in reversed(history) if r.get("c")), None)
 
 
-def speedup_figure(history: list) -> go.Figure:
+def speedup_figure(history: list, labels: bool = True) -> go.Figure:
     """Theory curves (speedup vs alpha, one per k, at the latest measured c) with the session's
     runs: filled points are measured speedups (race), hollow ones the theory at a run's own
-    alpha, k and c."""
+    alpha, k and c. `labels=False`: the measured points without their text (many runs: hover)."""
     c = latest_c(history)
     fig = go.Figure()
     if c is None:
@@ -97,7 +97,7 @@ def speedup_figure(history: list) -> go.Figure:
                         name=f"theory k = {k}", line=dict(color=K_COLORS.get(k, "#475569"), width=3))
     fig.add_hline(y=1.0, line=dict(color="#0f172a", dash="dot"), annotation_text="break-even (1×)",
                   annotation_position="top left")
-    _add_runs(fig, [r for r in history if r.get("alpha") is not None])
+    _add_runs(fig, [r for r in history if r.get("alpha") is not None], labels)
     fig.update_layout(title=f"Speedup vs acceptance rate α (theory at measured c = {c:.2f})",
                       xaxis_title="α (accepted / judged)", yaxis_title="speedup over autoregressive",
                       xaxis_range=[0, 1], legend=dict(orientation="v"), **LAYOUT)
@@ -124,7 +124,7 @@ def _measured_label(record: dict) -> str:
     return f"{record['speedup']:.2f}× {record.get('method') or ''}{marks}"
 
 
-def _add_runs(fig: go.Figure, runs: list) -> None:
+def _add_runs(fig: go.Figure, runs: list, labels: bool = True) -> None:
     measured = [r for r in runs if r.get("speedup") is not None]
     predicted = [r for r in runs if r.get("c") and isinstance(r.get("k"), (int, float)) and r["k"] > 0]
     if predicted:
@@ -135,7 +135,7 @@ def _add_runs(fig: go.Figure, runs: list) -> None:
                         text=[_hover(r) for r in predicted], hovertemplate="%{text}<extra></extra>")
     if measured:
         fig.add_scatter(x=[r["alpha"] for r in measured], y=[r["speedup"] for r in measured],
-                        mode="markers+text", name="measured (race)", textposition="top center",
+                        mode="markers+text" if labels else "markers", name="measured (race)", textposition="top center",
                         marker=dict(size=16, symbol=["x" if _lossy(r) else "diamond" for r in measured],
                                     color=[_measured_color(r) for r in measured],
                                     line=dict(width=2, color="#0f172a")),

@@ -15,7 +15,7 @@ from specviz.render.html import Rendered, attr, num, quoted, text, visible
 
 LEGEND = (
     ("draft", "draft proposal", "proposed by the draft model, sampled from q"),
-    ("accepted", "accepted", "the target agreed: u < min(1, p/q)"),
+    ("accepted", "accepted", "the target agreed: its top token (greedy), or u < min(1, p/q) (sampling)"),
     ("rejected", "rejected", "the first draft the target turned down"),
     ("wasted", "wasted", "drafted after a rejection, thrown away unjudged"),
     ("residual", "residual resample", "drawn from norm(max(p − q, 0)) instead of the rejected draft"),
@@ -50,7 +50,9 @@ def tooltip(token: st.TokenView, greedy: bool = False) -> str:
     lines.append(decision(token, greedy))
     if token.source_note:
         lines.append(f"source: {token.source_note}")
-    if token.beta is not None:
+    if token.beta is not None and greedy:  # the greedy rule compares top tokens: p and q above are not its odds
+        lines.append(f"β = {num(token.beta)}: greedy keeps a guess exactly when it is the target's top token")
+    elif token.beta is not None:
         lines.append(f"β = Σ min(p, q) here = {num(token.beta)}")
     return "\n".join(lines)
 

@@ -158,6 +158,7 @@ def _add_pq(fig, step, index, drafted, closing) -> float:
     q = [r.get("q") for r in rows] if drafted is not None else []
     if drafted is not None:
         fig.add_bar(x=x, y=q, name="q (draft)", marker_color=Q_COLOR, marker_line_width=widths,
+                    marker_pattern_shape="/", marker_pattern_fgcolor="#ffffff",  # hatched: told apart from p without hue
                     marker_line_color=colors, row=1, col=1, hovertemplate="%{x}: q = %{y:.3f}<extra></extra>")
         overlap = [min(a, b) if a is not None and b is not None else None for a, b in zip(p, q)]
         fig.add_bar(x=x, y=overlap, name="min(p, q): overlap", marker_color=MIN_COLOR, row=1, col=1,

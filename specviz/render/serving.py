@@ -19,6 +19,8 @@ that get rejected are paid for in full. specviz.analysis.theory.batch_speedup.
 
 from __future__ import annotations
 
+import math
+
 import statistics
 from typing import Optional
 
@@ -210,7 +212,8 @@ def batch_speedup_figure(sweep: Optional[dict] = None, points: Optional[list] = 
                                 marker=dict(size=9))
         crossing = sweep.get("crossover_measured")
         if crossing:
-            fig.add_vline(x=crossing, line=dict(color="#b91c1c", dash="dot"),
+            # a shape on a log axis is placed in log10 units (at x=crossing, plotly.js drew it at 10**crossing)
+            fig.add_vline(x=math.log10(crossing), line=dict(color="#b91c1c", dash="dot"),
                           annotation_text=f"speculation stops paying: B = {crossing}", annotation_position="top right")
     for p in points or []:
         if p.get("speedup") is None:

@@ -288,6 +288,10 @@ def source_note(source: dict, texts: list) -> Optional[str]:
     if kind == "dflash":
         return (f"row {source.get('depth')} of DFlash's block: one forward filled every mask of the block at once "
                 "(each mask sees the others, not what they will become)")
+    if kind == "window":
+        return "lookahead's Jacobi window: the target's own guess for this position, refined each step"
+    if kind == "pool":
+        return "lookahead's n-gram pool: a continuation seen earlier in the window's trajectory"
     if kind == "suffix":
         where = "this prompt and answer" if source.get("tree") == "prompt" else \
             "the session's outputs (this answer so far among them)"

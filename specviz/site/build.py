@@ -172,8 +172,8 @@ def _entry(key: str, folder: Path) -> tuple:
         ar_s = views.own_clock(ar, entry["ar"]["busy"], entry["ar"].get("clock"))
         data["step"] = views.step_view(run, run_s)
         data["race"] = views.race_view(run, ar, run_s, ar_s)
-        record = data["race"]["record"]
-        row.update(speedup=record["speedup"], tau=record["tau"], alpha=record["alpha"], record=record,
+        record = {**data["race"]["record"], "label": variant.label}  # the explorer's hover names the gallery's row
+        row.update(speedup=record["speedup"], tau=record["tau"], alpha=record["alpha"], c=record["c"], record=record,
                    steps=data["step"]["steps"], forwards=_forwards(run), ar_forwards=_forwards(ar))
         if variant.method == "ssd":
             data["timeline"] = _ssd_timeline(info, entry, run, run_s, folder)
@@ -217,7 +217,8 @@ def _presets(out: Path, folder: Path, say) -> list:
         spread = ""
         if rec.speedups:
             ordered = sorted(rec.speedups)
-            spread = (f"its race run {len(ordered)} times: median {ordered[len(ordered) // 2]:.2f}×, "
+            spread = (f"this replay is the first of {len(ordered)} races of this preset ({rec.speedups[0]:.2f}×); "
+                      f"over all {len(ordered)}: median {ordered[len(ordered) // 2]:.2f}×, "
                       f"range {ordered[0]:.2f}–{ordered[-1]:.2f}×")
         data = {"key": key, "where": rec.note + ", specviz " + str(rec.where.get("specviz")), "earlier": rec.earlier_code,
                 "spread": spread, "step": views.step_view(rec.run, run_s), "race": views.race_view(rec.run, rec.ar, run_s, ar_s),

@@ -138,8 +138,9 @@ def gallery_page(entries: list, presets: list, manifest: dict) -> str:
             tables.append(f'<div class="sv-overview" data-prompt="{prompt}" data-t="{temperature:g}" hidden>'
                           f'{overview_table(rows)}</div>')
     batch = [e for e in entries if e["batch"]]
-    index = {"entries": [{k: e[k] for k in ("key", "variant", "label", "method", "prompt", "temperature", "lossy",
-                                            "note", "batch", "earlier")} for e in entries],
+    index = {"entries": [{k: e.get(k) for k in ("key", "variant", "label", "method", "prompt", "temperature", "lossy",
+                                                "note", "batch", "earlier", "tau", "alpha", "c", "speedup", "forwards",
+                                                "ar_forwards")} for e in entries],
              "presets": [{k: p[k] for k in ("key", "label", "method", "spread")} for p in presets],
              "prompts": prompts, "temperatures": [0, gallery.SAMPLED]}
     where = views_where(manifest)
@@ -150,8 +151,9 @@ def gallery_page(entries: list, presets: list, manifest: dict) -> str:
         "for the same number of tokens. Pick a text, a sampling and a method; pick a second method to see them "
         f"side by side. τ is the tokens one {glossary('target', 'target')} pass produced "
         f"({glossary('tau', 'τ')}), α the share of judged guesses accepted ({glossary('alpha', 'α')}). "
-        "A speedup here is one race's: the benchmarks' held-out means and their spread are in the notebooks "
-        "(notebook 9) and the reports.</p>"
+        f"A speedup here is one race's, which may sit anywhere in its spread: the benchmarks' "
+        f"{glossary('held-out', 'held-out')} means and their intervals are in the notebooks (notebook 9) and the "
+        "reports.</p>"
         '<form class="sv-picker" onsubmit="return false"><fieldset><legend>Text</legend>'
         + "".join(f'<label><input type="radio" name="prompt" value="{p}"> {escape(v["label"])}</label>'
                   for p, v in prompts.items())
@@ -169,7 +171,7 @@ def gallery_page(entries: list, presets: list, manifest: dict) -> str:
         '<button role="tab" data-view="timeline">SSD timeline</button><button role="tab" data-view="batch">'
         'A batch of users</button></div>'
         + view_help() +
-        '<div class="sv-cols"><section class="sv-col" id="sv-a" aria-live="polite"></section>'
+        '<div id="sv-compare"></div><div class="sv-cols"><section class="sv-col" id="sv-a" aria-live="polite"></section>'
         '<section class="sv-col" id="sv-b"></section></div>'
         f'<p class="sv-muted">{len(entries)} recordings of {len({e["variant"] for e in entries})} ways of decoding, '
         f'{len(presets)} presets, {len(batch)} batches.</p>')
@@ -212,7 +214,8 @@ def views_where(manifest: dict) -> str:
     rec = manifest["recorded"]
     return (f"recorded in one sitting on {escape(str(rec.get('device_name')))} ({escape(str(rec.get('device')))}, "
             f"{rec.get('threads')} threads, {escape(str(rec.get('dtype')))}) on {rec.get('date')} with specviz "
-            f"{escape(str(rec.get('specviz')))}, {rec.get('tokens')} new tokens each")
+            f"{escape(str(rec.get('specviz')))}, {rec.get('tokens')} new tokens each (the lecture's presets, recorded "
+            "for the app, run to their own lengths)")
 
 
 def presets_table(presets: list) -> str:
@@ -227,11 +230,27 @@ def presets_table(presets: list) -> str:
 # the speedup explorer
 
 
+EXPLORER_TOP = 4.0  # the explorer's y axis: the theory's curves fill it; faster runs are listed under it
+
+
+def _prompt_name(record: dict) -> str:
+    for name, (label, prompt, _) in gallery.PROMPTS.items():
+        if record.get("prompt") and prompt.strip().startswith(record["prompt"].strip()[:40]):
+            return label
+    return "its prompt"
+
+
 def explorer_page(entries: list, presets: list) -> str:
     records = [e["record"] for e in entries if e.get("record") and e["key"] != "spec.code.t0"]
     reference = next(e["record"] for e in entries if e["key"] == "spec.code.t0")
     fig = views.explorer_figure(records + [reference])  # the curves at the last run's c: spec on code, greedy
     c0 = reference["c"]
+    fig["layout"].setdefault("yaxis", {})["range"] = [0, EXPLORER_TOP]  # the curves' height; runs above are listed
+    above = sorted((r for r in records + [reference] if (r.get("speedup") or 0) > EXPLORER_TOP),
+                   key=lambda r: -r["speedup"])
+    off = ("" if not above else f"<p>Off the top of the chart ({len(above)} runs above {EXPLORER_TOP:g}×): "
+           + "; ".join(f"{escape(r['label'].removeprefix('race: '))} on {escape(_prompt_name(r))}, "
+                       f"{r['speedup']:.2f}×" for r in above) + ".</p>")
     body = (
         "<h1>Speedup against acceptance</h1>"
         f"<p>If each guess is accepted with probability {glossary('alpha', 'α')}, a step of k guesses yields "
@@ -247,7 +266,7 @@ def explorer_page(entries: list, presets: list) -> str:
         f'<label>c <input type="range" id="sv-c" min="0" max="1" step="0.01" value="{c0:.2f}"><output></output></label>'
         '<label>V(k + 1) <input type="range" id="sv-v" min="0.5" max="3" step="0.05" value="1"><output></output>'
         '</label></form><p class="sv-readout" id="sv-readout" aria-live="polite"></p>'
-        '<div id="sv-explorer" class="sv-figure"></div>'
+        '<div id="sv-explorer" class="sv-figure"></div>' + off +
         "<p>Reading it: the cheaper a draft pass (small c) and the closer a pass over k + 1 tokens costs to a pass "
         "over one (V near 1), the lower the α at which speculation pays; where V grows (a batch of users, a busy "
         'GPU) the same α pays less (<a href="serving.html">batches</a>; '
@@ -285,15 +304,37 @@ def serving_page(serving: dict) -> str:
 # the lab without laptops, the glossary, the course
 
 
+def worksheet_items() -> dict:
+    """The student worksheet's questions as HTML, by number (docs/worksheet.md)."""
+    import mistune
+
+    text = (REPO / "docs" / "worksheet.md").read_text(encoding="utf-8")
+    items = re.findall(r"^(\d+)\. (.*?)(?=^\d+\. |^\S|\Z)", text, re.M | re.S)
+    render = mistune.create_markdown(escape=True)
+    out = {}
+    for number, body in items:
+        html = render(re.sub(r"\s*\n\s*", " ", body.strip()))
+        out[int(number)] = re.sub(r'href="glossary\.md', 'href="glossary.html', html)
+    return out
+
+
 def lab_page() -> str:
-    rows = "".join(f'<li value="{q}"><b>Question {q}.</b> {escape(what)} <a href="{href}">{escape(link)}</a></li>'
-                   for q, href, link, what in guide.SITE_LAB)
-    body = ("<h1>The lab without laptops</h1><p>The <a href=\"" + guide.WORKSHEET_URL + "\">worksheet</a>'s "
-            f"questions that this site answers from its recordings ({len(guide.SITE_LAB)} of "
-            f"{guide.worksheet_questions()}); the others need a "
-            "notebook run on a laptop (writing a rule, timing your own machine). Project a view, let the room read "
-            "the numbers off it, and discuss. The executed notebooks are here too, with their numbers, for the "
-            "questions that cite them.</p>"
+    where = {q: (href, link, what) for q, href, link, what in guide.SITE_LAB}
+    rows = []
+    for q, question in sorted(worksheet_items().items()):
+        if q in where:
+            href, link, what = where[q]
+            answer = f'<p class="sv-where-answer">On this site: <a href="{href}">{escape(link)}</a>. {escape(what)}</p>'
+        else:
+            answer = ('<p class="sv-where-answer sv-muted">Needs a laptop: the question asks the student to write or run '
+                      "code in a notebook.</p>")
+        rows.append(f'<li value="{q}">{question}{answer}</li>')
+    rows = "".join(rows)
+    body = ("<h1>The lab without laptops</h1><p>The student worksheet's questions, each with where this site "
+            f"answers it: {len(guide.SITE_LAB)} of {guide.worksheet_questions()} are read off its recordings, slides "
+            "and executed notebooks; the others need a notebook run on a laptop. Project the view a question names, "
+            "let the room read the numbers off it, and discuss. (The brackets are the worksheet's own pointers, for a "
+            "class with laptops and the app.)</p>"
             f'<ol class="sv-lab">{rows}</ol>'
             '<p>The teacher\'s guide marks the same questions (docs/teaching.md, "The lab without laptops").</p>')
     return layout("The lab without laptops", body, (), "lab.html")

@@ -113,7 +113,9 @@ def step_view(events: list, seconds: list, with_inspector: bool = True) -> dict:
         if shows_tree:
             frames["tree"].append(tree.tree_view(run.step(c), run.greedy, len(run.steps)).html)
         if with_inspector:
-            frames["inspector"].append(json.dumps(figure(inspector.inspector_figure(run, c)), sort_keys=True))
+            # before the first step there is no position to inspect: the page hides the figure ("")
+            frames["inspector"].append(json.dumps(figure(inspector.inspector_figure(run, c)), sort_keys=True)
+                                       if c >= 0 else "")
     return {"steps": len(run.steps), "lossless": run.lossless, "method": run.method,
             "legend": chips.legend([s for s in st.STATUSES if s != "target"] if run.method != "ar" else ["target"]).html,
             **{name: delta(values) for name, values in frames.items() if values}}
@@ -193,4 +195,4 @@ def batch_figure(sweep: dict, points: list) -> dict:
 
 def explorer_figure(records: list) -> dict:
     """The app's speedup chart over the recorded runs: theory curves at their c, every run placed."""
-    return figure(speedup_figure(records))
+    return figure(speedup_figure(records, labels=False))  # over a hundred runs: their labels on hover

@@ -68,10 +68,34 @@
         btn.setAttribute("aria-selected", btn.dataset.view === view ? "true" : "false");
       });
       document.querySelectorAll(".sv-viewhelp").forEach((p) => { p.hidden = p.dataset.view !== view; });
+      compare(a, b);
       SV.players.length = 0;
       document.body.dataset.view = view;
       await Promise.all([pane($("#sv-a"), a, view), pane($("#sv-b"), b, view)]);
       document.body.dataset.shown = `${a.key}|${b ? b.key : ""}|${view}`;
+    }
+
+    // two methods on the same text: their numbers in one table before the two views
+    function compare(a, b) {
+      const box = $("#sv-compare");
+      box.textContent = "";
+      if (!b || a.preset) return;
+      const rows = [["τ: tokens per target pass", "tau", 2], ["α: accepted / judged", "alpha", 2],
+        ["c: draft cost / target pass", "c", 2], ["target passes", "forwards", 0], ["this race's speedup", "speedup", 2]];
+      const table = document.createElement("table");
+      table.className = "sv-table sv-comparetable";
+      const head = table.createTHead().insertRow();
+      for (const text of ["side by side", a.label, b.label]) head.appendChild(document.createElement("th")).textContent = text;
+      const body = table.createTBody();
+      for (const [name, key, digits] of rows) {
+        const row = body.insertRow();
+        row.insertCell().textContent = name;
+        for (const e of [a, b]) {
+          const v = e[key];
+          row.insertCell().textContent = v === null || v === undefined ? "—" : Number(v).toFixed(digits) + (key === "speedup" ? "×" : "");
+        }
+      }
+      box.appendChild(table);
     }
 
     async function pane(root, entry, view) {

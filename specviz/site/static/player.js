@@ -139,7 +139,9 @@
         if (el && parts[name]) el.innerHTML = parts[name][p.cursor + 1];
       }
       const fig = slot("inspector");
-      if (fig && parts.inspector && !fig.closest("details:not([open])")) SV.plot(fig, JSON.parse(parts.inspector[p.cursor + 1]));
+      const shown = parts.inspector ? parts.inspector[p.cursor + 1] : "";
+      if (fig) fig.hidden = !shown; // the prompt alone has no position to inspect
+      if (fig && shown && !fig.closest("details:not([open])")) SV.plot(fig, JSON.parse(shown));
       slider.value = p.cursor;
       where.textContent = p.cursor < 0 ? `the prompt · ${n} steps` : `step ${p.cursor + 1} of ${n}`;
       root.dataset.cursor = p.cursor;
@@ -163,7 +165,11 @@
     };
     const details = root.querySelector("details.sv-inspector");
     if (details) details.addEventListener("toggle", () => details.open && p.go(p.cursor));
-    root.addEventListener("click", () => { active = p; });
+    root.addEventListener("click", (e) => {
+      active = p;
+      const chip = e.target.closest(".sv-text-slot .sv-chip[data-step]"); // a token of the text: its step
+      if (chip) { p.stop(); p.go(Number(chip.dataset.step)); }
+    });
     SV.players.push(p);
     p.go(view.start === undefined ? n - 1 : view.start);
     return p;
