@@ -2,6 +2,7 @@
 numbers of plain decoding and a method side by side, speedup against batch size; the theory of a
 short run's tail; the app's serving handlers (live on the tiny pair, recorded runs, limits)."""
 
+import math
 import random
 import re
 import sys
@@ -89,6 +90,9 @@ def test_the_batch_figure_marks_the_crossover_and_the_session_points():
     assert "spec theory (α, cost table)" in names and "spec measured (recorded sweep)" in names
     assert any("stops paying: B = 4" in (a.text or "") for a in fig.layout.annotations)
     assert any(t.marker.symbol == "star" for t in fig.data if t.mode == "markers")
+    # a shape on a log axis is placed in log10 units: at x = 4 plotly.js would draw it at B = 10**4
+    (line,) = [s for s in fig.layout.shapes if s.x0 == s.x1]
+    assert fig.layout.xaxis.type == "log" and line.x0 == pytest.approx(math.log10(4))
 
 
 # ---------------------------------------------------------------------------------------------
