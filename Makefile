@@ -57,7 +57,7 @@ screenshots: setup
 
 # the course as a static site in site/ (SITE=DIR for another folder): every view and method on the recorded
 # real pair, the glossary, the slides and the executed notebooks; open site/index.html, or upload the folder
-# (docs/teaching.md: a static Hugging Face Space, GitHub Pages, a USB stick). Seconds, no model
+# (docs/teaching.md: a static Hugging Face Space, GitHub Pages, a USB stick). About a minute, no model
 SITE ?= site
 site: setup
 	$(PY) -m specviz site $(SITE)

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "tiny checks the install only)")
     chk.add_argument("--json", action="store_true", help="print the measurements as JSON instead")
     site = sub.add_parser("site", help="write the course as a static site into OUT: every view and method on the "
-                          "recorded real pair, offline (seconds, no model)")
+                          "recorded real pair, offline (about a minute, no model)")
     site.add_argument("out", help="the folder to write (replaced whole if it holds an earlier site)")
     sub.add_parser("bench", help="the benchmark suite (python -m specviz bench --help)", add_help=False)
     sub.add_parser("llamacpp", help="llama.cpp beside PyTorch: `python -m specviz llamacpp install` builds it from "

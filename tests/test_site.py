@@ -223,3 +223,15 @@ def test_the_static_space_front_matter(built):
     front = readme.split("---")[1]
     assert "sdk: static" in front and "app_file: index.html" in front
     assert (out / ".nojekyll").exists() and (out / "index.html").exists()
+
+
+def test_a_presets_spread_is_the_guides(built):
+    """The site, the guide, README and the answer key quote the same median and range of a preset's races."""
+    from specviz.bench.guide import preset_rows
+
+    out, _ = built
+    for number, row in enumerate(preset_rows(), 1):
+        spread = unpacked(out, f"preset-{number:02d}")["spread"]
+        assert (f"median {row['speedup_median']:.2f}×, range {row['speedup_lo']:.2f}–{row['speedup_hi']:.2f}×"
+                in spread), (row["label"], spread)
+        assert f"first of {row['repeats']} races of this preset ({row['speedup']:.2f}×)" in spread

@@ -27,6 +27,7 @@ import multiprocessing
 import os
 import re
 import shutil
+import statistics
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable
@@ -218,7 +219,7 @@ def _presets(out: Path, folder: Path, say) -> list:
         if rec.speedups:
             ordered = sorted(rec.speedups)
             spread = (f"this replay is the first of {len(ordered)} races of this preset ({rec.speedups[0]:.2f}×); "
-                      f"over all {len(ordered)}: median {ordered[len(ordered) // 2]:.2f}×, "
+                      f"over all {len(ordered)}: median {statistics.median(ordered):.2f}×, "  # as the guide's tables
                       f"range {ordered[0]:.2f}–{ordered[-1]:.2f}×")
         data = {"key": key, "where": rec.note + ", specviz " + str(rec.where.get("specviz")), "earlier": rec.earlier_code,
                 "spread": spread, "step": views.step_view(rec.run, run_s), "race": views.race_view(rec.run, rec.ar, run_s, ar_s),
