@@ -11,5 +11,6 @@ PATH = os.environ.get("BROWSER_PATH") or "/usr/bin/chromium"
 def require() -> str:
     """The browser's path; skips the calling test module when it is not an executable file."""
     if not (os.path.isfile(PATH) and os.access(PATH, os.X_OK)):
-        pytest.skip(f"{PATH} is missing (apt-get install chromium)", allow_module_level=True)
+        pytest.skip(f"{PATH} is missing (apt-get install chromium, or set BROWSER_PATH to a Chrome/Chromium)",
+                    allow_module_level=True)
     return PATH
