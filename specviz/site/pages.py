@@ -290,7 +290,7 @@ def serving_page(serving: dict) -> str:
         "for thirty-two: the pass becomes compute-bound and its cost grows with the tokens it carries "
         f"({glossary('verify-cost', 'V(k + 1)')}). Each recorded batch below is plain decoding and speculation "
         "with the same users, greedy; k = load chooses k each step from the batch's measured pass cost "
-        f"({glossary('k', 'k = load')}). {escape(serving['where'])}.</p>"
+        f"({glossary('k', 'k = load')}). {escape(serving['where'][:1].upper() + serving['where'][1:])}.</p>"
         f'<label class="sv-pick">Recorded batch <select id="sv-batch">{options}</select></label>'
         '<div id="sv-serving"></div><div class="sv-passes" id="sv-passes"><div class="sv-controls">'
         '<input type="range" aria-label="Shared pass"><span class="sv-where"></span></div>'
