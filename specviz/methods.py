@@ -113,6 +113,32 @@ def help_of(name: str) -> str:
     return method.help if method else ""
 
 
+def setting(started: dict) -> str:
+    """A run's method with its settings, in words, from its run_started event (a dict), e.g.
+    'tree (shape 3,2,1): ...': the race lane's subtitle in the app and the static site."""
+    method = started.get("method", "spec")
+    record = find(method)
+    opts = started.get("options") or {}
+    parts = []
+    chain = record is not None and method != "ar" and not record.tree
+    if chain:
+        k = started.get("k")
+        parts.append(f"k auto, {opts.get('auto_rule', '')} rule" if k == "auto" else f"k = {k}")
+    if chain and "ngram" in opts:
+        parts.append(f"n-gram ≤ {opts['ngram']}")
+    if record is not None and record.tree_forms:
+        shape = opts.get("tree", "dynamic")
+        budget = opts.get("tree_budget")
+        parts.append(("dynamic, sized to this machine" if budget == "auto" else f"dynamic, budget {budget}")
+                     if shape == "dynamic" else f"shape {shape}")
+    if started.get("lossless") is False:
+        parts.append(f"{started.get('rule', 'typical')} acceptance")
+    if started.get("draft_quant", "none") != "none":
+        parts.append(f"{started['draft_quant']} draft")
+    help_text = help_of(method) or "draft, then verify in one target pass"
+    return f"{method}" + (f" ({', '.join(parts)})" if parts else "") + f": {help_text}"
+
+
 _D = "specviz.drafters"
 for _method in (
     Method("ar", "autoregressive: one target forward per token (the baseline)", "nothing",

@@ -120,32 +120,7 @@ def race_summaries(lanes: dict, method: str, prefix: str = "") -> tuple:
 
 
 def _method_line(events: list) -> str:
-    return method_setting(steps.build(events[:1]).started or {})
-
-
-def method_setting(started: dict) -> str:
-    """The method of a run with its settings, from run_started, e.g. 'tree (static 3,2,1): ...'."""
-    method = started.get("method", "spec")
-    record = methods.find(method)
-    opts = started.get("options") or {}
-    parts = []
-    chain = record is not None and method != "ar" and not record.tree
-    if chain:
-        k = started.get("k")
-        parts.append(f"k auto, {opts.get('auto_rule', '')} rule" if k == "auto" else f"k = {k}")
-    if chain and "ngram" in opts:
-        parts.append(f"n-gram ≤ {opts['ngram']}")
-    if record is not None and record.tree_forms:
-        shape = opts.get("tree", "dynamic")
-        budget = opts.get("tree_budget")
-        parts.append(("dynamic, sized to this machine" if budget == "auto" else f"dynamic, budget {budget}")
-                     if shape == "dynamic" else f"shape {shape}")
-    if started.get("lossless") is False:
-        parts.append(f"{started.get('rule', 'typical')} acceptance")
-    if started.get("draft_quant", "none") != "none":
-        parts.append(f"{started['draft_quant']} draft")
-    help_text = methods.help_of(method) or "draft, then verify in one target pass"
-    return f"{method}" + (f" ({', '.join(parts)})" if parts else "") + f": {help_text}"
+    return methods.setting(steps.build(events[:1]).started or {})
 
 
 def _same_text(lanes: dict):

@@ -41,7 +41,7 @@ import specviz
 from specviz import __version__, files, methods
 from specviz.analysis.metrics import timing_note
 from specviz.bench import provenance
-from specviz.bench.recordings import CODE, RECORD_TOPK, REWRITE, read_trace, write_trace
+from specviz.bench.recordings import CODE, RECORD_TOPK, REWRITE, read_trace, warm_up, write_trace
 from specviz.config import RunConfig
 from specviz.errors import InputError, run_command
 from specviz.render.race import Lane, race
@@ -176,7 +176,7 @@ def record(pair_name: str = "qwen-coder", dtype: Optional[str] = None, folder: P
     work = [e for e in entries(tokens) if (not only or e.variant.name in only)
             and (e.key not in info["entries"] or again and (only or _busy(info["entries"][e.key])))]
     say(f"loaded {pair!r}; {len(work)} of {len(entries(tokens))} entries to record; warming up")
-    _warm_up(pair, {e.variant.method for e in work})
+    warm_up(pair, {e.variant.method for e in work})
     started = time.perf_counter()
     for done, entry in enumerate(work, 1):
         info["entries"][entry.key] = _record_entry(pair, entry, folder)
@@ -270,14 +270,6 @@ def _summary(entry: dict) -> str:
     return (f"{entry['variant']} on {entry['prompt']} at T = {entry['temperature']:g}: {entry['run']['tokens']} tokens "
             f"in {entry['run']['busy']:.1f} s, ar {entry['ar']['busy']:.1f} s, speedup {entry['speedup']:.2f}"
             + (f" (timed on a busy machine: {', '.join(slow)})" if slow else ""))
-
-
-def _warm_up(pair, names: set) -> None:
-    """One short run of each method (and AR), off every clock: a fresh model's first passes are
-    slow, and a trained drafter's heads load on their first use."""
-    for name in [n for n in methods.names() if n in names | {"ar"}]:
-        for _ in specviz.generate(pair, "warm up", method=name, k=2, max_new_tokens=3, record_topk=0):
-            pass
 
 
 def main(argv=None) -> int:

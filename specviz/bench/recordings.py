@@ -157,10 +157,14 @@ class Recording:
     def note(self) -> str:
         """Where and when, e.g. 'recorded on AMD EPYC (cpu, 1 thread), bfloat16, 2026-11-23': the
         thread count too, as a CPU's speed depends on it."""
-        w = self.where
-        threads = w.get("threads")
-        device = w["device"] + (f", {threads} thread{'s' * (threads != 1)}" if threads else "")
-        return f"recorded on {w['device_name']} ({device}), {w['dtype']}, {w['date']}"
+        return where_note(self.where)
+
+
+def where_note(where: dict) -> str:
+    """A recording's machine in words, from its manifest's "recorded" (or a Recording's `where`)."""
+    threads = where.get("threads")
+    device = where["device"] + (f", {threads} thread{'s' * (threads != 1)}" if threads else "")
+    return f"recorded on {where['device_name']} ({device}), {where['dtype']}, {where['date']}"
 
 
 _CACHE: dict = {}
@@ -250,7 +254,7 @@ def record(pair_name: str = "qwen-coder", dtype: Optional[str] = None, folder: P
 
     pair = specviz.load_pair(pair_name, dtype=dtype, progress=lambda f, message: say(f"  {message}"))
     say(f"loaded {pair!r}; warming up")
-    _warm_up(pair)
+    warm_up(pair, {preset.method for preset in presets})
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     env = environment(pair, static_cache=False)
@@ -339,10 +343,10 @@ def write_trace(events: list, path: Path) -> None:
         gz.write("".join(dumps(e) + "\n" for e in events).encode("utf-8"))
 
 
-def _warm_up(pair) -> None:
-    """One short run of each preset's method, off every clock: a fresh model's first passes are slow."""
-
-    for method in sorted({preset.method for preset in PRESETS} | {"ar"}):
+def warm_up(pair, names) -> None:
+    """One short run of each method named (and AR), off every clock: a fresh model's first passes
+    are slow, and a trained drafter's heads load on their first use."""
+    for method in sorted(set(names) | {"ar"}):
         for _ in specviz.generate(pair, "warm up", method=method, k=2, max_new_tokens=3, record_topk=0):
             pass
 

@@ -37,12 +37,13 @@ from specviz.analysis.metrics import timing_note
 from specviz.bench import gallery, recordings
 from specviz.bench.provenance import REPO
 from specviz.errors import InputError
+from specviz.render.page import plotly_bundle, shared_template
 from specviz.render.html import CSS
 from specviz.site import codec, pages, views
 from specviz.site.pages import REPOSITORY
 
 STATIC = Path(__file__).resolve().parent / "static"
-BUDGET = 15_000_000  # bytes: the whole site (issue #64); `sizes()` says what takes the room
+BUDGET = 15_000_000  # bytes: the whole site, what a free host and a class's download afford; `sizes()` says what takes the room
 NOTEBOOKS = REPO / "docs" / "notebooks"
 SLIDES = REPO / "docs" / "slides"
 
@@ -95,21 +96,19 @@ def _check_sources(folder: Path, complete: bool) -> None:
 
 
 def _assets(out: Path) -> None:
-    import plotly  # the installed package's own bundle: the same plotly.js the app's charts use
-
     assets = out / "assets"
     assets.mkdir()
     for name in ("player.js", "gallery.js", "site.css"):
         shutil.copyfile(STATIC / name, assets / name)
     files.write_text(assets / "views.css", CSS)
-    bundle = (Path(plotly.__file__).parent / "package_data" / "plotly.min.js").read_text(encoding="utf-8")
+    bundle = plotly_bundle()
     # Plotly's own bundle, gzip-compressed like the data (a third of its size: the budget's largest
     # part); player.js decodes and runs it once per page. Its licence header travels beside it
     files.write_text(assets / "plotly.js", f'SV.got("plotly",{json.dumps(codec.pack_text(bundle))});\n')
     files.write_text(assets / "plotly.LICENSE.txt", bundle[:bundle.index("*/") + 2] + "\n"
                      "(assets/plotly.js holds this plotly.js bundle, unchanged, gzip-compressed and base64-encoded)\n")
     files.write_text(assets / "template.js", "window.SV = window.SV || {};\nSV.template = "
-                     + json.dumps(views.shared_template(), sort_keys=True, separators=(",", ":")) + ";\n")
+                     + json.dumps(shared_template(), sort_keys=True, separators=(",", ":")) + ";\n")
 
 
 def data_text(key: str, data) -> str:
@@ -199,9 +198,7 @@ def _forwards(events: list) -> int:
 
 
 def _where(recorded: dict) -> str:
-    threads = recorded.get("threads")
-    return (f"recorded on {recorded.get('device_name')} ({recorded.get('device')}, {threads} thread"
-            f"{'s' * (threads != 1)}), {recorded.get('dtype')}, {recorded.get('date')}, specviz {recorded.get('specviz')}")
+    return f"{recordings.where_note(recorded)}, specviz {recorded.get('specviz')}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +218,7 @@ def _presets(out: Path, folder: Path, say) -> list:
             spread = (f"this replay is the first of {len(ordered)} races of this preset ({rec.speedups[0]:.2f}×); "
                       f"over all {len(ordered)}: median {statistics.median(ordered):.2f}×, "  # as the guide's tables
                       f"range {ordered[0]:.2f}–{ordered[-1]:.2f}×")
-        data = {"key": key, "where": rec.note + ", specviz " + str(rec.where.get("specviz")), "earlier": rec.earlier_code,
+        data = {"key": key, "where": _where(rec.where), "earlier": rec.earlier_code,
                 "spread": spread, "step": views.step_view(rec.run, run_s), "race": views.race_view(rec.run, rec.ar, run_s, ar_s),
                 "paced": "each step replayed at its share of its lane's measured time (this recording kept totals only)"}
         rows.append({"key": key, "label": label, "method": rec.preset.method, "spread": spread,
@@ -237,7 +234,7 @@ def _presets(out: Path, folder: Path, say) -> list:
 
 def _serving(out: Path, folder: Path, say) -> dict:
     info = recordings.serving_manifest(folder)
-    where = _where({**info["recorded"], "threads": info["recorded"].get("threads")})
+    where = _where(info["recorded"])
     points, keys = [], []
     for batch in info["batches"]:
         ar = recordings.serving_recording(batch, "ar", folder)

@@ -15,7 +15,6 @@ total in proportion to the step's draft and verify time (`own_clock`).
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Optional
 
@@ -23,37 +22,8 @@ from specviz import methods
 from specviz.analysis import overlap
 from specviz.render import chips, inspector, panel, race, serving, steps as st, timeline, tree
 from specviz.render.charts import speedup_figure, summarize
+from specviz.render.page import figure_json as figure
 from specviz.site.codec import delta
-
-def figure(fig) -> dict:
-    """A figure as Plotly JSON without the shared template (the page puts it back); a figure
-    drawn with another template keeps its own."""
-    data = json.loads(fig.to_json())
-    if data.get("layout", {}).get("template") == shared_template():
-        del data["layout"]["template"]
-    return _rounded(data)
-
-
-def _rounded(value):
-    """Floats to 5 significant digits: what a figure can show (its hover texts are written already),
-    in a third of the bytes."""
-    if isinstance(value, float):
-        return float(f"{value:.5g}")
-    if isinstance(value, list):
-        return [_rounded(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _rounded(v) for k, v in value.items()}
-    return value
-
-
-@functools.lru_cache(maxsize=1)
-def shared_template() -> dict:
-    """The default template every renderer's figure carries (stored once by the site: template.js);
-    read, never changed."""
-    from plotly import graph_objects as go
-
-    return json.loads(go.Figure().to_json())["layout"].get("template", {})
-
 
 # ---------------------------------------------------------------------------------------------
 # clocks
@@ -125,23 +95,6 @@ def step_view(events: list, seconds: list, with_inspector: bool = True) -> dict:
 # the race
 
 
-def method_line(started: dict) -> str:
-    """The lane's subtitle: the method, its k or tree, and what it drafts with."""
-    method = started.get("method", "")
-    record = methods.find(method)
-    opts = started.get("options") or {}
-    parts = []
-    if record is not None and not record.tree and method != "ar":
-        k = started.get("k")
-        parts.append(f"k auto, {opts.get('auto_rule', '')} rule" if k == "auto" else f"k = {k}")
-    if record is not None and record.tree_forms:
-        shape = opts.get("tree", "dynamic")
-        parts.append(f"dynamic, budget {opts.get('tree_budget')}" if shape == "dynamic" else f"shape {shape}")
-    if started.get("lossless") is False:
-        parts.append(f"{started.get('rule', 'typical')} acceptance, LOSSY")
-    return method + (f" ({', '.join(parts)})" if parts else "") + f": {methods.help_of(method)}"
-
-
 def race_view(run_events: list, ar_events: list, run_seconds: list, ar_seconds: list) -> dict:
     """Both lanes as the app's race draws them after each of their steps, with the time of each
     frame on the lane's own clock, and the verdict the finished race shows."""
@@ -149,7 +102,7 @@ def race_view(run_events: list, ar_events: list, run_seconds: list, ar_seconds: 
     lanes = {}
     for name, events, seconds, title, subtitle in (
             ("ar", ar_events, ar_seconds, "Autoregressive", "target only: one forward per token"),
-            ("run", run_events, run_seconds, "Speculative", method_line(run_events[0]))):
+            ("run", run_events, run_seconds, "Speculative", methods.setting(run_events[0]))):
         ends = step_ends(events)
         frames = [race.lane_html(events[:1], 0.0, title, subtitle, False, scale).html]
         frames += [race.lane_html(events[:end], seconds[j], title, subtitle, end == len(events), scale).html
