@@ -24,11 +24,12 @@ app: setup
 	$(PY) -m specviz app
 
 # optional: llama.cpp beside PyTorch, built from PyPI's llama-cpp-python source into
-# .venv/llama.cpp (about 4 minutes on 2 cores, once; needs a C/C++ compiler). Tests that need it
-# skip, saying so, until it is built.
+# .venv/llama.cpp (about 4 minutes on 2 cores, once; needs a C/C++ compiler), with the patches in
+# specviz/runtime/llamacpp/patches/ applied (a new patch builds it again). Tests that need it skip,
+# saying so, until it is built.
 llamacpp: $(VENV)/llama.cpp/specviz-build.txt
 
-$(VENV)/llama.cpp/specviz-build.txt: $(VENV)/.installed
+$(VENV)/llama.cpp/specviz-build.txt: $(VENV)/.installed $(wildcard specviz/runtime/llamacpp/patches/*.patch)
 	$(PY) -m specviz llamacpp install
 
 test: setup  # -rs: each skipped test's reason at the end (no llama.cpp built, no GPU, no Chromium)

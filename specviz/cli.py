@@ -104,9 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "the int8 target is then the model decoded); default: $SPECVIZ_MEMORY, else auto "
                           "(low when the float pair would not fit in available memory)")
     gen.add_argument("--backend", default=None, help="torch (PyTorch, default) | llama.cpp: the pair's GGUF files run "
-                     "by llama.cpp (ar, spec, pld, cascade; `python -m specviz llamacpp install` builds it)")
+                     "by llama.cpp (chains: ar, spec, pld, cascade, suffix and the heads' medusa, eagle, eagle3, peagle, dflash; "
+                     "`python -m specviz llamacpp install` builds it)")
     gen.add_argument("--gguf", default=None, help="with --backend llama.cpp: q4_k_m (the shipped file, default) | "
-                     "q8_0 | f16 (made from it once)")
+                     "q4_0 | q8_0 | f16 (made from it once)")
     gen.add_argument("--heads", default="", help="medusa / eagle: a folder of trained heads "
                      "(what `train --out` wrote); default: the ones shipped for the pair")
     gen.add_argument("--jsonl", action="store_true", help="print one event per line instead")

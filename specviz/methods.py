@@ -41,7 +41,7 @@ class Method:
     auto_k: bool = False  # k="auto" (specviz.engine.adaptive) chooses its k each step
     batch: bool = False  # runs in a batch of sequences (specviz.engine.batch): chains only
     load_k: bool = False  # k="load" (specviz.engine.load.LoadK): one k a step for the whole batch
-    llamacpp: bool = False  # runs on llama.cpp's passes (chains of causal passes, no hidden states)
+    llamacpp: bool = False  # runs on llama.cpp's passes (chains of causal passes; heads read its states)
     heads: str = ""  # the kind of trained heads it drafts with (specviz.runtime.head_nets), or ""
     batch_build: str = ""  # "module:function" of a batched drafter; "": one `build` drafter per row
 
@@ -158,21 +158,21 @@ for _method in (
            "the draft model, sped up by prompt lookup", f"{_D}.lookup:build_cascade", auto_k=True, llamacpp=True,
            options=(("ngram", "ngram"),)),
     Method("medusa", "Medusa heads on the target's last hidden state draft k tokens at once (trained here)",
-           "Medusa heads on the target", f"{_D}.heads:build", batch=True, load_k=True, heads="medusa"),
+           "Medusa heads on the target", f"{_D}.heads:build", batch=True, load_k=True, llamacpp=True, heads="medusa"),
     Method("medusa-tree", "Medusa heads' top candidates as a static tree, verified with tree attention",
            "Medusa heads on the target", f"{_D}.heads:build", shape="draft tree", tree_forms=("static",),
            heads="medusa"),
     Method("eagle", "EAGLE: a one-layer draft at the target's feature level drafts k tokens (trained here)",
-           "an EAGLE layer on the target", f"{_D}.heads:build", batch=True, load_k=True, heads="eagle"),
+           "an EAGLE layer on the target", f"{_D}.heads:build", batch=True, load_k=True, llamacpp=True, heads="eagle"),
     Method("eagle-tree", "EAGLE-2: a dynamic tree from the EAGLE layer, by cumulative draft probability",
            "an EAGLE layer on the target", f"{_D}.heads:build", shape="draft tree", tree_forms=("dynamic",),
            heads="eagle"),
     Method("eagle3", "EAGLE-3: the EAGLE layer reads the target's low, middle and high layers, drafts k tokens",
-           "an EAGLE-3 layer on the target", f"{_D}.heads:build", batch=True, load_k=True, heads="eagle3"),
+           "an EAGLE-3 layer on the target", f"{_D}.heads:build", batch=True, load_k=True, llamacpp=True, heads="eagle3"),
     Method("eagle3-tree", "EAGLE-3 with EAGLE-2's dynamic tree", "an EAGLE-3 layer on the target",
            f"{_D}.heads:build", shape="draft tree", tree_forms=("dynamic",), heads="eagle3"),
     Method("peagle", "P-EAGLE: parallel drafting, all k tokens from one forward of an EAGLE-3 layer (placeholders)",
-           "a P-EAGLE layer on the target", f"{_D}.heads:build", batch=True, load_k=True, heads="peagle"),
+           "a P-EAGLE layer on the target", f"{_D}.heads:build", batch=True, load_k=True, llamacpp=True, heads="peagle"),
     Method("suffix", "suffix decoding: the most frequent continuation of the text's ending in the session's "
            "earlier outputs and the prompt, no draft model", "suffix trees of the session's outputs and the prompt",
            f"{_D}.suffix:build", batch=True, load_k=True, llamacpp=True, options=(("min_prob", "suffix_min_prob"),)),
@@ -181,7 +181,7 @@ for _method in (
            shape="candidate tree", options=(("min_prob", "suffix_min_prob"),)),
     Method("dflash", "DFlash: a block of masks filled in one forward of a small drafter on the target's states "
            "(block diffusion, trained here)", "a DFlash block drafter on the target", f"{_D}.heads:build",
-           batch=True, load_k=True, heads="dflash"),
+           batch=True, load_k=True, llamacpp=True, heads="dflash"),
     Method("dflash-tree", "DFlash's block as a dynamic tree: every depth's top candidates from the one block forward, "
            "the likeliest paths kept (EAGLE-2's growth), verified with tree attention", "a DFlash block drafter on the target",
            f"{_D}.heads:build", shape="draft tree", tree_forms=("dynamic",), heads="dflash"),

@@ -29,6 +29,8 @@ MISSING = llamacpp.available()
 needs_llamacpp = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
 needs_server = pytest.mark.skipif(MISSING is not None or llamacpp_server.missing() is not None,
                                   reason=str(MISSING or llamacpp_server.missing()))
+needs_states = pytest.mark.skipif(MISSING is not None or llamacpp.states_problem() is not None,
+                                  reason=str(MISSING or llamacpp.states_problem()))
 PROMPTS = ("def is_prime(n):\n", "# Sort a list of words by length, then alphabetically\nwords = [")
 N = 16  # tokens a run compares (CI's budget)
 
@@ -87,7 +89,10 @@ def q8_0_ar(q8_0):
 
 
 @needs_llamacpp
-@pytest.mark.parametrize("method,k", [("spec", 4), ("spec", 2), ("pld", 4), ("cascade", 4), ("suffix", 8)])
+@pytest.mark.parametrize("method,k", [("spec", 4), ("spec", 2), ("pld", 4), ("cascade", 4), ("suffix", 8),
+                                      pytest.param("eagle3", 4, marks=needs_states),
+                                      pytest.param("medusa", 3, marks=needs_states),
+                                      pytest.param("dflash", 4, marks=needs_states)])
 def test_speculative_greedy_equals_ar_token_for_token(q8_0, q8_0_ar, method, k):
     drafted = accepted = 0
     for prompt in PROMPTS:
@@ -267,7 +272,7 @@ def test_sampled_first_token_follows_the_targets_law(pair):
 
 
 @needs_llamacpp
-@pytest.mark.parametrize("method", ["tree", "medusa", "eagle3", "lookahead"])
+@pytest.mark.parametrize("method", ["tree", "medusa-tree", "eagle3-tree", "lookahead"])
 def test_methods_that_need_pytorch_are_refused_in_one_sentence(pair, method):
     with pytest.raises(InputError, match="needs PyTorch"):
         specviz.generate(pair, "x", method=method)
@@ -364,3 +369,78 @@ def test_a_copy_that_would_not_fit_is_refused_before_the_quantizer_writes(tmp_pa
         assert f"it needs about {need[key]} free and 1.5 GB is free" in message, message
         assert "shipped Q4_K_M file" in message and "\n" not in message
     assert sorted(p.name for p in shipped.parent.iterdir()) == [shipped.name]
+
+
+# ---------------------------------------------------------------------------------------------
+# the target's own states, handed out by llama.cpp (specviz's patch for Qwen2's graph)
+
+@needs_states
+def test_a_pass_hands_out_the_layer_inputs_and_last_states_of_every_fed_token(pair, q8_0):
+    """forward(hidden=layers): the inputs of the asked layers and the last hidden state of every
+    fed token, as PyTorch's runner gives them. Layer 0's input is the token's embedding row (the
+    GGUF's table, de-quantised here: the same rows llama.cpp looked up); the last state read
+    through the output head gives the pass's own logits; on the Q8_0 copy (whose kernels do not
+    depend on how many rows a pass has) a prompt fed in two pieces gives the very states of one
+    pass over it: each token's rows are its own, in order, whatever the cache held before."""
+    ids = pair.encode(PROMPTS[1])
+    runner = pair.target.make_runner()
+    logits, states = runner.forward(ids, keep=len(ids), hidden=(0, 2, 14, 25))
+    d = pair.target.hidden_size
+    assert states.shape == (len(ids), 5, d) and logits.shape == (len(ids), pair.target.vocab_size)
+    embed = pair.target.get_input_embeddings()(torch.tensor(ids))
+    assert torch.allclose(states[:, 0], embed, rtol=1e-2, atol=1e-3)  # bf16 table against llama.cpp's float32 rows
+    norms = states.norm(dim=-1)
+    assert bool((norms[:, 1] < norms[:, 3]).all())  # the residual stream grows with depth
+    head = pair.target.get_output_embeddings().weight.float()
+    again = states[:, 4] @ head.T
+    assert torch.equal(again.argmax(-1), logits.argmax(-1))
+    # the Q6_K head's own kernel (its inputs rounded to 8 bits) against a float product of the bf16 table
+    cosine = torch.nn.functional.cosine_similarity(again, logits, dim=-1)
+    assert float(cosine.min()) > 0.995 and float(cosine.median()) > 0.9998
+    whole = q8_0.target.make_runner().forward(ids, hidden=(0, 2, 14, 25))[1]
+    halves = q8_0.target.make_runner()
+    first = halves.forward(ids[:5], hidden=(0, 2, 14, 25))[1]
+    second = halves.forward(ids[5:], hidden=(0, 2, 14, 25))[1]
+    assert torch.equal(torch.cat([first, second]), whole)
+    last = pair.target.make_runner().forward(ids, hidden=True)[1]
+    assert torch.allclose(last, states[:, 4], rtol=1e-4, atol=1e-4)
+
+
+def test_without_the_patch_a_states_lane_is_one_sentence_not_an_abort(monkeypatch):
+    """llama.cpp aborts the whole process when a Qwen2 graph is asked for layer inputs it does not
+    hand out: without specviz's patch the runner refuses first, saying how to build it."""
+    monkeypatch.setattr(llamacpp, "patched", lambda name, where=None: False)
+    assert "build it again with `python -m specviz llamacpp install`" in llamacpp.states_problem()
+    if MISSING is None:
+        pair = specviz.load_pair("qwen-coder", backend="llama.cpp")
+        for method in ("eagle3", "medusa", "dflash"):
+            with pytest.raises(InputError, match=f"method='{method}' reads the target's layer inputs, but the llama.cpp here was not built"):
+                specviz.generate(pair, "x", method=method)
+
+
+def test_the_patch_applies_where_its_context_is_and_nowhere_else(tmp_path):
+    """build.apply_patch (no `patch` or `git` program needed): the hunk goes in where its context
+    is, even a line off; a file already patched, or another file, is refused in one sentence;
+    the build record names the patch and its digest."""
+    from specviz.runtime.llamacpp import build
+
+    [patch] = build.patches()
+    text = patch.read_text()
+    head, _, body = text.split("\n@@ ", 1)[1].partition("\n")
+    lines = [line for line in body.split("\n") if line[:1] in (" ", "+", "-")]
+    old = [line[1:] for line in lines if line[0] in " -"]
+    new = [line[1:] for line in lines if line[0] in " +"]
+    start = int(head.split()[0].lstrip("-").split(",")[0])
+    target = tmp_path / "src" / "models" / "qwen2.cpp"
+    target.parent.mkdir(parents=True)
+    before = [f"// line {i}" for i in range(start)]  # one line more than the hunk says
+    target.write_text("\n".join(before + old + ["}"]))
+    build.apply_patch(patch, tmp_path)
+    assert target.read_text().split("\n") == before + new + ["}"]
+    assert "res->t_layer_inp[il] = inpL;" in target.read_text()
+    with pytest.raises(build.BuildError, match="does not apply to src/models/qwen2.cpp"):
+        build.apply_patch(patch, tmp_path)
+    record = build._record_head()
+    assert f"patch {patch.name} sha256 " in record
+    (tmp_path / llamacpp.STAMP).write_text(record + "built now\n")
+    assert llamacpp.patched(patch.name, tmp_path) and not llamacpp.patched(patch.name, tmp_path / "elsewhere")

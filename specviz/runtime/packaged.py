@@ -212,31 +212,17 @@ def convert_packaged(spec: PackagedModel, dest: Path, say: Progress) -> None:
 @contextlib.contextmanager
 def _gguf_parsed_once():
     """transformers opens the GGUF three times for one conversion (the config, the weights, the
-    tokenizer), and gguf's reader walks every metadata field each time: for Qwen's 151k-token
-    vocabulary and merges that walk costs more than de-quantising the weights. Within this block
-    each file is parsed once and its (read-only, memory-mapped) reader shared; the readers are
+    tokenizer), and gguf's reader walks every metadata field each time. Within this block each file
+    is parsed once (runner.gguf_reader) and its (read-only, memory-mapped) reader shared; the readers are
     dropped on leaving it, before the GGUF may be deleted."""
     import gguf
-    import numpy as np
 
     original, readers = gguf.GGUFReader, {}
-
-    class PlainViewReader(original):
-        """The same reader over a plain ndarray view of its memory map (no copy): slicing a
-        np.memmap builds a memmap object per field part, millions of them for the vocabulary."""
-
-        @property
-        def data(self):
-            return self._plain
-
-        @data.setter
-        def data(self, value):
-            self._plain = value.view(np.ndarray) if isinstance(value, np.memmap) else value
 
     def reader(path, mode="r"):
         key = (os.fspath(path), mode)
         if key not in readers:
-            readers[key] = PlainViewReader(path, mode)
+            readers[key] = llamacpp.gguf_reader(path, mode)
         return readers[key]
 
     gguf.GGUFReader = reader

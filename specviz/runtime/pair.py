@@ -37,6 +37,7 @@ class Pair:
     last_load: Optional[dict] = None  # {"now", "before"}: this default load, the last one of its name (remember_load)
     backend: str = "torch"  # "llama.cpp": both GGUF files run by llama.cpp's kernels (specviz.runtime.llamacpp.runner)
     weights: str = ""  # the weights' type where it is not `dtype` (llama.cpp: the GGUF's, e.g. "Q4_K_M")
+    family: str = ""  # the pair whose models these are, where the name differs (llama.cpp's runs qwen-coder's): its heads fit
     _texts: dict = field(default_factory=dict, repr=False)
     _variants: dict = field(default_factory=dict, repr=False, compare=False)  # specviz.runtime.quant.quantize_draft
 

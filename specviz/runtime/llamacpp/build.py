@@ -7,7 +7,13 @@ CMake for this CPU (GGML_NATIVE), the shared libraries and `llama-server`, into
 building it a second time (LLAMA_BUILD=OFF); `specviz.runtime.llamacpp.runner.binding()` points it at the
 libraries built here. Nothing prebuilt is downloaded. It needs a C/C++ compiler (Debian's
 build-essential, Xcode's command-line tools, or Visual Studio's C++ workload); CMake comes from
-PyPI when none is on PATH. A build already in place is kept (--force builds again).
+PyPI when none is on PATH. A build already in place is kept (--force builds again) when it was
+built from the same package with the same patches.
+
+Before compiling, the patches in `patches/` (git format-patch files, each saying what it changes
+and why) are applied to the vendored source; the build record names each with its sha256, and a
+build without them is built again. Today one: Qwen2's graph hands out its layer inputs, which
+EAGLE-3 and DFlash drafters read (llama.cpp's own and specviz's, specviz.runtime.llamacpp.runner).
 """
 
 from __future__ import annotations
@@ -25,12 +31,12 @@ from pathlib import Path
 
 from specviz.argparsing import Parser
 from specviz.errors import SpecvizError, run_command
-from specviz.runtime.llamacpp.runner import VERSION, home
+from specviz.runtime.llamacpp.runner import STAMP, VERSION, home
 
 PACKAGE = "llama-cpp-python"
 SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"  # llama_cpp_python-0.3.36.tar.gz
 TARGETS = ("llama", "llama-server")
-STAMP = "specviz-build.txt"  # in home(): what was built, from what; its absence means no whole build
+PATCHES = Path(__file__).with_name("patches")  # *.patch, applied in name order
 
 
 class BuildError(SpecvizError):
@@ -46,7 +52,7 @@ def install(force: bool = False, jobs: int = 0) -> Path:
     binding. Returns home()."""
     dest = home()
     stamp = dest / STAMP
-    built = stamp.exists() and stamp.read_text().startswith(f"{PACKAGE} {VERSION}\n")
+    built = stamp.exists() and stamp.read_text().startswith(_record_head())
     with tempfile.TemporaryDirectory(prefix="specviz-llamacpp-") as work:
         work = Path(work)
         sdist = _download(work)
@@ -94,6 +100,9 @@ def _build(sdist: Path, work: Path, dest: Path, jobs: int) -> None:
     with tarfile.open(sdist) as tar:
         tar.extractall(work, filter="data")
     source = next(work.glob("llama_cpp_python-*")) / "vendor" / "llama.cpp"
+    for patch in patches():
+        apply_patch(patch, source)
+        say(f"applied {patch.name}")
     build, log = work / "build", dest.parent / "llama.cpp-build.log"
     dest.parent.mkdir(parents=True, exist_ok=True)
     log.unlink(missing_ok=True)
@@ -114,9 +123,57 @@ def _build(sdist: Path, work: Path, dest: Path, jobs: int) -> None:
             target.symlink_to(os.readlink(path))
         else:
             shutil.copy2(path, target)
-    (dest / STAMP).write_text(f"{PACKAGE} {VERSION}\nsha256 {SHA256}\n"
-                              f"built {time.strftime('%Y-%m-%d %H:%M:%S')} for this CPU (GGML_NATIVE)\n")
+    (dest / STAMP).write_text(_record_head() + f"built {time.strftime('%Y-%m-%d %H:%M:%S')} for this CPU (GGML_NATIVE)\n")
     say(f"built into {dest}")
+
+
+def patches() -> list:
+    return sorted(PATCHES.glob("*.patch"))
+
+
+def _record_head() -> str:
+    """The build record's first lines: the package, its digest and every patch applied (with its
+    digest). A build whose record starts otherwise is built again."""
+    lines = [f"{PACKAGE} {VERSION}", f"sha256 {SHA256}"]
+    lines += [f"patch {p.name} sha256 {hashlib.sha256(p.read_bytes()).hexdigest()}" for p in patches()]
+    return "\n".join(lines) + "\n"
+
+
+def apply_patch(patch: Path, root: Path) -> None:
+    """Apply a unified diff (a git format-patch file) to the tree at `root`: every hunk's context
+    and removed lines must be found where the hunk says (a few lines off is allowed, as `patch`
+    does), else BuildError. No `patch` or `git` program is needed (Windows has neither)."""
+    text = patch.read_text()
+    files = text.split("\n--- a/")[1:]
+    if not files:
+        raise BuildError(f"{patch.name} holds no diff.")
+    for chunk in files:
+        header, _, body = chunk.partition("\n+++ b/")
+        path = root / header.strip()
+        lines = path.read_text().split("\n")
+        hunks = ("\n" + body).split("\n@@ ")[1:]
+        offset = 0
+        for hunk in hunks:
+            head, _, rest = hunk.partition("\n")
+            start = int(head.split()[0].lstrip("-").split(",")[0]) - 1 + offset
+            old, new = [], []
+            for line in rest.split("\n"):
+                if line.startswith("diff --git") or line.startswith("-- "):
+                    break
+                tag, content = (line[:1], line[1:]) if line else (" ", "")
+                if tag in " -":
+                    old.append(content)
+                if tag in " +":
+                    new.append(content)
+            while old and new and old[-1] == "" and new[-1] == "":  # the split's trailing empty line
+                old.pop(), new.pop()
+            at = next((start + d for d in (0, -1, 1, -2, 2, -3, 3) if lines[start + d:start + d + len(old)] == old), None)
+            if at is None:
+                raise BuildError(f"{patch.name} does not apply to {header.strip()} near line {start + 1}: "
+                                 "the vendored llama.cpp is not the one it was written for.")
+            lines[at:at + len(old)] = new
+            offset += len(new) - len(old)
+        path.write_text("\n".join(lines))
 
 
 def _no_amx() -> list:

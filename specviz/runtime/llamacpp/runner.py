@@ -12,8 +12,16 @@ files (the pair's own packaged ones, no second download) is `specviz.runtime.mod
 
 so `specviz.generate` runs its exact algorithm (draft, one verification pass over k + 1 tokens,
 the rejection rule, the residual, the bonus) over llama.cpp's forward passes, with the same
-events as every other run. Chains only: tree attention and the hidden states that Medusa and
-EAGLE read are PyTorch's (the methods with `llamacpp=True` in specviz.methods).
+events as every other run. Chains only (the methods with `llamacpp=True` in specviz.methods).
+
+The drafters that read the target's own states (Medusa, EAGLE, EAGLE-3, P-EAGLE, DFlash) get
+them from the same verification pass, as on PyTorch: forward(..., hidden=...) also returns the
+inputs of the asked layers (llama.cpp's `llama_get_embeddings_layer_inp`, which the binding does
+not bind: `LayerInputs` binds it beside the binding's own calls) and the last hidden state after
+the final norm (`llama_get_embeddings`). Qwen2's graph hands out its layer inputs only with
+specviz's patch (build.py applies it; `states_problem` says when the llama.cpp here lacks it),
+and the heads read the target's token embeddings and output head, de-quantised from the GGUF
+(`TableRows`).
 
 llama.cpp is optional. `python -m specviz llamacpp install` (or `make llamacpp`) builds it
 from the llama-cpp-python source package on PyPI (no downloaded binaries) into
@@ -111,6 +119,122 @@ def default_threads() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+STAMP = "specviz-build.txt"  # in home(), written by build.py: what was built, from what, with which patches
+
+
+def patched(name: str, where: Optional[Path] = None) -> bool:
+    """Whether the llama.cpp built in `where` (default: home()) has the patch `name` applied, by its
+    build record; False for a llama.cpp built some other way (no record)."""
+    record = (where or home()) / STAMP
+    if not record.exists():
+        return False
+    return any(line.startswith(f"patch {name} ") for line in record.read_text().splitlines())
+
+
+def states_problem() -> Optional[str]:
+    """None when this llama.cpp hands out a Qwen2 target's layer inputs, else why not (one
+    sentence). Without specviz's patch, llama.cpp aborts the whole process when asked for them."""
+    if not patched(LAYER_INPUTS_PATCH):
+        return (f"the llama.cpp here was not built with specviz's {LAYER_INPUTS_PATCH} (Qwen2 targets then cannot "
+                f"hand out their layer inputs): build it again with {INSTALL_HINT}")
+    return None
+
+
+LAYER_INPUTS_PATCH = "0001-qwen2-layer-inputs.patch"
+
+
+class LayerInputs:
+    """llama.cpp's extended calls for a target's layer inputs, which llama-cpp-python does not
+    bind (they are exported by libllama, declared in its src/llama-ext.h):
+
+        void    llama_set_embeddings_layer_inp(llama_context *, uint32_t layer, bool on)
+        float * llama_get_embeddings_layer_inp(llama_context *, uint32_t layer)
+
+    The getter returns the inputs of that layer (the residual stream before its norm:
+    transformers' hidden_states[layer]) for every token of the last decode, in batch order.
+    llama-ext.h declares them without extern "C", so the library exports C++ names: looked up as
+    C, then as GCC/Clang (Itanium) and MSVC mangle them."""
+
+    NAMES = {"set": ("llama_set_embeddings_layer_inp", "_Z30llama_set_embeddings_layer_inpP13llama_contextjb",
+                     "?llama_set_embeddings_layer_inp@@YAXPEAUllama_context@@I_N@Z"),
+             "get": ("llama_get_embeddings_layer_inp", "_Z30llama_get_embeddings_layer_inpP13llama_contextj",
+                     "?llama_get_embeddings_layer_inp@@YAPEAMPEAUllama_context@@I@Z")}
+
+    def __init__(self, lib):
+        cdll = lib.llama_cpp._lib
+        self.set = self._find(cdll, "set")
+        self.set.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_bool]
+        self.set.restype = None
+        self.get = self._find(cdll, "get")
+        self.get.argtypes = [ctypes.c_void_p, ctypes.c_uint32]
+        self.get.restype = ctypes.POINTER(ctypes.c_float)
+
+    def _find(self, cdll, which: str):
+        for name in self.NAMES[which]:
+            try:
+                return getattr(cdll, name)
+            except AttributeError:
+                continue
+        raise LlamaCppMissing(f"This llama.cpp library has no {self.NAMES[which][0]} (it is older than "
+                              f"llama-cpp-python {VERSION}'s): build it with {INSTALL_HINT}.")
+
+
+_LAYER_INPUTS = None
+
+
+def layer_inputs() -> LayerInputs:
+    global _LAYER_INPUTS
+    if _LAYER_INPUTS is None:
+        _LAYER_INPUTS = LayerInputs(binding())
+    return _LAYER_INPUTS
+
+
+class TableRows(torch.nn.Module):
+    """A (rows, d) table of the GGUF file (the token embeddings, or the output head), de-quantised
+    once and kept in bfloat16 (half the float32 size); `weight` is the table, calling it with ids
+    gives their rows in float32. The heads read the target's embedding and output head through it,
+    as they read the PyTorch target's `get_input_embeddings()` and `get_output_embeddings()`."""
+
+    def __init__(self, weight: torch.Tensor):
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight, requires_grad=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.weight.index_select(0, ids.reshape(-1)).reshape(*ids.shape, -1).float()
+
+
+def gguf_reader(path, mode: str = "r"):
+    """gguf's reader of the file at `path`, over a plain ndarray view of its memory map (no copy):
+    slicing a np.memmap builds a memmap object per field part, millions of them for Qwen's 151k-token
+    vocabulary and merges, which made parsing the metadata cost more than de-quantising the weights."""
+    import numpy as np
+    from gguf.gguf_reader import GGUFReader  # the class itself (_gguf_parsed_once swaps gguf.GGUFReader)
+
+    class PlainViewReader(GGUFReader):
+        @property
+        def data(self):
+            return self._plain
+
+        @data.setter
+        def data(self, value):
+            self._plain = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    return PlainViewReader(path, mode)
+
+
+def gguf_tables(path: Path, names: tuple) -> dict:
+    """The tensors `names` of the GGUF at `path` that it has, de-quantised to bfloat16 (rows,
+    columns), by name (one without an output head ties it to the token embeddings)."""
+    from gguf.quants import dequantize
+
+    found = {}
+    for tensor in gguf_reader(path).tensors:
+        if tensor.name in names:
+            rows = dequantize(tensor.data, tensor.tensor_type)
+            found[tensor.name] = torch.from_numpy(rows.reshape(-1, rows.shape[-1])).to(torch.bfloat16)
+    return found
+
+
 class LlamaCppModel:
     """One GGUF file loaded by llama.cpp (CPU), in the role of a Pair's target or draft.
 
@@ -136,8 +260,31 @@ class LlamaCppModel:
         lib.llama_model_desc(self._ptr, buf, len(buf))
         self.desc = buf.value.decode(errors="replace")  # e.g. "qwen2 1.5B Q4_K - Medium"
         self.bytes = int(lib.llama_model_size(self._ptr))
+        self.n_layers = lib.llama_model_n_layer(self._ptr)
+        self.hidden_size = lib.llama_model_n_embd(self._ptr)
         self._contexts: list = []
         self._lock = threading.Lock()
+        self._tables: dict = {}
+        self._tables_lock = threading.Lock()
+
+    # the heads (specviz.runtime.head_nets) read these as they read a transformers model's
+    def get_input_embeddings(self) -> TableRows:
+        return self._tables_of()["token_embd.weight"]
+
+    def get_output_embeddings(self) -> TableRows:
+        """The output head: its own tensor, or the token embeddings where the file ties them."""
+        tables = self._tables_of()
+        return tables.get("output.weight", tables["token_embd.weight"])
+
+    def _tables_of(self) -> dict:
+        """The token embeddings and the output head, de-quantised from the file once (seconds)."""
+        with self._tables_lock:
+            if not self._tables:
+                found = gguf_tables(self.path, ("token_embd.weight", "output.weight"))
+                if "token_embd.weight" not in found:
+                    raise PairError(f"{self.path.name} has no token embeddings (token_embd.weight).")
+                self._tables = {name: TableRows(weight) for name, weight in found.items()}
+            return self._tables
 
     @property
     def eog_ids(self) -> list:
@@ -147,15 +294,18 @@ class LlamaCppModel:
     def make_runner(self) -> "LlamaCppRunner":
         return LlamaCppRunner(self)
 
-    def _lend(self):
+    def _lend(self, states: tuple = ()):
+        """A context that is not in use, made to hand out `states` (layer indices, then "last" for
+        the last hidden state) with every decode, or none when empty: what a context extracts is
+        fixed when it is made (switching reserves llama.cpp's compute buffers again)."""
         with self._lock:  # two sessions of the app may start runs at once
             for entry in self._contexts:
-                if not entry["busy"]:
+                if not entry["busy"] and entry["states"] == states:
                     entry["busy"] = True
                     return entry
-            return self._new_context()
+            return self._new_context(states)
 
-    def _new_context(self) -> dict:
+    def _new_context(self, states: tuple = ()) -> dict:
         lib = binding()
         params = lib.llama_context_default_params()
         params.n_ctx, params.n_batch, params.n_ubatch = self.n_ctx, N_BATCH, N_BATCH
@@ -165,7 +315,12 @@ class LlamaCppModel:
         if not ctx:
             raise PairError(f"llama.cpp could not make a {self.n_ctx}-token context for {self.path.name} "
                             "(out of memory?).")
-        entry = {"ctx": ctx, "busy": True, "batch": lib.llama_batch_init(N_BATCH, 0, 1)}
+        entry = {"ctx": ctx, "busy": True, "batch": lib.llama_batch_init(N_BATCH, 0, 1), "states": states}
+        for layer in states:
+            if layer == "last":
+                lib.llama_set_embeddings(ctx, True)  # the last hidden state (after the final norm) of each output row
+            else:
+                layer_inputs().set(ctx, int(layer), True)
         entry["free"] = weakref.finalize(self, _free_context, lib, ctx, entry["batch"])
         self._contexts.append(entry)
         return entry
@@ -187,13 +342,31 @@ class LlamaCppRunner:
     """`specviz.runtime.lm.CachedLM`'s interface over one llama.cpp context: the KV cache holds
     positions 0..length-1 of sequence 0."""
 
-    def __init__(self, model: LlamaCppModel):
+    def __init__(self, model: LlamaCppModel, states: tuple = ()):
         self.model, self.device = model, model.device
-        self._entry = model._lend()
+        self._lib = binding()
+        self._take(states)
+        self.reset()
+
+    def _take(self, states: tuple) -> None:
+        self._entry = self.model._lend(states)
         weakref.finalize(self, _give_back, self._entry)
         self._ctx, self._batch = self._entry["ctx"], self._entry["batch"]
-        self._lib = binding()
         self._mem = self._lib.llama_get_memory(self._ctx)
+
+    def _with_states(self, states: tuple) -> None:
+        """Change to a context that hands out `states`, on the first pass that asks (an empty cache
+        only: a run's first pass is its prefill)."""
+        if states == self._entry["states"]:
+            return
+        if self.length:
+            raise InputError("A llama.cpp runner's states are chosen on its first pass, not mid-run.")
+        if any(layer != "last" for layer in states):
+            why = states_problem()
+            if why:
+                raise LlamaCppMissing(f"This drafter reads the target's layer inputs, but {why}.")
+        _give_back(self._entry)
+        self._take(states)
         self.reset()
 
     def reset(self) -> None:
@@ -205,24 +378,47 @@ class LlamaCppRunner:
     def forward(self, ids: list, last_only: bool = False, attend=None, positions=None,
                 keep: int = 0, hidden=False):
         """Feed `ids` after the cache; float32 logits (rows, V) of the last `keep` fed tokens
-        (all if 0; one if last_only), as CachedLM.forward. Causal chains only."""
-        if attend is not None or hidden:
-            raise InputError("llama.cpp runs chains of tokens: tree attention and the target's hidden states "
-                             f"(Medusa, EAGLE) are PyTorch's; on llama.cpp use one of {', '.join(methods.names(llamacpp=True))}.")
+        (all if 0; one if last_only), as CachedLM.forward. Causal chains only.
+
+        hidden=True returns (logits, states) with the last hidden state (after the final norm) of
+        every fed token, (T, d); hidden=a tuple of layer indices, states (T, len + 1, d): the
+        inputs of those layers (transformers' hidden_states numbering), then the last hidden
+        state, as specviz.runtime.lm.forward_with_states. Every fed token is then an output row
+        of llama.cpp's pass (its last state comes with its logits)."""
+        if attend is not None:
+            raise InputError("llama.cpp runs chains of tokens: tree attention is PyTorch's; on llama.cpp use one "
+                             f"of {', '.join(methods.names(llamacpp=True))}.")
+        layers = tuple(hidden) if isinstance(hidden, (tuple, list)) else ()
+        states = (*layers, "last") if hidden is not False and hidden is not None else ()
+        self._with_states(states)
         n = len(ids)
         if self.length + n > self.model.n_ctx:
             raise InputError(f"This llama.cpp context holds {self.model.n_ctx} tokens; the run needs more: "
                              "use a shorter prompt or fewer new tokens.")
         rows = 1 if last_only else (keep or n)
-        first_out = n - min(rows, n)
-        out = []
+        first_out = 0 if states else n - min(rows, n)
+        out, got = [], []
         for start in range(0, n, N_BATCH):  # a prompt over N_BATCH tokens goes in slices
             piece = ids[start:start + N_BATCH]
             wanted = [start + i >= first_out for i in range(len(piece))]
             self._decode(piece, wanted)
             if any(wanted):
                 out.append(self._logits(sum(wanted)))
-        return torch.from_numpy(np.concatenate(out))  # (rows, V)
+            if states:
+                got.append(self._states(layers, len(piece)))
+        logits = torch.from_numpy(np.concatenate(out)[-min(rows, n):])  # (rows, V)
+        if not states:
+            return logits
+        stacked = torch.from_numpy(np.concatenate(got))  # (T, len(layers) + 1, d)
+        return logits, (stacked[:, 0] if hidden is True else stacked)
+
+    def _states(self, layers: tuple, n: int) -> np.ndarray:
+        """(n, len(layers) + 1, d): the last decode's inputs of `layers`, then its last hidden states
+        (every token of it was an output row, in order)."""
+        d, lib, get = self.model.hidden_size, self._lib, layer_inputs().get
+        parts = [np.ctypeslib.as_array(get(self._ctx, int(layer)), shape=(n, d)) for layer in layers]
+        parts.append(np.ctypeslib.as_array(lib.llama_get_embeddings(self._ctx), shape=(n, d)))
+        return np.stack(parts, axis=1).copy()
 
     def _decode(self, piece: list, wanted: list) -> None:
         lib, batch = self._lib, self._batch
@@ -258,6 +454,7 @@ class LlamaCppRunner:
 
 GGUF_TYPES = {  # name -> (llama_ftype, bits a weight, what it is); "q4_k_m" is the file the packages ship
     "q4_k_m": (15, 5.0, "the shipped file, the type laptops run (Q4_K with Q6_K parts)"),
+    "q4_0": (2, 4.5, "re-quantised here from the shipped file; llama.cpp repacks it for its multi-row CPU kernels"),
     "q8_0": (7, 8.5, "re-quantised here from the shipped file"),
     "f16": (1, 16.0, "the shipped weights de-quantised here"),
 }
