@@ -404,6 +404,8 @@ def test_a_pass_hands_out_the_layer_inputs_and_last_states_of_every_fed_token(pa
     assert torch.equal(torch.cat([first, second]), whole)
     last = pair.target.make_runner().forward(ids, hidden=True)[1]
     assert torch.allclose(last, states[:, 4], rtol=1e-4, atol=1e-4)
+    with pytest.raises(InputError, match="has layers 0..27; the drafter asked for the inputs of \\[28\\]"):
+        pair.target.make_runner().forward(ids, hidden=(28,))  # llama.cpp itself would abort the process
 
 
 def test_without_the_patch_a_states_lane_is_one_sentence_not_an_abort(monkeypatch):

