@@ -415,9 +415,8 @@ def test_without_the_patch_a_states_lane_is_one_sentence_not_an_abort(monkeypatc
     assert "build it again with `python -m specviz llamacpp install`" in llamacpp.states_problem()
     if MISSING is None:
         pair = specviz.load_pair("qwen-coder", backend="llama.cpp")
-        for method in ("eagle3", "medusa", "dflash"):
-            with pytest.raises(InputError, match=f"method='{method}' reads the target's layer inputs, but the llama.cpp here was not built"):
-                specviz.generate(pair, "x", method=method)
+        with pytest.raises(llamacpp.LlamaCppMissing, match="reads the target's layer inputs, but the llama.cpp here was not built"):
+            pair.target.make_runner().forward(pair.encode("x"), hidden=(2, 14, 25))
 
 
 def test_the_patch_applies_where_its_context_is_and_nowhere_else(tmp_path):

@@ -33,22 +33,14 @@ def config_of(config, overrides: dict) -> RunConfig:
 
 def check_backend_method(backend: str, cfg: RunConfig, batch: bool = False) -> None:
     """A pair run by llama.cpp (specviz.runtime.llamacpp.runner) runs chains, one sequence at a time: tree
-    attention and batched rows are PyTorch's; the drafters that read the target's states need a
-    llama.cpp built with specviz's patch (refused here, before anything runs, where it is not)."""
+    attention, the target's hidden states (Medusa, EAGLE) and batched rows are PyTorch's."""
     if backend != "llama.cpp":
         return
-    method = methods.get(cfg.method)
-    if not method.llamacpp:
-        raise InputError(f"{option('method', cfg.method)} needs PyTorch (tree attention or a tree of candidates); "
+    if not methods.get(cfg.method).llamacpp:
+        raise InputError(f"{option('method', cfg.method)} needs PyTorch (tree attention or the target's hidden states); "
                          f"on llama.cpp choose one of {', '.join(methods.names(llamacpp=True))}.")
     if batch or cfg.batch > 1 or cfg.k == "load":
         raise InputError("Batched runs are PyTorch's; on llama.cpp decode one prompt at a time.")
-    if method.heads:
-        from specviz.runtime.llamacpp.runner import states_problem
-
-        why = states_problem()
-        if why:
-            raise InputError(f"{option('method', cfg.method)} reads the target's layer inputs, but {why}.")
 
 
 def stop_tokens(pair, cfg: RunConfig) -> tuple:
