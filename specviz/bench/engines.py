@@ -170,18 +170,24 @@ def own_section(tokens: int, repeats: int, gguf: str = "q4_k_m", k_best: int = 0
         configs.append((f"own-spec-k{k_best}", k_best))
     for name, draft in configs:
         with llamacpp_server.Server(gguf=gguf, draft_max=draft) as server:
-            per = {}
-            for _ in range(repeats):
-                for i, prompt in enumerate(PROMPTS):
-                    result = server.complete(prompt, tokens)
-                    if i not in per or result["tokens_per_s"] > per[i]["tokens_per_s"]:
-                        per[i] = result
+            per = server_runs(server, tokens, repeats)
         drafted = sum(r["draft_n"] for r in per.values())
         out[name] = {"decode_tokens_per_s": _harmonic([r["tokens_per_s"] for r in per.values()]),
                      "draft_n": drafted, "draft_accepted": sum(r["draft_accepted"] for r in per.values()),
                      "acceptance": (sum(r["draft_accepted"] for r in per.values()) / drafted) if drafted else None,
                      "token_ids": [per[i]["token_ids"] for i in sorted(per)], "draft_max": draft}
     return out
+
+
+def server_runs(server, tokens: int, repeats: int, prompts=PROMPTS) -> dict:
+    """{prompt index: llama-server's answer}, each prompt's fastest of `repeats` interleaved rounds."""
+    per = {}
+    for _ in range(repeats):
+        for i, prompt in enumerate(prompts):
+            result = server.complete(prompt, tokens)
+            if i not in per or result["tokens_per_s"] > per[i]["tokens_per_s"]:
+                per[i] = result
+    return per
 
 
 def _mean(values) -> Optional[float]:

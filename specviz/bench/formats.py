@@ -126,13 +126,8 @@ def predictions(cost: dict, pilots: dict, lanes: dict) -> dict:
 
 def own_greedy(tokens: int, repeats: int) -> dict:
     """llama-server's own greedy decoding of the shipped Q4_K_M file on the report's prompts."""
-    per = {}
     with llamacpp_server.Server(gguf="q4_k_m") as server:
-        for _ in range(repeats):
-            for i, prompt in enumerate(engines.PROMPTS):
-                result = server.complete(prompt, tokens)
-                if i not in per or result["tokens_per_s"] > per[i]["tokens_per_s"]:
-                    per[i] = result
+        per = engines.server_runs(server, tokens, repeats)
     return {"decode_tokens_per_s": engines._harmonic([r["tokens_per_s"] for r in per.values()]),
             "token_ids": [per[i]["token_ids"] for i in sorted(per)]}
 
