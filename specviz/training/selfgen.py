@@ -139,8 +139,14 @@ def replay_rows(pair, sequences: list, layers: tuple) -> list:
 
     out = []
     for tokens in sequences:
-        runner = BatchLM(pair.target, 1)
-        logits, states = runner.forward([list(tokens)], [len(tokens)], hidden=tuple(layers))
+        if hasattr(pair.target, "make_runner"):  # llama.cpp: its own runner hands out the same states
+            runner = pair.target.make_runner()
+            runner.reset()
+            logits, states = runner.forward(list(tokens), hidden=tuple(layers))
+            logits, states = logits[None], states[None]
+        else:
+            runner = BatchLM(pair.target, 1)
+            logits, states = runner.forward([list(tokens)], [len(tokens)], hidden=tuple(layers))
         out.append({"tokens": list(tokens), "labels": logits[0].argmax(-1).to("cpu", torch.int32).numpy(),
                     "feats": states[0].to("cpu", torch.float16).numpy()})
     return out
@@ -229,7 +235,8 @@ def _resume(folder: Path, meta_path: Path, describe: dict, row_bytes: dict) -> d
     return meta
 
 
-def _texts(folder: Path, meta: dict, describe: dict, bank: list, corpus, implicit: bool) -> tuple:
+def _texts(folder: Path, meta: dict, describe: dict, bank: list, corpus, implicit: bool,
+           family: Optional[str] = None) -> tuple:
     """The run's own text, batch by batch, in folder/corpus (data made before the corpus existed is
     written from it now), the prompts' schedule, and the corpus to replay (None: generate), with
     whether it was made from another prompt bank."""
@@ -246,7 +253,8 @@ def _texts(folder: Path, meta: dict, describe: dict, bank: list, corpus, implici
                          f"{len(bank)} of: it was made from another prompt bank; give another --out, or run "
                          "with the Python it was made with.")
     write_corpus_meta(own, describe, bank, schedule.first)
-    given = open_corpus(corpus, describe, implicit) if corpus is not None else None
+    # a pair that runs another's models (llama.cpp's run of qwen-coder) replays that pair's text
+    given = open_corpus(corpus, {**describe, "family": family}, implicit) if corpus is not None else None
     if given is not None and Path(given).resolve() != own.resolve():
         have = corpus_batches(given)
         if have > meta["batches"]:
@@ -310,8 +318,8 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
     folder.mkdir(parents=True, exist_ok=True)
     implicit = corpus == "checkout"
     if implicit:
-        corpus = checkout_corpus(pair.name)
-    n_layers = pair.target.config.num_hidden_layers
+        corpus = checkout_corpus(pair.family or pair.name)  # llama.cpp's run of qwen-coder replays qwen-coder's text
+    n_layers = getattr(pair.target, "n_layers", None) or pair.target.config.num_hidden_layers  # llama.cpp's, transformers'
     layers = tuple(layers) if layers else feature_layers(n_layers)
     if any(not isinstance(i, int) or not 0 <= i < n_layers for i in layers):
         raise InputError(f"layers must be whole numbers from 0 to {n_layers - 1} (the inputs of the target's "
@@ -328,7 +336,7 @@ def selfgen(pair, folder: Path, tokens: int, batch: Optional[int] = None, max_ne
         meta = _resume(folder, meta_path, describe, row_bytes)
         need_disk(folder, tokens - meta["tokens"], sum(row_bytes.values()), batch * max_new_tokens)
         bank = prompt_bank(seed)
-        own, schedule, given, foreign = _texts(folder, meta, describe, bank, corpus, implicit)
+        own, schedule, given, foreign = _texts(folder, meta, describe, bank, corpus, implicit, pair.family)
         bar = progress_bar(tokens, "selfgen", initial=min(tokens, meta["tokens"]), smoothing=0.05) if progress else None
         try:
             while meta["tokens"] < tokens:

@@ -102,6 +102,12 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
         pair = load_pair(pair)
     work = work_dir(pair.name, work)
     out = Path(out) if out is not None else work / "heads"
+    if options.get("layout", "specviz") not in ("specviz", "llama") or (options.get("layout") == "llama" and kind != "eagle3"):
+        raise InputError(f"layout must be specviz or llama (llama: EAGLE-3 only, llama.cpp's draft-eagle3), got "
+                         f"{options.get('layout')!r} for {kind}.")
+    if "unroll" in options and (not isinstance(options["unroll"], int) or not 1 <= options["unroll"] <= 16):
+        raise InputError(f"unroll must be a whole number from 1 to 16, got {options['unroll']!r}.")
+    explicit = set(options)  # what the command line gave (named in the manifest's command)
     if kind in FUSED:  # EAGLE-3's recipe: no noise on the features, a deeper training-time test
         options = {"noise": 0.0, "unroll": 5, **options}
     if kind == "dflash":  # its held-out score: every depth of the block
@@ -132,7 +138,8 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
         heads.net.load_state_dict(as_stored(heads.net, storage))
         report["held_out_stored"] = heads.manifest["held_out_stored"] = {
             "storage": storage, **evaluate_heads(pair, heads, features, cfg.depths)}
-    if kind == "eagle3":  # which of the layers it reads predicts how far ahead (cached beside the data)
+    if kind == "eagle3" and cfg.layout == "specviz":  # which of the layers it reads predicts how far ahead
+        # (cached beside the data; a property of the data, not of the layout, so measured once)
         report["layer_probes"] = cached_layer_probes(pair, features, seed=seed, draft_vocab=draft_vocab)
     if check:
         report["engine"] = engine_check(pair, heads, report["steps"] * report["tokens_per_step"])
@@ -147,6 +154,8 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
                                  + (f" --storage {storage}" if storage != "bf16" else "")
                                  + (f" --labels {cfg.labels}" if cfg.labels != "hard" else "")
                                  + (f" --targets {cfg.targets}" if cfg.targets != "answers" else "")
+                                 + (f" --layout {cfg.layout}" if cfg.layout != "specviz" else "")
+                                 + (f" --unroll {cfg.unroll}" if "unroll" in explicit else "")
                                  + (f" --block {cfg.block}" if kind == "dflash" else "")
                                  + (" --anchor-state" if kind == "dflash" and cfg.anchor_state else "")
                                  + (f" --anchors {cfg.anchors}" if kind == "dflash" and cfg.anchors else ""))

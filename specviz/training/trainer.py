@@ -65,11 +65,18 @@ class TrainConfig:
     eval_stride: int = 8  # dflash: held-out blocks start at every this-many-th position (each scores every depth)
     anchor_state: bool = False  # dflash: add the target's fused state before the anchor to every block row
     anchors: int = 0  # dflash: blocks anchored in each training window (0: window // block, one a block's length)
+    layout: str = "specviz"  # eagle3: "llama" is SpecForge's layer, the one llama.cpp's draft-eagle3 runs
+    #                          (head_nets.Eagle3LlamaNet: the target's width, heads of 128, 2 key/value groups)
 
     def net_config(self, hidden: int, vocab: int, draft_vocab: int, layers: Optional[list] = None) -> dict:
         base = {"hidden": hidden, "vocab_size": vocab, "draft_vocab": draft_vocab}
         if self.kind == "medusa":
             return {**base, "heads": self.heads}
+        if self.layout == "llama":
+            if self.kind != "eagle3":
+                raise InputError(f"--layout llama is EAGLE-3's layer (llama.cpp's draft-eagle3), not {self.kind}'s.")
+            return {**base, "layout": "llama", "heads": max(1, hidden // 128), "kv_heads": 2, "mlp": self.mlp,
+                    "slots": len(layers), "layers": list(layers)}
         net = {**base, "width": self.width, "heads": self.attn_heads, "mlp": self.mlp}
         if self.kind == "dflash":  # every state selfgen keeps: the three layers and the last one
             net.update(slots=len(layers) + 1, n_layers=self.draft_layers, block=self.block, layers=list(layers),
@@ -149,8 +156,9 @@ def draft_vocabulary(features: Features, size: int, vocab: int, eos_ids=()) -> O
 class _Trainer:
     """Loss and held-out evaluation of one kind of heads on the cached features."""
 
-    def __init__(self, cfg: TrainConfig, pair, data: _Data, vocab_ids):
+    def __init__(self, cfg: TrainConfig, pair, data: _Data, vocab_ids, readout=None):
         self.cfg, self.data = cfg, data
+        self.readout = readout  # the network's last step before the output rows (EAGLE-3 in llama.cpp's layout)
         device = data.device
 
         _, self.vocab = hidden_and_vocab(pair.target)
@@ -168,7 +176,11 @@ class _Trainer:
         with torch.no_grad():
             return self.embed(tokens.to(self.embed.weight.device)).to(self.data.device, torch.float32)
 
-    def logits(self, feats: torch.Tensor) -> torch.Tensor:
+    def logits(self, feats: torch.Tensor, raw: bool = False) -> torch.Tensor:
+        """The draft-vocabulary logits of the network's outputs `feats` (raw: of vectors the output
+        rows read as they are, the target's own last states)."""
+        if self.readout is not None and not raw:
+            feats = self.readout(feats)
         if torch.is_autocast_enabled(feats.device.type):
             # the frozen rows in the autocast dtype, cast once: autocast re-casts a tensor that
             # needs no gradient at every product (a 16k x 1.5k copy per depth per step)
@@ -202,7 +214,7 @@ class _Trainer:
         depths that learn from it, when the config trains on soft labels; None for hard labels."""
         if self.cfg.labels != "soft":
             return None
-        return torch.softmax(self.logits((f[:, -1] if f.dim() == 3 else f).float()), dim=-1)
+        return torch.softmax(self.logits((f[:, -1] if f.dim() == 3 else f).float(), raw=True), dim=-1)
 
     def hits(self, feats: torch.Tensor, labels: torch.Tensor, logits: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Top-1 of the draft (restricted vocabulary) equals the target's argmax."""
@@ -407,8 +419,8 @@ def _held_out_trainer(pair, heads, features: Features, depths: int) -> tuple:
     """(a _Trainer over the held-out split of `features`, a float copy of `heads`' network)."""
     cfg = TrainConfig(heads.kind, depths=depths)
     data = _Data(features, torch.device("cpu"), torch.float32, slots=None if heads.kind in FUSED else -1)
-    trainer = _Trainer(cfg, pair, data, heads.vocab_ids)
     net = copy.deepcopy(heads.net).float()
+    trainer = _Trainer(cfg, pair, data, heads.vocab_ids, getattr(net, "readout", None))
     reach = net.heads + 1 if heads.kind == "medusa" else 1
     trainer.held_positions = data.positions(data.held_segments, reach)
     trainer.held_windows = [np.arange(s, s + n) for s, n, _ in data.held_segments if n > depths + 1]
@@ -543,7 +555,7 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
     vocab_ids = draft_vocabulary(features, cfg.draft_vocab, vocab, pair.eos_token_ids)
     net_config = cfg.net_config(hidden, vocab, vocab if vocab_ids is None else len(vocab_ids), features.layers)
     net = make_net(cfg.kind, net_config).to(device)
-    trainer = _Trainer(cfg, pair, data, vocab_ids)
+    trainer = _Trainer(cfg, pair, data, vocab_ids, getattr(net, "readout", None))
     reach = net.heads + 1 if cfg.kind == "medusa" else 1
     trainer.train_positions = data.positions(data.train_segments, reach)
     trainer.held_positions = data.positions(data.held_segments, reach)
