@@ -308,6 +308,17 @@ def test_shipped_heads_fit_the_budget_and_their_manifest():
             assert entry["held_out_stored"]["storage"] == storage
         assert entry["config"]["hidden"] == 1536 and entry["config"]["vocab_size"] == 151936
         assert (folder / f"report-{kind}.json").is_file()
+    # EAGLE-3 in llama.cpp's layout (its GGUF is assembled from it: specviz.runtime.llamacpp.drafter)
+    llama = folder / "llama.cpp"
+    entry, path = check_heads_file("eagle3", "qwen-coder", llama)
+    total += path.stat().st_size
+    assert entry["config"]["layout"] == "llama" and entry["config"]["hidden"] == 1536
+    assert entry["config"]["layers"] == [2, 14, 25] and entry["storage"] == "int8"
+    made, command = entry["command"].rpartition(" && ")[::2]
+    assert made.startswith("python -m specviz selfgen --pair qwen-coder-llamacpp --tokens ")
+    assert command.startswith("python -m specviz train eagle3 --pair qwen-coder-llamacpp") and "--layout llama" in command
+    assert entry["data"]["pair"] == "qwen-coder-llamacpp" and (llama / "report-eagle3.json").is_file()
+    assert set(json.loads((llama / "manifest.json").read_text())) == {"eagle3"}
     assert total <= 96 * 10**6
     assert set(manifest) == {"medusa", "eagle", "eagle3", "peagle", "dflash"}
     probes = json.loads((folder / "report-eagle3.json").read_text())["layer_probes"]

@@ -445,3 +445,55 @@ def test_the_patch_applies_where_its_context_is_and_nowhere_else(tmp_path):
     assert f"patch {patch.name} sha256 " in record
     (tmp_path / llamacpp.STAMP).write_text(record + "built now\n")
     assert llamacpp.patched(patch.name, tmp_path) and not llamacpp.patched(patch.name, tmp_path / "elsewhere")
+
+
+def _llama_heads():
+    """The EAGLE-3 heads in llama.cpp's layout (shipped, else trained here), or None."""
+    from specviz.runtime.llamacpp.drafter import llama_heads_folder
+
+    folder = llama_heads_folder("qwen-coder")
+    return folder if (folder / "manifest.json").exists() else None
+
+
+needs_llama_heads = pytest.mark.skipif(_llama_heads() is None, reason="no EAGLE-3 heads in llama.cpp's layout "
+                                       "(python -m specviz train eagle3 --layout llama --pair qwen-coder-llamacpp)")
+
+
+@needs_server
+@needs_states
+@needs_llama_heads
+def test_specviz_eagle3_drafts_in_llama_servers_own_loop_as_in_specviz(pair):
+    """The exported drafter loads in llama-server (draft-eagle3), leaves its greedy text as it is
+    without a draft, and accepts about as often as the same network in specviz's engine on the
+    same file: a wrong tensor, row order or norm in the GGUF would collapse llama.cpp's share."""
+    heads, n = _llama_heads(), 32
+    ours_drafted = ours_accepted = 0
+    ours = {}
+    for prompt in PROMPTS:
+        events, ours[prompt] = _ids(pair, "eagle3", prompt, n=n, k=3, heads=str(heads))
+        ours_drafted += events[-1].metrics["drafted"]
+        ours_accepted += events[-1].metrics["accepted"]
+    with llamacpp_server.Server() as server:
+        greedy = {prompt: server.complete(pair.encode(prompt), n)["token_ids"] for prompt in PROMPTS}
+    with llamacpp_server.Server(drafter="eagle3", draft_max=3, p_min=0.0, heads=heads) as server:
+        answers = {prompt: server.complete(pair.encode(prompt), n) for prompt in PROMPTS}
+    drafted = sum(a["draft_n"] for a in answers.values())
+    accepted = sum(a["draft_accepted"] for a in answers.values())
+    for prompt in PROMPTS:
+        assert answers[prompt]["token_ids"] == greedy[prompt], prompt
+    # the shipped network accepts some (an untrained one of this shape: none), and llama.cpp's loop
+    # as often as specviz's, within rounding of a Q8_0 copy (a broken export accepts nothing there)
+    ours_rate = ours_accepted / ours_drafted
+    assert drafted > 0 and ours_accepted >= 10, (ours_accepted, ours_drafted)
+    assert abs(accepted / drafted - ours_rate) <= 0.35 * ours_rate + 0.02, (accepted, drafted, ours_accepted, ours_drafted)
+
+
+@needs_llamacpp
+def test_a_drafter_without_llama_layout_heads_is_one_sentence(tmp_path, capsys):
+    """`python -m specviz llamacpp drafter --heads FOLDER` with no heads there: one line naming
+    the command that trains them, a non-zero exit, no traceback."""
+    from specviz.cli import main
+
+    assert main(["llamacpp", "drafter", "--heads", str(tmp_path)]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "train eagle3" in err[0] and "Traceback" not in err[0]

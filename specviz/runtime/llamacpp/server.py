@@ -20,12 +20,13 @@ import urllib.error
 import urllib.request
 from typing import Optional
 
-from specviz.errors import PairError
+from specviz.errors import InputError, PairError
 from specviz.runtime.packaged import gguf_file
 from specviz.runtime.llamacpp import runner as llamacpp
 from specviz.runtime.pair import QWEN_DRAFT, QWEN_TARGET
 
 START_TIMEOUT_S = 120.0
+NGRAM_TYPES = ("ngram-mod", "ngram-simple")  # llama-server's --spec-type lookup drafters specviz starts
 
 
 def missing() -> Optional[str]:
@@ -45,7 +46,14 @@ class Server:
     """llama-server on the pair's GGUF files (`gguf` as in load_pair(..., backend="llama.cpp", gguf=...))."""
 
     def __init__(self, gguf: str = "q4_k_m", draft_max: Optional[int] = None, threads: Optional[int] = None,
-                 n_ctx: int = llamacpp.N_CTX, metrics: bool = True):
+                 n_ctx: int = llamacpp.N_CTX, metrics: bool = True, drafter: Optional[str] = None,
+                 heads=None, p_min: Optional[float] = None, port: Optional[int] = None):
+        """draft_max: tokens drafted a step (None: no drafting, llama.cpp's greedy). drafter:
+        "draft-model" (the default with draft_max: the pair's 0.5B, draft-simple), "eagle3"
+        (specviz's EAGLE-3 exported to GGUF, draft-eagle3; `heads`: its folder, default the
+        shipped ones), or one of NGRAM_TYPES (llama.cpp's lookup drafters, with its own
+        settings: draft_max only switches them on). p_min: llama.cpp's confidence cut of a draft
+        model's tokens (None: its default)."""
         why = missing()
         if why:
             raise PairError(why + ".")
@@ -53,7 +61,7 @@ class Server:
         quiet = lambda _f, _m: None  # noqa: E731
         target = gguf_file(QWEN_TARGET, key, quiet)
         threads = threads or llamacpp.default_threads()
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.draft_max = draft_max
         self.args = [str(llamacpp.server_binary()), "--model", str(target), "--host", "127.0.0.1",
@@ -63,10 +71,24 @@ class Server:
         if metrics:
             self.args.append("--metrics")
         if draft_max:
-            draft = gguf_file(QWEN_DRAFT, key, quiet)
-            self.args += ["--spec-type", "draft-simple", "--model-draft", str(draft), "--spec-draft-n-max", str(draft_max),
-                          "--spec-draft-n-min", "0", "--threads-draft", str(threads),
-                          "--threads-batch-draft", str(threads)]
+            if drafter in (None, "draft-model"):
+                spec, draft = "draft-simple", gguf_file(QWEN_DRAFT, key, quiet)
+            elif drafter == "eagle3":
+                from specviz.runtime.llamacpp.drafter import drafter_gguf
+                from specviz.runtime.models import LLAMACPP_PAIR, load_pair
+
+                spec, draft = "draft-eagle3", drafter_gguf(load_pair(LLAMACPP_PAIR, gguf=key), "eagle3", heads)
+            elif drafter in NGRAM_TYPES:  # llama.cpp's own lookup drafters: no draft model
+                spec, draft = drafter, None
+            else:
+                raise InputError(f"llama-server drafts with the draft model, eagle3 or {', '.join(NGRAM_TYPES)}, "
+                                 f"not {drafter!r}.")
+            self.args += ["--spec-type", spec]
+            if draft is not None:  # a lookup drafter keeps llama.cpp's own settings (its n-gram lengths, its n-max)
+                self.args += ["--model-draft", str(draft), "--spec-draft-n-max", str(draft_max), "--spec-draft-n-min",
+                              "0", "--threads-draft", str(threads), "--threads-batch-draft", str(threads)]
+            if p_min is not None:
+                self.args += ["--spec-draft-p-min", f"{p_min:g}"]
         self.proc: Optional[subprocess.Popen] = None
         self.log = tempfile.TemporaryFile()  # its log: read back only if it fails to start (a pipe could fill and stall it)
 
