@@ -475,7 +475,10 @@ def test_specviz_eagle3_drafts_in_llama_servers_own_loop_as_in_specviz(pair):
         ours_accepted += events[-1].metrics["accepted"]
     with llamacpp_server.Server() as server:
         greedy = {prompt: server.complete(pair.encode(prompt), n)["token_ids"] for prompt in PROMPTS}
-    with llamacpp_server.Server(drafter="eagle3", draft_max=3, p_min=0.0, heads=heads) as server:
+    from specviz.runtime.llamacpp.drafter import drafter_gguf
+
+    model = drafter_gguf(pair, "eagle3", heads)
+    with llamacpp_server.Server(drafter="eagle3", draft_max=3, p_min=0.0, draft_model=model) as server:
         answers = {prompt: server.complete(pair.encode(prompt), n) for prompt in PROMPTS}
     drafted = sum(a["draft_n"] for a in answers.values())
     accepted = sum(a["draft_accepted"] for a in answers.values())

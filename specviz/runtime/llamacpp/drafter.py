@@ -187,6 +187,14 @@ def llama_heads_folder(family: str) -> Path:
     return files.train_dir(LLAMACPP_PAIR) / "heads"
 
 
+def need_heads(folder: Path) -> Path:
+    """`folder` if it holds heads (a manifest), else one sentence naming the command that trains them."""
+    if not (folder / "manifest.json").exists():
+        raise HeadsError(f"No EAGLE-3 heads in llama.cpp's layout in {folder}: train them with `python -m specviz "
+                         f"train eagle3 --layout llama --pair qwen-coder-llamacpp --out {folder}`.")
+    return folder
+
+
 def drafter_gguf(pair, kind: str = "eagle3", folder: Optional[Path] = None, say=None) -> Path:
     """The GGUF of the pair's `kind` drafter for its llama.cpp target (pair: the llama.cpp pair),
     assembled on first use from the llama.cpp-layout heads in `folder` (default: llama_heads_folder)."""
@@ -197,10 +205,7 @@ def drafter_gguf(pair, kind: str = "eagle3", folder: Optional[Path] = None, say=
     target_path = getattr(pair.target, "path", None)
     if target_path is None:
         raise PairError("A llama.cpp drafter is made for a llama.cpp target: load the pair with backend='llama.cpp'.")
-    folder = Path(folder) if folder is not None else llama_heads_folder(pair.family or pair.name)
-    if not (folder / "manifest.json").exists():
-        raise HeadsError(f"No EAGLE-3 heads in llama.cpp's layout in {folder}: train them with `python -m specviz "
-                         f"train eagle3 --layout llama --pair qwen-coder-llamacpp --out {folder}`.")
+    folder = need_heads(Path(folder) if folder is not None else llama_heads_folder(pair.family or pair.name))
     heads = load_heads(kind, pair, folder)
     if not isinstance(heads.net, Eagle3LlamaNet):
         raise HeadsError(f"The {kind} heads in {folder} are specviz's own layer, which llama.cpp cannot run: train "
@@ -242,6 +247,8 @@ def main(argv=None) -> int:
             raise InputError(f"--draft-max must be from 1 to 16, got {args.draft_max}.")
         if not 0.0 <= args.p_min <= 1.0:
             raise InputError(f"--p-min must be from 0 to 1, got {args.p_min}.")
+        if args.heads is not None or args.action == "drafter" or args.drafter == "eagle3":
+            need_heads(Path(args.heads) if args.heads else llama_heads_folder("qwen-coder"))  # before any model loads
         if args.action == "drafter":
             pair = load_pair(LLAMACPP_PAIR)
             print(drafter_gguf(pair, args.kind, args.heads, say))
@@ -249,7 +256,8 @@ def main(argv=None) -> int:
         from specviz.runtime.llamacpp.server import Server
 
         drafter = None if args.drafter == "none" else args.drafter
-        server = Server(draft_max=args.draft_max if drafter else None, drafter=drafter, heads=args.heads,
+        model = drafter_gguf(load_pair(LLAMACPP_PAIR), "eagle3", args.heads, say) if drafter == "eagle3" else None
+        server = Server(draft_max=args.draft_max if drafter else None, drafter=drafter, draft_model=model,
                         p_min=args.p_min, port=args.port or None)
         with server:
             say(f"llama-server on {server.url} ({args.drafter}{f', up to {args.draft_max} drafts a step' if drafter else ''});"

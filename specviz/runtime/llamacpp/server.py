@@ -47,11 +47,11 @@ class Server:
 
     def __init__(self, gguf: str = "q4_k_m", draft_max: Optional[int] = None, threads: Optional[int] = None,
                  n_ctx: int = llamacpp.N_CTX, metrics: bool = True, drafter: Optional[str] = None,
-                 heads=None, p_min: Optional[float] = None, port: Optional[int] = None):
+                 draft_model=None, p_min: Optional[float] = None, port: Optional[int] = None):
         """draft_max: tokens drafted a step (None: no drafting, llama.cpp's greedy). drafter:
         "draft-model" (the default with draft_max: the pair's 0.5B, draft-simple), "eagle3"
-        (specviz's EAGLE-3 exported to GGUF, draft-eagle3; `heads`: its folder, default the
-        shipped ones), or one of NGRAM_TYPES (llama.cpp's lookup drafters, with its own
+        (specviz's EAGLE-3 exported to GGUF, draft-eagle3; `draft_model`: that file, from
+        specviz.runtime.llamacpp.drafter.drafter_gguf), or one of NGRAM_TYPES (llama.cpp's lookup drafters, with its own
         settings: draft_max only switches them on). p_min: llama.cpp's confidence cut of a draft
         model's tokens (None: its default)."""
         why = missing()
@@ -74,10 +74,10 @@ class Server:
             if drafter in (None, "draft-model"):
                 spec, draft = "draft-simple", gguf_file(QWEN_DRAFT, key, quiet)
             elif drafter == "eagle3":
-                from specviz.runtime.llamacpp.drafter import drafter_gguf
-                from specviz.runtime.models import LLAMACPP_PAIR, load_pair
-
-                spec, draft = "draft-eagle3", drafter_gguf(load_pair(LLAMACPP_PAIR, gguf=key), "eagle3", heads)
+                if draft_model is None:
+                    raise InputError("draft-eagle3 needs the drafter's GGUF (draft_model=): "
+                                     "python -m specviz llamacpp drafter eagle3 writes it.")
+                spec, draft = "draft-eagle3", draft_model
             elif drafter in NGRAM_TYPES:  # llama.cpp's own lookup drafters: no draft model
                 spec, draft = drafter, None
             else:
