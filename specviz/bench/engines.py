@@ -78,17 +78,20 @@ def run_lane(pair, prompt: str, options: dict, tokens: int) -> dict:
     decoded = len(done.token_ids) - len(steps[0].emitted_ids)
     return {"token_ids": done.token_ids, "tau": done.metrics.get("tau"), "alpha": done.metrics.get("alpha_empirical"),
             "seconds": done.metrics["wall_time"], "decode_tokens_per_s": decoded / decode_s if decode_s > 0 else None,
-            "steps": len(steps), "drafted": [s.drafted for s in steps[1:]]}
+            "steps": len(steps), "drafted": [s.drafted for s in steps[1:]], "accepted": done.metrics.get("accepted")}
 
 
-def lanes_section(pair, tokens: int, repeats: int, lanes=LANES, prompts=PROMPTS) -> dict:
+def lanes_section(pair, tokens: int, repeats: int, lanes=LANES, prompts=PROMPTS, fresh=None) -> dict:
     """Every lane on every prompt (default: the report's), `repeats` rounds interleaved; each
     (lane, prompt) keeps its fastest round. Tokens per second are decoding only (after the
-    prompt's pass), summed over prompts."""
+    prompt's pass), summed over prompts. `fresh(pair)`, if given, runs before every run (to
+    forget what a drafter learnt from earlier runs: a later round must not draft from the first's answer)."""
     runs = {name: {} for name in lanes}
     for r in range(repeats):
         for name, options in lanes.items():
             for i, prompt in enumerate(prompts):
+                if fresh is not None:
+                    fresh(pair)
                 run = run_lane(pair, prompt, options, tokens)
                 best = runs[name].get(i)
                 if best is None or (run["decode_tokens_per_s"] or 0) > (best["decode_tokens_per_s"] or 0):
@@ -100,6 +103,8 @@ def lanes_section(pair, tokens: int, repeats: int, lanes=LANES, prompts=PROMPTS)
                      "tau": _mean([run["tau"] for run in per.values()]),
                      "alpha": _mean([run["alpha"] for run in per.values()]),
                      "drafted": [k for i in sorted(per) for k in per[i]["drafted"]],  # per decoding step
+                     "accepted_per_drafted": _ratio(sum(run.get("accepted") or 0 for run in per.values()),
+                                                    sum(sum(run["drafted"]) for run in per.values())),
                      "token_ids": [per[i]["token_ids"] for i in sorted(per)]}
     return out
 
@@ -188,6 +193,10 @@ def server_runs(server, tokens: int, repeats: int, prompts=PROMPTS) -> dict:
             if i not in per or result["tokens_per_s"] > per[i]["tokens_per_s"]:
                 per[i] = result
     return per
+
+
+def _ratio(a: float, b: float) -> Optional[float]:
+    return a / b if b else None
 
 
 def _mean(values) -> Optional[float]:

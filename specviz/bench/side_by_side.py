@@ -1,0 +1,330 @@
+"""Where speculation pays on a laptop CPU: llama.cpp's own loop and specviz's lanes over llama.cpp,
+side by side, on held-out code and chat, against llama.cpp's own greedy decoding of the shipped file.
+
+One process, one sitting, qwen-coder's shipped Q4_K_M target, greedy, `--tokens` per prompt,
+`--repeats` interleaved rounds (each lane and prompt keeps its fastest):
+
+  llama-server   greedy (every ratio's denominator); draft-simple (the 0.5B, k drafts a step);
+                 ngram-mod (llama.cpp's own settings); draft-eagle3 with specviz's EAGLE-3 in
+                 llama.cpp's layout (exported by specviz.runtime.llamacpp.drafter), always k
+                 drafts (p-min 0) and with llama.cpp's default confidence cut
+  specviz        its loop over llama.cpp's passes (specviz.runtime.llamacpp.runner): ar, spec
+                 (k, and k chosen each step by the cost rule), pld, suffix, eagle3 (specviz's
+                 own layer), eagle3-llama (the very drafter llama-server runs, in specviz's
+                 engine), dflash
+  costs          V(n), the target's pass over n tokens in one-token passes; c, the 0.5B's
+                 one-token pass; each heads lane's draft cost per forward (from the pilot)
+  predictions    each specviz lane's speedup over specviz's AR, from the pilot's alpha and those
+                 costs, measured apart from the lanes it predicts
+
+The held-out rule, fixed before the run: the code prompts are specviz.bench.engines.PROMPTS and
+the chat prompts CHAT below; neither is in the drafters' training bank
+(specviz.training.prompt_bank), a pilot or a test; `held_out_problems()` checks it and the run
+refuses to start otherwise. The pilot's prompts (PILOT_CODE, PILOT_CHAT) are others again.
+
+Usage: python -m specviz.bench.side_by_side [--tokens 64] [--repeats 2] [--out docs/benchmarks/llamacpp-side-by-side]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import specviz
+from specviz import files
+from specviz.analysis import theory
+from specviz.argparsing import Parser
+from specviz.bench import engines
+from specviz.errors import InputError, run_command
+from specviz.runtime.llamacpp import server as llamacpp_server
+
+K = 3  # drafts a step, llama-server's and specviz's alike (llama.cpp's default n-max for a draft model)
+CHAT = (  # chat, through the target's chat template; written for this report only
+    "What is the difference between a list and a tuple in Python? Answer in two short paragraphs.",
+    "Explain what a race condition is, with a small example in words.",
+    "Give three tips for writing clear commit messages, one sentence each.",
+)
+PILOT_CODE = (
+    "def fibonacci(n: int) -> int:\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
+    "def flatten(items):\n    \"\"\"Flatten a nested list of lists into one list.\"\"\"\n",
+)
+PILOT_CHAT = ("Why do programmers write unit tests? Answer briefly.",)
+KINDS = ("code", "chat")
+COST_TOKENS = (1, 2, 3, 4, 5, 6, 8)
+
+
+def specviz_lanes(llama_heads: Optional[Path]) -> dict:
+    """name -> generate() options of specviz's lanes (eagle3-llama only where its heads exist)."""
+    lanes = {"ar": {"method": "ar"}, "spec": {"method": "spec", "k": K},
+             "spec-auto": {"method": "spec", "k": "auto", "auto_rule": "cost"},
+             "pld": {"method": "pld", "k": K}, "suffix": {"method": "suffix", "k": K},
+             "eagle3": {"method": "eagle3", "k": K}, "dflash": {"method": "dflash", "k": K}}
+    if llama_heads is not None:
+        lanes["eagle3-llama"] = {"method": "eagle3", "k": K, "heads": str(llama_heads)}
+    return lanes
+
+
+SERVER_LANES = {  # name -> llamacpp_server.Server options
+    "greedy": {},
+    "draft-simple": {"drafter": "draft-model", "draft_max": K},
+    "ngram-mod": {"drafter": "ngram-mod", "draft_max": K},
+    "draft-eagle3": {"drafter": "eagle3", "draft_max": K, "p_min": 0.0},
+    "draft-eagle3-pmin": {"drafter": "eagle3", "draft_max": K},
+}
+
+
+def say(text: str) -> None:
+    print(f"[side-by-side] {text}", file=sys.stderr, flush=True)
+
+
+def held_out_problems() -> list:
+    """The report's prompts that are also training, pilot or test prompts (none, or the run stops)."""
+    from specviz.prompts import PROMPTS
+    from specviz.training.prompt_bank import prompt_bank
+
+    report = set(engines.PROMPTS) | set(CHAT)
+    used = {p.text for p in prompt_bank(0)} | set(PILOT_CODE) | set(PILOT_CHAT) | {p.text for p in PROMPTS.values()}
+    return sorted(report & used)
+
+
+def prompts_of(pair, kind: str) -> tuple:
+    """(texts as specviz's generate takes them, token ids as llama-server takes them, chat)."""
+    if kind == "code":
+        return engines.PROMPTS, list(engines.PROMPTS), False
+    return CHAT, [pair.encode(text, chat=True) for text in CHAT], True
+
+
+def forget(pair) -> None:
+    """Suffix decoding drafts from the session's earlier outputs: each run starts with none, so no
+    round drafts from an earlier round's answer to the same prompt (held out means unseen)."""
+    pair.__dict__.pop("_suffix", None)
+
+
+def run_specviz(pair, lanes: dict, kind: str, tokens: int, repeats: int) -> dict:
+    texts, _, chat = prompts_of(pair, kind)
+    chat_lanes = {name: {**options, "chat": chat} for name, options in lanes.items()}
+    return engines.lanes_section(pair, tokens, repeats, chat_lanes, texts, fresh=forget)
+
+
+def fresh_server_runs(options: dict, tokens: int, repeats: int, ids: list) -> dict:
+    """engines.server_runs with a new llama-server for every request: llama.cpp's n-gram drafters
+    keep what every earlier request produced, so a second round would draft the first's answer."""
+    per = {}
+    for _ in range(repeats):
+        for i, prompt in enumerate(ids):
+            with llamacpp_server.Server(gguf="q4_k_m", **options) as server:
+                result = server.complete(prompt, tokens)
+            if i not in per or result["tokens_per_s"] > per[i]["tokens_per_s"]:
+                per[i] = result
+    return per
+
+
+def run_server(pair, kind: str, tokens: int, repeats: int, heads: Optional[Path]) -> dict:
+    from specviz.runtime.llamacpp.drafter import drafter_gguf
+
+    _, ids, _ = prompts_of(pair, kind)
+    out = {}
+    for name, options in SERVER_LANES.items():
+        if options.get("drafter") == "eagle3":
+            if heads is None:
+                continue
+            options = {**options, "draft_model": drafter_gguf(pair, "eagle3", heads)}
+        if options.get("drafter") in llamacpp_server.NGRAM_TYPES:
+            per = fresh_server_runs(options, tokens, repeats, ids)
+        else:
+            with llamacpp_server.Server(gguf="q4_k_m", **options) as server:
+                per = engines.server_runs(server, tokens, repeats, ids)
+        drafted = sum(r["draft_n"] for r in per.values())
+        accepted = sum(r["draft_accepted"] for r in per.values())
+        out[name] = {"decode_tokens_per_s": engines._harmonic([r["tokens_per_s"] for r in per.values()]),
+                     "draft_n": drafted, "draft_accepted": accepted, "acceptance": accepted / drafted if drafted else None,
+                     "token_ids": [per[i]["token_ids"] for i in sorted(per)]}
+    return out
+
+
+def pilot(pair, lanes: dict, cost: dict, tokens: int) -> dict:
+    """Per kind and lane, from one run on each pilot prompt: alpha, and the draft's cost per
+    forward in one-token target passes (the 0.5B's is cost["c"], measured apart)."""
+    out = {}
+    for kind, prompts, chat in (("code", PILOT_CODE, False), ("chat", PILOT_CHAT, True)):
+        out[kind] = {}
+        for name, options in lanes.items():
+            if name == "ar":
+                continue
+            runs = [list(specviz.generate(pair, p, max_new_tokens=tokens, temperature=0.0, chat=chat, **options))[-1]
+                    for p in prompts]
+            per_forward = engines._mean([r.metrics.get("draft_s_per_forward") for r in runs])
+            c = (cost["c"] if options["method"] == "spec" else
+                 per_forward / cost["target_s"]["1"] if per_forward else 0.0)  # lookup drafters: next to nothing
+            out[kind][name] = {"alpha": engines._mean([r.metrics.get("alpha_empirical") for r in runs]),
+                               "draft_s_per_forward": per_forward, "c": c}
+    return out
+
+
+def forwards(options: dict, k: int) -> int:
+    """Draft forwards a step of k tokens costs: one per token, DFlash one block, lookups none."""
+    return 1 if options["method"] == "dflash" else 0 if options["method"] in ("pld", "suffix") else k
+
+
+def predictions(cost: dict, pilots: dict, lanes: dict, results: dict) -> dict:
+    """Each speculative lane's speedup over specviz's AR, predicted from the pilot's alpha and
+    costs measured apart, over the draft lengths the lane's steps had:
+        sum_s E[tokens | alpha, k_s] / sum_s (V(k_s + 1) + c * forwards(k_s))"""
+    curve = engines.verify_curve(cost)
+    ar = results["ar"]["decode_tokens_per_s"]
+    out = {}
+    for name, lane in results.items():
+        p = pilots.get(name)
+        if name == "ar" or not p or p["alpha"] is None or not lane["drafted"] or not ar:
+            continue
+        ks = lane["drafted"]
+        expected = sum(theory.expected_tokens(min(p["alpha"], 0.999), k) if k else 1.0 for k in ks)
+        passes = sum(curve(k + 1) + p["c"] * forwards(lanes[name], k) for k in ks)
+        predicted, measured = expected / passes, lane["decode_tokens_per_s"] / ar
+        out[name] = {"alpha_pilot": p["alpha"], "alpha": lane["alpha"], "c": p["c"], "predicted": predicted,
+                     "measured": measured, "error": measured / predicted - 1.0}
+    return out
+
+
+def summary(report: dict) -> dict:
+    """Every lane over llama-server's greedy decoding, per kind; lossless lanes only are ranked
+    (llama-server's draft lanes must give its greedy text; specviz's on a 4-bit file may part from
+    its own AR at a near-tie of a multi-row pass, so its lanes are ranked by speed and their
+    agreement is reported beside)."""
+    out = {}
+    for kind in report["kinds"]:
+        rep = report["kinds"][kind]
+        base = rep["server"]["greedy"]["decode_tokens_per_s"]
+        greedy_ids = rep["server"]["greedy"]["token_ids"]
+        ar_ids = rep["specviz"]["ar"]["token_ids"]
+        rows = {}
+        for name, lane in rep["server"].items():
+            rows[f"server:{name}"] = {"over_greedy": lane["decode_tokens_per_s"] / base,
+                                            "same_text": _same(lane["token_ids"], greedy_ids)}
+        for name, lane in rep["specviz"].items():
+            rows[f"specviz:{name}"] = {"over_greedy": lane["decode_tokens_per_s"] / base,
+                                       "same_text": _same(lane["token_ids"], ar_ids)}
+        best = max(rows, key=lambda k: rows[k]["over_greedy"])
+        out[kind] = {"lanes": rows, "fastest": best, "fastest_over_greedy": rows[best]["over_greedy"]}
+    code, chat = out.get("code", {}).get("lanes", {}), out.get("chat", {}).get("lanes", {})
+    eagle = [code[k]["over_greedy"] for k in ("specviz:eagle3", "specviz:eagle3-llama") if k in code]
+    out["targets"] = {
+        "fastest_code_at_least_1.3x": out["code"]["fastest_over_greedy"] >= 1.3 if code else None,
+        "fastest_code_lane_never_below_1x_on_chat": (chat.get(out["code"]["fastest"], {}).get("over_greedy", 0) >= 1.0
+                                                     if code and chat else None),
+        "specviz_eagle3_at_least_1.15x_on_code": max(eagle) >= 1.15 if eagle else None,
+    }
+    return out
+
+
+def _same(a: list, b: list) -> str:
+    """"k/n": how many prompts' token ids are the same in both."""
+    return f"{sum(x == y for x, y in zip(a, b))}/{len(b)}"
+
+
+def main(argv=None) -> int:
+    return run_command(lambda: _main(argv), "interrupted before the report was written")
+
+
+def _main(argv) -> int:
+    from specviz.runtime.llamacpp.drafter import llama_heads_folder
+
+    parser = Parser(prog="python -m specviz.bench.side_by_side", description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", default="docs/benchmarks/llamacpp-side-by-side", help="report path without extension")
+    args = parser.parse_args(argv)
+    if args.tokens < 8 or args.repeats < 1:
+        raise InputError("--tokens must be at least 8 and --repeats at least 1.")
+    clash = held_out_problems()
+    if clash:
+        raise InputError(f"the report's prompts must be held out, but these are training, pilot or test prompts: {clash}")
+    if llamacpp_server.missing():
+        raise InputError(llamacpp_server.missing())
+    pair = specviz.load_pair("qwen-coder", backend="llama.cpp", progress=lambda _f, m: None)
+    folder = llama_heads_folder(pair.family)
+    heads = folder if (folder / "manifest.json").exists() else None
+    if heads is None:
+        say(f"no EAGLE-3 heads in llama.cpp's layout in {folder}: its lanes are left out")
+    lanes = specviz_lanes(heads)
+    started = time.time()
+    report = {"machine": engines._machine(), "tokens": args.tokens, "repeats": args.repeats, "k": K,
+              "prompts": {"code": list(engines.PROMPTS), "chat": list(CHAT)},
+              "pilot_prompts": {"code": list(PILOT_CODE), "chat": list(PILOT_CHAT)},
+              "target": pair.target.desc, "llama_heads": None, "kinds": {}}
+    if heads is not None:
+        entry = json.loads((heads / "manifest.json").read_text()).get("eagle3", {})
+        report["llama_heads"] = {"folder": str(heads), "command": entry.get("command"),
+                                 "train_tokens": entry.get("train_tokens"), "held_out": entry.get("held_out")}
+    say("costs: V(n) and c")
+    cost = engines.cost_section(pair, COST_TOKENS)
+    report["cost"] = cost
+    say(f"V(4) = {cost['curve']['4']:.2f}, c = {cost['c']:.2f}; pilot ({time.time() - started:.0f} s so far)")
+    pilots = pilot(pair, lanes, cost, args.tokens)
+    report["pilot"] = pilots
+    for kind in KINDS:
+        say(f"{kind}: specviz's lanes ({time.time() - started:.0f} s so far)")
+        ours = run_specviz(pair, lanes, kind, args.tokens, args.repeats)
+        say(f"{kind}: llama-server's lanes ({time.time() - started:.0f} s so far)")
+        theirs = run_server(pair, kind, args.tokens, args.repeats, heads)
+        report["kinds"][kind] = {"specviz": ours, "server": theirs,
+                                 "predictions": predictions(cost, pilots[kind], lanes, ours)}
+    report["summary"] = summary(report)
+    report["seconds"] = time.time() - started
+    out = Path(args.out)
+    files.write_json(out.with_suffix(".json"), report)
+    files.write_text(out.with_suffix(".md"), markdown(report))
+    print(markdown(report))
+    return 0
+
+
+def markdown(report: dict) -> str:
+    m, cv = report["machine"], report["cost"]["curve"]
+    lines = [f"# Where speculation pays on a laptop CPU: llama.cpp and specviz side by side, {report['tokens']} tokens",
+             "", f"Machine: {m.get('cpu', '?')}, {m.get('threads', '?')} threads, {m.get('date_utc', '')} UTC. "
+             f"Target: qwen-coder's shipped file ({report['target']}). Command: `python -m specviz.bench.side_by_side`. "
+             f"Every lane in one process, one after another, greedy; tok/s count decoding after the prompt's pass; "
+             f"every drafting lane drafts k = {report['k']} a step unless its name says otherwise. Ratios are over "
+             "llama-server's own greedy decoding of the same file on the same prompts.", "",
+             "Costs measured apart (a target pass over n tokens / a one-token pass): "
+             + ", ".join(f"V({n}) = {cv[str(n)]:.2f}" for n in COST_TOKENS[1:])
+             + f"; the 0.5B draft's one-token pass c = {report['cost']['c']:.2f} of the target's."]
+    for kind, rep in report["kinds"].items():
+        s = report["summary"][kind]["lanes"]
+        preds = rep["predictions"]
+        lines += ["", f"## {kind.capitalize()} (held out: {len(report['prompts'][kind])} prompts)", "",
+                  "| lane | tok/s | over llama.cpp's greedy | accepted | tau | draft cost c | predicted over AR | "
+                  "measured over AR | same text |", "|---|---|---|---|---|---|---|---|---|"]
+        for name, lane in rep["server"].items():
+            lines.append(f"| llama-server {name} | {lane['decode_tokens_per_s']:.1f} | "
+                         f"{engines._x(s['server:' + name]['over_greedy'])} | "
+                         f"{engines._f(lane['acceptance'])} | | | | | {s['server:' + name]['same_text']} as greedy |")
+        for name, lane in rep["specviz"].items():
+            p = preds.get(name, {})
+            lines.append(f"| specviz {name} | {lane['decode_tokens_per_s']:.1f} | "
+                         f"{engines._x(s['specviz:' + name]['over_greedy'])} | {engines._f(lane.get('accepted_per_drafted'))} | "
+                         f"{engines._f(lane['tau'])} | {engines._f(p.get('c'))} | {engines._x(p.get('predicted'))} | "
+                         f"{engines._x(p.get('measured'))} | {s['specviz:' + name]['same_text']} as its AR |")
+        lines += ["", f"Fastest: {report['summary'][kind]['fastest']}, "
+                      f"{report['summary'][kind]['fastest_over_greedy']:.2f}x llama.cpp's greedy decoding."]
+    t = report["summary"]["targets"]
+    lines += ["", "## Against the targets", "",
+              f"- fastest lane on code at least 1.3x llama.cpp's greedy: {_yes(t['fastest_code_at_least_1.3x'])}",
+              f"- that lane never below 1.0x on chat: {_yes(t['fastest_code_lane_never_below_1x_on_chat'])}",
+              f"- specviz's eagle3 over llama.cpp at least 1.15x on code: {_yes(t['specviz_eagle3_at_least_1.15x_on_code'])}",
+              "", "Accepted: drafted tokens accepted, over drafted tokens (llama-server's counters; specviz's events), "
+              "the same measure in both loops. Drafters that learn from earlier outputs (ngram-mod, suffix) start "
+              "every request with none: a new llama-server per request, a new suffix session per run. Predicted: "
+              "from the pilot prompts' alpha and the costs above, measured apart from the lanes."]
+    return "\n".join(lines) + "\n"
+
+
+def _yes(v) -> str:
+    return "not measured" if v is None else "met" if v else "not met"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""specviz.bench.side_by_side's rule and arithmetic, on a report made up here: the report's prompts
+are held out (no training, pilot or test prompt among them), every ratio is over llama-server's
+greedy decoding, llama.cpp's draft lanes are checked against its greedy text and specviz's against
+its own AR, the targets are judged as the issue states them, and predictions come from the pilot's
+acceptance and costs measured apart."""
+
+import pytest
+
+from specviz.analysis import theory
+from specviz.bench import side_by_side as sbs
+
+
+def test_the_reports_prompts_are_held_out():
+    assert sbs.held_out_problems() == []
+    assert set(sbs.CHAT).isdisjoint(sbs.PILOT_CHAT) and set(sbs.PILOT_CODE).isdisjoint(sbs.engines.PROMPTS)
+
+
+def _lane(tps, ids, alpha=None, drafted=(), acceptance=None):
+    return {"decode_tokens_per_s": tps, "token_ids": ids, "alpha": alpha, "tau": None, "drafted": list(drafted),
+            "acceptance": acceptance}
+
+
+def _report(eagle_code=46.0, chat_spec=38.0):
+    same, other = [[1, 2], [3, 4]], [[1, 2], [3, 5]]
+    kinds = {}
+    for kind, spec_tps in (("code", 52.0), ("chat", chat_spec)):
+        kinds[kind] = {"server": {"greedy": _lane(40.0, same), "draft-simple": _lane(20.0, same, acceptance=0.9)},
+                       "specviz": {"ar": _lane(39.0, same), "spec": _lane(spec_tps, other, 0.8, [3]),
+                                   "eagle3": _lane(eagle_code if kind == "code" else 30.0, same, 0.6, [3])},
+                       "predictions": {}}
+    return {"kinds": kinds}
+
+
+def test_ratios_are_over_llama_servers_greedy_and_texts_are_checked_against_the_right_greedy():
+    s = sbs.summary(_report())
+    code = s["code"]["lanes"]
+    assert code["specviz:spec"]["over_greedy"] == pytest.approx(52.0 / 40.0)
+    assert code["server:draft-simple"]["same_text"] == "2/2"  # against llama-server's greedy
+    assert code["specviz:spec"]["same_text"] == "1/2"  # against specviz's own AR
+    assert s["code"]["fastest"] == "specviz:spec"
+
+
+def test_the_targets_as_the_issue_states_them():
+    t = sbs.summary(_report())["targets"]
+    assert t["fastest_code_at_least_1.3x"] and t["specviz_eagle3_at_least_1.15x_on_code"]
+    assert not t["fastest_code_lane_never_below_1x_on_chat"]  # spec at 38/40 on chat
+    t = sbs.summary(_report(eagle_code=45.0, chat_spec=41.0))["targets"]
+    assert t["fastest_code_lane_never_below_1x_on_chat"] and not t["specviz_eagle3_at_least_1.15x_on_code"]
+
+
+def test_predictions_use_the_pilots_acceptance_and_costs_measured_apart():
+    cost = {"target_s": {str(n): 0.02 * (1 + 0.5 * (n - 1)) for n in sbs.COST_TOKENS}}
+    results = {"ar": _lane(40.0, []), "spec": _lane(44.0, [], 0.9, [3, 3]), "pld": _lane(60.0, [], 0.5, [3, 0]),
+               "dflash": _lane(20.0, [], 0.4, [3])}
+    lanes = {"ar": {"method": "ar"}, "spec": {"method": "spec"}, "pld": {"method": "pld"}, "dflash": {"method": "dflash"}}
+    pilots = {"spec": {"alpha": 0.8, "c": 0.5}, "pld": {"alpha": 0.5, "c": 0.01}, "dflash": {"alpha": 0.3, "c": 0.7}}
+    out = sbs.predictions(cost, pilots, lanes, results)
+    v4 = 1 + 0.5 * 3
+    assert out["spec"]["predicted"] == pytest.approx(theory.expected_tokens(0.8, 3) / (v4 + 0.5 * 3))
+    # a step that drafted nothing brings one token for one one-token pass; a lookup drafts for free
+    assert out["pld"]["predicted"] == pytest.approx((theory.expected_tokens(0.5, 3) + 1) / (v4 + 1))
+    assert out["dflash"]["predicted"] == pytest.approx(theory.expected_tokens(0.3, 3) / (v4 + 0.7))
+    assert out["spec"]["measured"] == pytest.approx(44.0 / 40.0) and "ar" not in out
+
+
+def test_the_markdown_names_every_lane_and_the_targets():
+    report = _report()
+    report.update(machine={"cpu": "test CPU", "threads": 2}, tokens=64, k=3, target="qwen2 1.5B Q4_K - Medium",
+                  prompts={"code": ["a", "b"], "chat": ["c", "d"]},
+                  cost={"curve": {str(n): 1.0 + 0.5 * (n - 1) for n in sbs.COST_TOKENS}, "c": 0.6})
+    report["summary"] = sbs.summary(report)
+    text = sbs.markdown(report)
+    assert "## Code" in text and "## Chat" in text and "| llama-server draft-simple |" in text
+    assert "| specviz eagle3 |" in text and "specviz's eagle3 over llama.cpp at least 1.15x on code: met" in text
