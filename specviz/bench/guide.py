@@ -42,6 +42,10 @@ NATIVE, AVX2 = "suite-qwen-coder-full", "suite-qwen-coder-full-avx2"
 GPU_SMALL, GPU_7B = "suite-random-1.5b-0.5b-quick-cuda-graphs-fp32", "suite-random-7b-0.5b-quick-cuda-graphs-fp32"
 BATCHED = {NATIVE: "batched-qwen-coder-bf16", AVX2: "batched-qwen-coder-fp32"}
 BATCHES_SHOWN = (1, 2, 16)
+# llama.cpp on the shipped Q4_K_M target, per CPU column: its cost curve and the fastest lane over its
+# own greedy decoding (python -m specviz.bench.formats on the native-bf16 CPU, .side_by_side on AVX2)
+LLAMACPP = {NATIVE: "llamacpp-formats", AVX2: "llamacpp-side-by-side"}
+LLAMACPP_PASSES = (2, 4, 5, 8)
 GREEDY = ("code", "rewrite", "chat", "summary", "creative")
 BLOCK = re.compile(r"(<!-- generated: (\w+) \(python -m specviz\.bench\.guide\) -->\n)(.*?)(<!-- end generated -->)",
                    re.S)
@@ -124,7 +128,24 @@ def _cpu_column(name: str, folder: Path) -> dict:
         "gap": _ms(rep, "code", "gap_p50"),
         "batch": _batched(BATCHED[name], folder),
         "held_out": _held_out(name, folder),
+        **_llamacpp_cells(name, folder),
     }
+
+
+def _llamacpp_cells(name: str, folder: Path) -> dict:
+    """llama.cpp's cost curve on the shipped file and the fastest lane over its own greedy decoding."""
+    source = LLAMACPP[name]
+    rep = report(source, folder)
+    s = rep["summary"]
+    if "formats" in rep:  # specviz.bench.formats: code prompts only
+        curve = rep["formats"]["q4_k_m"]["cost"]["curve"]
+        best = f"code {_x(s['fastest_counted_over_own_greedy'])} ({s['fastest_counted']}); chat not measured"
+    else:  # specviz.bench.side_by_side: code and chat
+        curve = rep["cost"]["curve"]
+        best = (f"code {_x(s['code']['fastest_over_greedy'])} ({s['code']['fastest']}), "
+                f"chat {_x(s['chat']['fastest_over_greedy'])} ({s['chat']['fastest']})")
+    passes = ", ".join(f"{curve[str(n)]:.2f}" for n in LLAMACPP_PASSES)
+    return {"llamacpp_verify": f"{passes} ([{source}](benchmarks/{source}.md))", "llamacpp_best": best}
 
 
 def _held_out(name: str, folder: Path) -> str:
@@ -167,6 +188,7 @@ def _gpu_column(folder: Path) -> dict:
         "spec_code": f"at α = 1: 1.5B target {_x(_at_alpha_one(small))}, 7B {_x(_at_alpha_one(big))}",
         "spec_chat": "(random weights: no real α)",
         "best": "—", "pld": "—", "ttft": "—", "gap": "—", "batch": "—", "held_out": "—",
+        "llamacpp_verify": "—", "llamacpp_best": "—",
     }
 
 
@@ -179,7 +201,11 @@ ROWS = (("report", "report"), ("machine", "machine"), ("autoregressive", "autore
         ("pld", "prompt lookup on the rewrite"), ("ttft", "time to first token, code: AR vs spec (specviz drafts before its first token; serving engines do not)"),
         ("gap", "median wait between updates, code: AR vs spec"),
         ("batch", f"batches of users, spec k = 4 against plain at B = {', '.join(map(str, BATCHES_SHOWN))} "
-                   "(median of paired rounds, their range)"))
+                   "(median of paired rounds, their range)"),
+        ("llamacpp_verify", "llama.cpp on the shipped Q4_K_M file: one pass over "
+                            f"{', '.join(map(str, LLAMACPP_PASSES))} new tokens ÷ over 1"),
+        ("llamacpp_best", "llama.cpp: the fastest lossless lane over llama.cpp's own greedy decoding, "
+                          "held-out prompts (k = 3)"))
 
 
 def machines_table(folder: Path = REPORTS) -> str:
