@@ -176,12 +176,17 @@ def own_section(tokens: int, repeats: int, gguf: str = "q4_k_m", k_best: int = 0
     for name, draft in configs:
         with llamacpp_server.Server(gguf=gguf, draft_max=draft) as server:
             per = server_runs(server, tokens, repeats)
-        drafted = sum(r["draft_n"] for r in per.values())
-        out[name] = {"decode_tokens_per_s": _harmonic([r["tokens_per_s"] for r in per.values()]),
-                     "draft_n": drafted, "draft_accepted": sum(r["draft_accepted"] for r in per.values()),
-                     "acceptance": (sum(r["draft_accepted"] for r in per.values()) / drafted) if drafted else None,
-                     "token_ids": [per[i]["token_ids"] for i in sorted(per)], "draft_max": draft}
+        out[name] = {**server_lane(per), "draft_max": draft}
     return out
+
+
+def server_lane(per: dict) -> dict:
+    """One llama-server lane from its answers (server_runs): tok/s, drafted and accepted, token ids."""
+    drafted = sum(r["draft_n"] for r in per.values())
+    accepted = sum(r["draft_accepted"] for r in per.values())
+    return {"decode_tokens_per_s": _harmonic([r["tokens_per_s"] for r in per.values()]),
+            "draft_n": drafted, "draft_accepted": accepted, "acceptance": _ratio(accepted, drafted),
+            "token_ids": [per[i]["token_ids"] for i in sorted(per)]}
 
 
 def server_runs(server, tokens: int, repeats: int, prompts=PROMPTS) -> dict:

@@ -137,11 +137,7 @@ def run_server(pair, kind: str, tokens: int, repeats: int, heads: Optional[Path]
         else:
             with llamacpp_server.Server(gguf="q4_k_m", **options) as server:
                 per = engines.server_runs(server, tokens, repeats, ids)
-        drafted = sum(r["draft_n"] for r in per.values())
-        accepted = sum(r["draft_accepted"] for r in per.values())
-        out[name] = {"decode_tokens_per_s": engines._harmonic([r["tokens_per_s"] for r in per.values()]),
-                     "draft_n": drafted, "draft_accepted": accepted, "acceptance": accepted / drafted if drafted else None,
-                     "token_ids": [per[i]["token_ids"] for i in sorted(per)]}
+        out[name] = engines.server_lane(per)
     return out
 
 
@@ -203,7 +199,7 @@ def summary(report: dict) -> dict:
         rows = {}
         for name, lane in rep["server"].items():
             rows[f"server:{name}"] = {"over_greedy": lane["decode_tokens_per_s"] / base,
-                                            "same_text": _same(lane["token_ids"], greedy_ids)}
+                                      "same_text": _same(lane["token_ids"], greedy_ids)}
         for name, lane in rep["specviz"].items():
             rows[f"specviz:{name}"] = {"over_greedy": lane["decode_tokens_per_s"] / base,
                                        "same_text": _same(lane["token_ids"], ar_ids)}

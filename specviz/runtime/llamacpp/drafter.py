@@ -27,7 +27,6 @@ LLaMA checkpoints; head_nets rotates halves).
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Optional
 
@@ -53,25 +52,22 @@ def unpermute_rows(w: np.ndarray, heads: int) -> np.ndarray:
     return w.reshape(heads, w.shape[0] // heads // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def _matrices(net: Eagle3LlamaNet) -> dict:
+# the network's weights and llama.cpp's tensor names; matrices are stored Q8_0, norms F32
+MATRICES = {"fc": "fc.weight", "q": "blk.0.attn_q.weight", "k": "blk.0.attn_k.weight", "v": "blk.0.attn_v.weight",
+            "o": "blk.0.attn_output.weight", "gate": "blk.0.ffn_gate.weight", "up": "blk.0.ffn_up.weight",
+            "down": "blk.0.ffn_down.weight"}
+NORMS = {"norm_e": "blk.0.attn_norm.weight", "norm_g": "blk.0.attn_norm_2.weight",
+         "norm_mlp": "blk.0.ffn_norm.weight", "norm_out": "output_norm.weight"}
+PERMUTED = {"q": "n_heads", "k": "kv_heads"}  # rows permuted per head for llama.cpp's rotation: their head counts
+
+
+def _tensors(net: Eagle3LlamaNet, names: dict) -> dict:
     """GGUF tensor name -> float32 array (rows = outputs), in llama.cpp's names and row order."""
-    g = lambda m: m.weight.detach().to(torch.float32).cpu().numpy()  # noqa: E731
-    return {
-        "fc.weight": g(net.fc),
-        "blk.0.attn_q.weight": permute_rows(g(net.q), net.n_heads),
-        "blk.0.attn_k.weight": permute_rows(g(net.k), net.kv_heads),
-        "blk.0.attn_v.weight": g(net.v),
-        "blk.0.attn_output.weight": g(net.o),
-        "blk.0.ffn_gate.weight": g(net.gate),
-        "blk.0.ffn_up.weight": g(net.up),
-        "blk.0.ffn_down.weight": g(net.down),
-    }
-
-
-def _norms(net: Eagle3LlamaNet) -> dict:
-    g = lambda m: m.weight.detach().to(torch.float32).cpu().numpy()  # noqa: E731
-    return {"blk.0.attn_norm.weight": g(net.norm_e), "blk.0.attn_norm_2.weight": g(net.norm_g),
-            "blk.0.ffn_norm.weight": g(net.norm_mlp), "output_norm.weight": g(net.norm_out)}
+    out = {}
+    for module, name in names.items():
+        w = getattr(net, module).weight.detach().to(torch.float32).cpu().numpy()
+        out[name] = permute_rows(w, getattr(net, PERMUTED[module])) if module in PERMUTED else w
+    return out
 
 
 def _target_fields(target_gguf: Path) -> tuple:
@@ -125,10 +121,10 @@ def export_eagle3(heads: HeadSet, target_gguf: Path, out: Path, output_rows: tor
                 w.add_key_value(field.name, field.contents(), vtype, sub_type=field.types[-1])
             else:
                 w.add_key_value(field.name, field.contents(), vtype)
-        for name, matrix in {**_matrices(net), "output.weight": rows.to(torch.float32).numpy()}.items():
+        for name, matrix in {**_tensors(net, MATRICES), "output.weight": rows.to(torch.float32).numpy()}.items():
             w.add_tensor(name, quantize(np.ascontiguousarray(matrix, np.float32), GGMLQuantizationType.Q8_0),
                          raw_dtype=GGMLQuantizationType.Q8_0)
-        for name, vector in _norms(net).items():
+        for name, vector in _tensors(net, NORMS).items():
             w.add_tensor(name, np.ascontiguousarray(vector, np.float32))
         if ids is not None:
             w.add_tensor("d2t", ids.to(torch.int64).numpy())
@@ -159,14 +155,12 @@ def read_eagle3(path: Path) -> tuple:
     net = Eagle3LlamaNet(int(key("embedding_length")), heads=heads, kv_heads=kv, mlp=int(key("feed_forward_length")),
                          theta=float(key("rope.freq_base")), eps=float(key("attention.layer_norm_rms_epsilon")))
     t = lambda n: torch.from_numpy(np.ascontiguousarray(tensors[n]))  # noqa: E731
-    state = {"fc.weight": t("fc.weight"),
-             "q.weight": torch.from_numpy(unpermute_rows(tensors["blk.0.attn_q.weight"], heads).copy()),
-             "k.weight": torch.from_numpy(unpermute_rows(tensors["blk.0.attn_k.weight"], kv).copy()),
-             "v.weight": t("blk.0.attn_v.weight"), "o.weight": t("blk.0.attn_output.weight"),
-             "gate.weight": t("blk.0.ffn_gate.weight"), "up.weight": t("blk.0.ffn_up.weight"),
-             "down.weight": t("blk.0.ffn_down.weight"), "norm_e.weight": t("blk.0.attn_norm.weight"),
-             "norm_g.weight": t("blk.0.attn_norm_2.weight"), "norm_mlp.weight": t("blk.0.ffn_norm.weight"),
-             "norm_out.weight": t("output_norm.weight")}
+    state = {}
+    for module, name in {**MATRICES, **NORMS}.items():
+        w = tensors[name]
+        if module in PERMUTED:
+            w = unpermute_rows(w, getattr(net, PERMUTED[module])).copy()
+        state[f"{module}.weight"] = torch.from_numpy(np.ascontiguousarray(w))
     net.load_state_dict(state)
     ids = torch.from_numpy(tensors["d2t"].astype(np.int64)) if "d2t" in tensors else None
     return net.eval(), ids, tuple(int(i) for i in key("target_layers")), t("output.weight")
