@@ -63,8 +63,11 @@ class Visit:
             route.abort()
 
     def go(self, page: str):
+        """Open `page` and wait until its data scripts have arrived (nothing asked for half a
+        second): leaving a page sooner aborts its requests, which would count as errors."""
         self.tab.goto(self.root + page)
         self.tab.wait_for_load_state("load")
+        self.tab.wait_for_load_state("networkidle")
         return self.tab
 
     def close(self):
