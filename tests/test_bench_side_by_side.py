@@ -54,7 +54,7 @@ def test_predictions_use_the_pilots_acceptance_and_costs_measured_apart():
                "dflash": _lane(20.0, [], 0.4, [3])}
     lanes = {"ar": {"method": "ar"}, "spec": {"method": "spec"}, "pld": {"method": "pld"}, "dflash": {"method": "dflash"}}
     pilots = {"spec": {"alpha": 0.8, "c": 0.5}, "pld": {"alpha": 0.5, "c": 0.01}, "dflash": {"alpha": 0.3, "c": 0.7}}
-    out = sbs.predictions(cost, pilots, lanes, results)
+    out = sbs.engines.pilot_predictions(cost, pilots, lanes, results)
     v4 = 1 + 0.5 * 3
     assert out["spec"]["predicted"] == pytest.approx(theory.expected_tokens(0.8, 3) / (v4 + 0.5 * 3))
     # a step that drafted nothing brings one token for one one-token pass; a lookup drafts for free
@@ -67,8 +67,34 @@ def test_the_markdown_names_every_lane_and_the_targets():
     report = _report()
     report.update(machine={"cpu": "test CPU", "threads": 2}, tokens=64, k=3, target="qwen2 1.5B Q4_K - Medium",
                   prompts={"code": ["a", "b"], "chat": ["c", "d"]},
-                  cost={"curve": {str(n): 1.0 + 0.5 * (n - 1) for n in sbs.COST_TOKENS}, "c": 0.6})
+                  cost={"curve": {str(n): 1.0 + 0.5 * (n - 1) for n in sbs.COST_TOKENS}, "c": 0.6,
+                        "target_s": {str(n): 1.0 + 0.5 * (n - 1) for n in sbs.COST_TOKENS}},
+                  pilot={"code": {"spec": {"alpha": 0.8, "c": 0.6}, "eagle3": {"alpha": 0.6, "c": 0.1}}})
     report["summary"] = sbs.summary(report)
     text = sbs.markdown(report)
     assert "## Code" in text and "## Chat" in text and "| llama-server draft-simple |" in text
     assert "| specviz eagle3 |" in text and "specviz's eagle3 over llama.cpp at least 1.15x on code: met" in text
+    assert "## What a drafter would need here" in text
+    assert "| the 0.5B draft model (spec) | 0.60 | one per draft | 0.95x (k = 1) | out of reach | out of reach |" in text
+
+
+def test_what_a_drafter_would_need_inverts_the_speedup_at_the_measured_costs():
+    report = _report()
+    report["cost"] = {"target_s": {str(n): 0.02 * (1 + 0.5 * (n - 1)) for n in sbs.COST_TOKENS}}
+    report["pilot"] = {"code": {"spec": {"alpha": 0.9, "c": 0.5}, "spec-auto": {"alpha": 0.9, "c": 0.5},
+                                "pld": {"alpha": 0.2, "c": 0.0}, "eagle3": {"alpha": 0.6, "c": 0.05}}}
+    need = sbs.needs(report)
+    assert "spec-auto" not in need  # the same drafter as spec
+    # V(n) = 1 + (n - 1) / 2: the 0.5B at c = 0.5 pays (k + 1) / (1 + k) = 1 at best, never more
+    assert need["spec"]["best"] == pytest.approx(1.0) and need["spec"]["alpha_for_1.3x"]["alpha"] is None
+    # a lookup is free: at k = 1, E = 1 + a against V(2) = 1.5 breaks even at a = 0.5
+    assert need["pld"]["alpha_for_1.0x"] == {"alpha": pytest.approx(0.5, abs=1e-6), "k": 1}
+    assert need["pld"]["forwards"] == "none" and need["pld"]["measured_alpha"] == {"code": None, "chat": None}
+    row = need["eagle3"]
+    k, a = row["alpha_for_1.3x"]["k"], row["alpha_for_1.3x"]["alpha"]
+    assert theory.expected_tokens(a, k) / (0.05 * k + 1 + k / 2) == pytest.approx(1.3)
+    assert row["measured_alpha"]["code"] == 0.6 and row["best"] == pytest.approx(8 / (0.35 + 4.5))  # k = 7
+    # no lower alpha reaches 1.3x at any other draft length
+    for other in sbs.NEED_K:
+        got = theory.alpha_needed(1.3, other, 0.05, lambda n: 1 + (n - 1) / 2)
+        assert got is None or got >= a - 1e-9

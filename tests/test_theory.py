@@ -25,6 +25,18 @@ def test_accepted_per_drafted_and_alpha_from_tau():
         theory.alpha_from_tau(7.0, 4)
 
 
+def test_alpha_needed_is_the_speedup_formula_inverted():
+    curve = theory.interpolate_cost([(1, 1.0), (2, 1.5), (4, 2.5), (8, 6.0)])
+    for a in (0.3, 0.6, 0.9):
+        for k, c, fw in ((1, 0.1, None), (3, 0.2, None), (3, 0.6, 1), (7, 0.05, None)):
+            s = theory.expected_tokens(a, k) / (c * (k if fw is None else fw) + curve(k + 1))
+            assert theory.alpha_needed(s, k, c, curve, forwards=fw) == pytest.approx(a, abs=1e-8)
+    # hand value: V(4) = 2.5, c = 0.25, k = 3: a perfect drafter makes 4 / (0.75 + 2.5) = 1.23x
+    assert theory.alpha_needed(4 / 3.25, 3, 0.25, curve) == pytest.approx(1.0, abs=1e-8)
+    assert theory.alpha_needed(1.24, 3, 0.25, curve) is None  # out of reach at any acceptance
+    assert theory.alpha_needed(0.1, 3, 0.25, curve) == pytest.approx(0.0, abs=1e-8)  # even a drafter never accepted is fast enough
+
+
 def test_closed_forms_match_simulation():
     rng, a, k, steps = random.Random(1), 0.7, 4, 200_000
     tokens = accepted = 0

@@ -75,6 +75,18 @@ def alpha_from_tau(tau: float, k: int, tol: float = 1e-10) -> float:
     return (lo + hi) / 2
 
 
+def alpha_needed(target: float, k: int, c: float, verify_cost: Callable[[int], float],
+                 forwards: Optional[int] = None) -> Optional[float]:
+    """The acceptance rate a drafter must reach for `target` speedup over plain decoding, drafting
+    k a step at c target passes per draft forward (`forwards` a step; k where each draft token
+    is one forward) with a verify pass of verify_cost(k + 1): the a whose
+    E[tokens | a, k] / (c * forwards + V(k + 1)) equals `target`. None where even a = 1 falls short."""
+    tau = target * (c * (k if forwards is None else forwards) + verify_cost(k + 1))
+    if tau > k + 1 + 1e-9:  # beyond rounding
+        return None
+    return alpha_from_tau(min(max(tau, 1.0), k + 1.0), k)
+
+
 def batch_speedup(a: float, k: float, ar_step: float, spec_step: float) -> float:
     """Speculation's speedup over plain decoding of the same batch: each row gains E[tokens per
     step] per shared step, and a step costs `spec_step` seconds (the batch's drafting plus one

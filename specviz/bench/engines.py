@@ -161,6 +161,51 @@ def predictions(cost: dict, lanes: dict, options: dict = LANES) -> dict:
     return out
 
 
+def draft_forwards(method: str, k: int) -> int:
+    """Draft forwards a step of k tokens costs: one per token, DFlash one block, lookups none."""
+    return 1 if method == "dflash" else 0 if method in ("pld", "suffix") else k
+
+
+def pilot_lanes(pair, lanes: dict, prompts, cost: dict, tokens: int, chat: bool = False) -> dict:
+    """Per speculative lane, from one greedy run on each pilot prompt (never the report's):
+    alpha, and the draft's cost per forward in one-token target passes (the draft model's is
+    cost["c"], measured apart; a lookup's next to nothing)."""
+    out = {}
+    for name, options in lanes.items():
+        if name == "ar":
+            continue
+        runs = [list(specviz.generate(pair, p, max_new_tokens=tokens, temperature=0.0, chat=chat, **options))[-1]
+                for p in prompts]
+        per_forward = _mean([r.metrics.get("draft_s_per_forward") for r in runs])
+        c = (cost["c"] if options["method"] == "spec" else
+             per_forward / cost["target_s"]["1"] if per_forward else 0.0)
+        out[name] = {"alpha": _mean([r.metrics.get("alpha_empirical") for r in runs]),
+                     "draft_s_per_forward": per_forward, "c": c}
+    return out
+
+
+def pilot_predictions(cost: dict, pilots: dict, lanes: dict, results: dict) -> dict:
+    """Each speculative lane's speedup over AR in `results`, predicted from the pilot's alpha and
+    costs measured apart, over the draft lengths the lane's steps really had (a step that
+    drafted nothing yields one token for one one-token pass):
+
+        predicted = sum_s E[tokens | alpha, k_s] / sum_s (V(k_s + 1) + c * forwards(k_s))"""
+    curve = verify_curve(cost)
+    ar = results["ar"]["decode_tokens_per_s"]
+    out = {}
+    for name, lane in results.items():
+        p = pilots.get(name)
+        if name == "ar" or not p or p["alpha"] is None or not lane["drafted"] or not ar:
+            continue
+        ks = lane["drafted"]
+        expected = sum(theory.expected_tokens(min(p["alpha"], 0.999), k) for k in ks)
+        passes = sum(curve(k + 1) + p["c"] * draft_forwards(lanes[name]["method"], k) for k in ks)
+        predicted, measured = expected / passes, lane["decode_tokens_per_s"] / ar
+        out[name] = {"alpha_pilot": p["alpha"], "alpha": lane["alpha"], "c": p["c"], "predicted": predicted,
+                     "measured": measured, "error": measured / predicted - 1.0}
+    return out
+
+
 def own_section(tokens: int, repeats: int, gguf: str = "q4_k_m", k_best: int = 0) -> Optional[dict]:
     """llama.cpp's own greedy decoding, without and with its draft model (draft max 4, and the
     draft length the engine's cost curve chose for specviz's lane, so both get the same tuning),

@@ -36,7 +36,6 @@ from pathlib import Path
 import torch
 
 import specviz
-from specviz.analysis import theory
 from specviz.argparsing import Parser
 from specviz.bench import engines
 from specviz.errors import run_command
@@ -83,45 +82,14 @@ def perplexity(pair, text: str, tokens: int = TEXT_TOKENS) -> float:
 
 
 def pilot(pair, cost: dict, tokens: int) -> dict:
-    """Per lane, from one run on each pilot prompt: alpha, and the draft's cost per forward in
-    one-token target passes (the 0.5B draft's is cost["c"], measured apart)."""
-    out = {}
-    for name, options in LANES.items():
-        if name == "ar":
-            continue
-        runs = [list(specviz.generate(pair, prompt, max_new_tokens=tokens, temperature=0.0, **options))[-1]
-                for prompt in PILOT]
-        alpha = engines._mean([r.metrics.get("alpha_empirical") for r in runs])
-        per_forward = engines._mean([r.metrics.get("draft_s_per_forward") for r in runs])
-        out[name] = {"alpha": alpha, "draft_s_per_forward": per_forward,
-                     "c": cost["c"] if name == "spec" else per_forward / cost["target_s"]["1"]}
-    return out
-
-
-def forwards_per_step(name: str, k: int) -> int:
-    """Draft forwards a step of k tokens costs: the 0.5B and EAGLE-3 one per token, DFlash one block."""
-    return 1 if name == "dflash" else k
+    """engines.pilot_lanes on the pilot prompts."""
+    return engines.pilot_lanes(pair, LANES, PILOT, cost, tokens)
 
 
 def predictions(cost: dict, pilots: dict, lanes: dict) -> dict:
-    """Each speculative lane's speedup over this type's AR, predicted from the pilot's alpha and
-    costs measured apart over the draft lengths the lane's steps really had:
-
-        predicted = sum_s E[tokens | alpha, k_s] / sum_s (V(k_s + 1) + c * forwards(k_s))"""
-    curve = engines.verify_curve(cost)
-    ar = lanes["ar"]["decode_tokens_per_s"]
-    out = {}
-    for name, lane in lanes.items():
-        if name == "ar" or not lane["drafted"] or pilots[name]["alpha"] is None:
-            continue
-        p = pilots[name]
-        ks = lane["drafted"]
-        tokens = sum(theory.expected_tokens(min(p["alpha"], 0.999), k) for k in ks)
-        passes = sum(curve(k + 1) + p["c"] * forwards_per_step(name, k) for k in ks)
-        predicted, measured = tokens / passes, lane["decode_tokens_per_s"] / ar
-        out[name] = {"alpha_pilot": p["alpha"], "alpha": lane["alpha"], "c": p["c"], "verify_cost": curve(K + 1),
-                     "predicted": predicted, "measured": measured, "error": measured / predicted - 1.0}
-    return out
+    """engines.pilot_predictions over this format's AR, with the verify pass of k drafts beside."""
+    verify = engines.verify_curve(cost)(K + 1)
+    return {name: {**p, "verify_cost": verify} for name, p in engines.pilot_predictions(cost, pilots, LANES, lanes).items()}
 
 
 def own_greedy(tokens: int, repeats: int) -> dict:

@@ -22,7 +22,12 @@ the chat prompts CHAT below; neither is in the drafters' training bank
 (specviz.training.prompt_bank), a pilot or a test; `held_out_problems()` checks it and the run
 refuses to start otherwise. The pilot's prompts (PILOT_CODE, PILOT_CHAT) are others again.
 
+A last section, "what a drafter would need here", asks the theory alone (specviz.analysis.theory)
+what acceptance rate each drafter must reach, at its measured cost and this machine's V(n), to
+match plain decoding and to reach 1.3x: the answer to "could a better-trained drafter pay here?".
+
 Usage: python -m specviz.bench.side_by_side [--tokens 64] [--repeats 2] [--out docs/benchmarks/llamacpp-side-by-side]
+       python -m specviz.bench.side_by_side --render   (the summary and Markdown again from the JSON)
 """
 
 from __future__ import annotations
@@ -142,47 +147,9 @@ def run_server(pair, kind: str, tokens: int, repeats: int, heads: Optional[Path]
 
 
 def pilot(pair, lanes: dict, cost: dict, tokens: int) -> dict:
-    """Per kind and lane, from one run on each pilot prompt: alpha, and the draft's cost per
-    forward in one-token target passes (the 0.5B's is cost["c"], measured apart)."""
-    out = {}
-    for kind, prompts, chat in (("code", PILOT_CODE, False), ("chat", PILOT_CHAT, True)):
-        out[kind] = {}
-        for name, options in lanes.items():
-            if name == "ar":
-                continue
-            runs = [list(specviz.generate(pair, p, max_new_tokens=tokens, temperature=0.0, chat=chat, **options))[-1]
-                    for p in prompts]
-            per_forward = engines._mean([r.metrics.get("draft_s_per_forward") for r in runs])
-            c = (cost["c"] if options["method"] == "spec" else
-                 per_forward / cost["target_s"]["1"] if per_forward else 0.0)  # lookup drafters: next to nothing
-            out[kind][name] = {"alpha": engines._mean([r.metrics.get("alpha_empirical") for r in runs]),
-                               "draft_s_per_forward": per_forward, "c": c}
-    return out
-
-
-def forwards(options: dict, k: int) -> int:
-    """Draft forwards a step of k tokens costs: one per token, DFlash one block, lookups none."""
-    return 1 if options["method"] == "dflash" else 0 if options["method"] in ("pld", "suffix") else k
-
-
-def predictions(cost: dict, pilots: dict, lanes: dict, results: dict) -> dict:
-    """Each speculative lane's speedup over specviz's AR, predicted from the pilot's alpha and
-    costs measured apart, over the draft lengths the lane's steps had:
-        sum_s E[tokens | alpha, k_s] / sum_s (V(k_s + 1) + c * forwards(k_s))"""
-    curve = engines.verify_curve(cost)
-    ar = results["ar"]["decode_tokens_per_s"]
-    out = {}
-    for name, lane in results.items():
-        p = pilots.get(name)
-        if name == "ar" or not p or p["alpha"] is None or not lane["drafted"] or not ar:
-            continue
-        ks = lane["drafted"]
-        expected = sum(theory.expected_tokens(min(p["alpha"], 0.999), k) if k else 1.0 for k in ks)
-        passes = sum(curve(k + 1) + p["c"] * forwards(lanes[name], k) for k in ks)
-        predicted, measured = expected / passes, lane["decode_tokens_per_s"] / ar
-        out[name] = {"alpha_pilot": p["alpha"], "alpha": lane["alpha"], "c": p["c"], "predicted": predicted,
-                     "measured": measured, "error": measured / predicted - 1.0}
-    return out
+    """Per kind, engines.pilot_lanes on that kind's pilot prompts."""
+    return {kind: engines.pilot_lanes(pair, lanes, prompts, cost, tokens, chat=chat)
+            for kind, prompts, chat in (("code", PILOT_CODE, False), ("chat", PILOT_CHAT, True))}
 
 
 def summary(report: dict) -> dict:
@@ -216,6 +183,42 @@ def summary(report: dict) -> dict:
     return out
 
 
+NEED_AT = (1.0, 1.3)  # speedups over plain decoding asked of a drafter: break even, and the issue's target
+NEED_K = range(1, max(COST_TOKENS))  # draft lengths whose verify pass the cost curve measured
+DRAFTERS = {"spec": "the 0.5B draft model (spec)", "pld": "prompt lookup (pld)", "suffix": "suffix tree (suffix)",
+            "eagle3": "EAGLE-3, specviz's layer (eagle3)", "dflash": "DFlash, specviz's layer (dflash)",
+            "eagle3-llama": "EAGLE-3 in llama.cpp's layout (eagle3-llama)"}
+
+
+def needs(report: dict) -> dict:
+    """What each specviz drafter would need on this machine, from the costs measured apart (V(n),
+    its c from the code pilot) and the theory alone: the best speedup with every draft accepted,
+    and the acceptance rate it must reach to match plain decoding and to reach 1.3x (at the draft
+    length that asks least; None: out of reach at any acceptance). Beside them, the alpha each
+    lane measured on held-out code and chat."""
+    curve = engines.verify_curve(report["cost"])
+    heads = report.get("llama_heads")
+    lanes = specviz_lanes(Path(heads["folder"]) if heads else None)
+    out = {}
+    for name, p in report["pilot"]["code"].items():
+        if name == "spec-auto" or name not in lanes:  # spec-auto: the same drafter as spec
+            continue
+        method = lanes[name]["method"]
+        step = {k: p["c"] * engines.draft_forwards(method, k) + curve(k + 1) for k in NEED_K}
+        best = max(NEED_K, key=lambda k: (k + 1) / step[k])
+        row = {"c": p["c"], "forwards": "one per block" if method == "dflash" else "none" if
+               method in ("pld", "suffix") else "one per draft", "best": (best + 1) / step[best], "best_k": best,
+               "measured_alpha": {kind: report["kinds"][kind]["specviz"].get(name, {}).get("alpha")
+                                  for kind in report["kinds"]}}
+        for target in NEED_AT:
+            asked = {k: theory.alpha_needed(target, k, p["c"], curve, engines.draft_forwards(method, k)) for k in NEED_K}
+            reach = {k: a for k, a in asked.items() if a is not None}
+            k = min(reach, key=reach.get) if reach else None
+            row[f"alpha_for_{target}x"] = {"alpha": reach[k] if k else None, "k": k}
+        out[name] = row
+    return out
+
+
 def _same(a: list, b: list) -> str:
     """"k/n": how many prompts' token ids are the same in both."""
     return f"{sum(x == y for x, y in zip(a, b))}/{len(b)}"
@@ -232,7 +235,12 @@ def _main(argv) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default="docs/benchmarks/llamacpp-side-by-side", help="report path without extension")
+    parser.add_argument("--render", action="store_true",
+                        help="runs nothing: rewrites the report's summary, needs and Markdown from its JSON")
     args = parser.parse_args(argv)
+    out = Path(args.out)
+    if args.render:
+        return render(out)
     if args.tokens < 8 or args.repeats < 1:
         raise InputError("--tokens must be at least 8 and --repeats at least 1.")
     clash = held_out_problems()
@@ -267,11 +275,20 @@ def _main(argv) -> int:
         say(f"{kind}: llama-server's lanes ({time.time() - started:.0f} s so far)")
         theirs = run_server(pair, kind, args.tokens, args.repeats, heads)
         report["kinds"][kind] = {"specviz": ours, "server": theirs,
-                                 "predictions": predictions(cost, pilots[kind], lanes, ours)}
-    report["summary"] = summary(report)
+                                 "predictions": engines.pilot_predictions(cost, pilots[kind], lanes, ours)}
     report["seconds"] = time.time() - started
-    out = Path(args.out)
-    files.write_json(out.with_suffix(".json"), report)
+    files.write_json(out.with_suffix(".json"), report)  # the measurements first: nothing below can lose them
+    return render(out)
+
+
+def render(out: Path) -> int:
+    """The summary, the needs and the Markdown, from the report's measurements (no model runs)."""
+    path = out.with_suffix(".json")
+    if not path.exists():
+        raise InputError(f"no report at {path}: run python -m specviz.bench.side_by_side first.")
+    report = json.loads(path.read_text(encoding="utf-8"))
+    report["summary"], report["needs"] = summary(report), needs(report)
+    files.write_json(path, report)
     files.write_text(out.with_suffix(".md"), markdown(report))
     print(markdown(report))
     return 0
@@ -306,6 +323,17 @@ def markdown(report: dict) -> str:
                          f"{engines._x(p.get('measured'))} | {s['specviz:' + name]['same_text']} as its AR |")
         lines += ["", f"Fastest: {report['summary'][kind]['fastest']}, "
                       f"{report['summary'][kind]['fastest_over_greedy']:.2f}x llama.cpp's greedy decoding."]
+    need = report.get("needs") or needs(report)
+    lines += ["", "## What a drafter would need here", "",
+              "From the costs above and the theory alone (no lane's run): a step of k drafts costs V(k + 1) "
+              "plus the drafter's forwards at c each, and yields (1 - α^(k+1)) / (1 - α) tokens at acceptance "
+              f"rate α. Draft lengths 1 to {max(NEED_K)}; each entry at the draft length that asks least.", "",
+              "| drafter | c a forward | draft forwards | every draft accepted | α to match plain decoding | "
+              "α for 1.3x | α measured (code, chat) |", "|---|---|---|---|---|---|---|"]
+    for name, row in need.items():
+        measured = ", ".join(engines._f(row["measured_alpha"].get(kind)) for kind in report["kinds"])
+        lines.append(f"| {DRAFTERS.get(name, name)} | {row['c']:.2f} | {row['forwards']} | {row['best']:.2f}x (k = {row['best_k']}) | "
+                     f"{_need(row['alpha_for_1.0x'])} | {_need(row['alpha_for_1.3x'])} | {measured} |")
     t = report["summary"]["targets"]
     lines += ["", "## Against the targets", "",
               f"- fastest lane on code at least 1.3x llama.cpp's greedy: {_yes(t['fastest_code_at_least_1.3x'])}",
@@ -316,6 +344,10 @@ def markdown(report: dict) -> str:
               "every request with none: a new llama-server per request, a new suffix session per run. Predicted: "
               "from the pilot prompts' alpha and the costs above, measured apart from the lanes."]
     return "\n".join(lines) + "\n"
+
+
+def _need(entry: dict) -> str:
+    return "out of reach" if entry["alpha"] is None else f"{entry['alpha']:.2f} (k = {entry['k']})"
 
 
 def _yes(v) -> str:
