@@ -139,14 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
                     "and block - 1 masks (it drafts up to block - 1 tokens per forward)")
     tr.add_argument("--anchors", type=int, default=0, help="dflash: blocks anchored in each 256-token training "
                     "window (default 0: one per block length; more anchors see each position start a block more often)")
+    tr.add_argument("--draft-layers", type=int, default=2, help="dflash: decoder layers of the block drafter "
+                    "(default 2)")
     tr.add_argument("--anchor-state", action="store_true", help="dflash: add the target's state before the block to "
                     "every block row (faster to learn; without it the block reads the text through attention only)")
     tr.add_argument("--unroll", type=int, default=0, help="EAGLE kinds: depths trained on the layer's own outputs "
                     "(training-time test; default: 5 for EAGLE-3, P-EAGLE and DFlash, 3 for EAGLE)")
     tr.add_argument("--layout", choices=["specviz", "llama"], default="specviz",
-                    help="eagle3: specviz's layer (narrow, norms before fusing), or llama: SpecForge's layer at "
-                         "the target's width, the one llama.cpp's draft-eagle3 runs (export it with `python -m "
-                         "specviz llamacpp drafter`)")
+                    help="eagle3, dflash: specviz's layer (narrow, norms before fusing), or llama: the layer at "
+                         "the target's width that llama.cpp's own loop runs (draft-eagle3: SpecForge's; "
+                         "draft-dflash: z-lab's; export it with `python -m specviz llamacpp drafter KIND`)")
     tr.add_argument("--no-check", action="store_true", help="skip the greedy runs on the pair at the end")
     return parser
 
@@ -303,7 +305,8 @@ def cmd_train(args) -> int:
                           data=args.data, storage=args.storage, labels=args.labels,
                           targets=args.targets, **({"layout": args.layout} if args.layout != "specviz" else {}),
                           **({"unroll": args.unroll} if args.unroll else {}),
-                          **({"block": args.block, "anchor_state": args.anchor_state, "anchors": args.anchors} if args.kind == "dflash" else {}))
+                          **({"block": args.block, "anchor_state": args.anchor_state, "anchors": args.anchors,
+                                 "draft_layers": args.draft_layers} if args.kind == "dflash" else {}))
     held = report["held_out"]
     print(f"{args.kind}: held-out top-1 per depth {held['accuracy']}; E[drafts accepted] of a full chain "
           f"{held['accepted']:.2f} (teacher-forced on held-out text)")

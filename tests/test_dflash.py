@@ -15,7 +15,7 @@ from specviz.analysis import metrics
 from specviz.config import Warp
 from specviz.drafters.heads import DFlashDrafter
 from specviz.errors import InputError
-from specviz.runtime.head_nets import DFlashNet, HeadSet, attach_heads, head_fingerprint, load_heads, save_heads
+from specviz.runtime.head_nets import DFlashLlamaNet, DFlashNet, HeadSet, attach_heads, head_fingerprint, load_heads, save_heads
 from specviz.runtime.tiny_pair import build_tiny_pair
 from specviz.training.data import selfgen_features
 from specviz.training.selfgen import selfgen
@@ -107,7 +107,7 @@ def test_it_learns_every_depth_of_the_block(tiny_dflash):
         list(generate(pair, "x", method="dflash", k=BLOCK, max_new_tokens=4))
 
 
-@pytest.mark.parametrize("anchor_state", [False, True], ids=["kv-only", "anchor-state"])
+@pytest.mark.parametrize("anchor_state", [False, True, "llama"], ids=["kv-only", "anchor-state", "llama-layout"])
 def test_drafting_at_inference_is_what_training_trained(anchor_state):
     """Each block the training batch holds (several per window, under one mask) equals the block
     the drafter computes at inference from the context before its anchor, fed step by step as the
@@ -115,8 +115,12 @@ def test_drafting_at_inference_is_what_training_trained(anchor_state):
     block see the context at or after its anchor, or another block, fails here."""
     torch.manual_seed(0)
     d, n, block = 16, 24, 5
-    net = DFlashNet(d, width=16, heads=2, mlp=32, slots=4, n_layers=2, block=block, anchor_state=anchor_state).eval()
     embed = torch.nn.Embedding(50, d)
+    if anchor_state == "llama":  # llama.cpp's layout: the target's width, its mask token's embedding
+        net = DFlashLlamaNet(d, heads=2, kv_heads=1, mlp=32, slots=3, n_layers=2, block=block, mask_token=7).eval()
+        net.set_mask(embed(torch.tensor([7])))
+    else:
+        net = DFlashNet(d, width=16, heads=2, mlp=32, slots=4, n_layers=2, block=block, anchor_state=anchor_state).eval()
     f = torch.randn(n, 4, d)
     tokens = torch.randint(0, 50, (n,))
     trainer = _Trainer.__new__(_Trainer)
@@ -172,6 +176,38 @@ def test_the_drafter_fed_step_by_step_drafts_what_training_computes(tiny_dflash)
             expected = sampling.warp(drafter.heads.logits(trained[i, 1:]), warp)
             assert torch.allclose(drafter.per_depth, expected, atol=1e-5), a
         assert drafter.fed == anchors[-1] and drafter.forwards == len(anchors)
+
+
+def test_in_llama_cpps_layout_it_trains_drafts_losslessly_and_keeps_the_targets_mask_row(tiny_dflash, tmp_path,
+                                                                                        monkeypatch):
+    """`--layout llama` (head_nets.DFlashLlamaNet, what llama.cpp's draft-dflash runs) trains on the
+    same data, its masks are the target's embedding of the mask token (set by the trainer and by
+    the bound copy, never stored: the file holds the layers only), and in specviz's engine its
+    greedy text is the target's with a whole block drafted in one forward."""
+    from specviz.training import trainer as trainer_module
+
+    _, features, _, _ = tiny_dflash
+    pair = build_tiny_pair()
+    monkeypatch.setattr(trainer_module, "mask_token_of", lambda _pair: 3)  # the tiny vocabulary has no <|fim_pad|>
+    cfg = TrainConfig("dflash", epochs=6, batch=256, window=64, eval_every=10_000, draft_vocab=60, lr=3e-3, mlp=64,
+                      block=4, depths=3, eval_stride=1, layout="llama", draft_layers=1)
+    heads, report = train_heads(pair, features, cfg, tmp_path / "work", progress=False)
+    assert isinstance(heads.net, DFlashLlamaNet) and heads.config["mask_token"] == 3 and heads.config["slots"] == 3
+    row = pair.target.get_input_embeddings()(torch.tensor([3]))[0]
+    assert torch.equal(heads.net.mask, row.float())
+    before, after = report["curve"][0], report["curve"][-1]
+    assert min(b - a for a, b in zip(after["loss"], before["loss"])) > 0.2, (before["loss"], after["loss"])
+    save_heads(heads, tmp_path / "heads", head_fingerprint(pair.target))
+    assert not any("mask" in k for k in load_heads("dflash", pair, tmp_path / "heads").net.state_dict())
+    attach_heads(pair, load_heads("dflash", pair, tmp_path / "heads"))
+    for prompt in ("def fibonacci(n):", "Hello, world! "):
+        ar = list(generate(pair, prompt, method="ar", max_new_tokens=40))[-1]
+        events = list(generate(pair, prompt, method="dflash", k=3, max_new_tokens=40))
+        assert events[-1].token_ids == ar.token_ids
+        steps = [e for e in events if e.kind == "step_finished" and e.drafted]
+        assert len(steps) > 3 and all(e.draft_forwards == 1 for e in steps)
+    bound = pair._heads[("dflash", None)].bind(pair.target)
+    assert torch.equal(bound.net.mask, row.to(bound.net.mask))
 
 
 def test_saved_and_loaded_it_drafts_the_same(tiny_dflash, tmp_path):

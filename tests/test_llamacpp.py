@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from scipy.stats import chisquare
@@ -492,11 +493,90 @@ def test_specviz_eagle3_drafts_in_llama_servers_own_loop_as_in_specviz(pair):
 
 
 @needs_llamacpp
-def test_a_drafter_without_llama_layout_heads_is_one_sentence(tmp_path, capsys):
-    """`python -m specviz llamacpp drafter --heads FOLDER` with no heads there: one line naming
-    the command that trains them, a non-zero exit, no traceback."""
+@pytest.mark.parametrize("argv,kind", [(["drafter"], "eagle3"), (["drafter", "dflash"], "dflash"),
+                                       (["serve", "--drafter", "dflash"], "dflash")])
+def test_a_drafter_without_llama_layout_heads_is_one_sentence(tmp_path, capsys, argv, kind):
+    """`python -m specviz llamacpp drafter [KIND] --heads FOLDER` (or `serve --drafter KIND`) with no
+    such heads there: one line naming the command that trains them, a non-zero exit, no traceback,
+    before any model loads."""
     from specviz.cli import main
 
-    assert main(["llamacpp", "drafter", "--heads", str(tmp_path)]) != 0
+    assert main(["llamacpp", *argv, "--heads", str(tmp_path)]) != 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "train eagle3" in err[0] and "Traceback" not in err[0]
+    assert len(err) == 1 and f"train {kind} --layout llama" in err[0] and "Traceback" not in err[0]
+
+
+def _random_dflash(pair, tmp_path, mlp=256):
+    """A DFlash drafter in llama.cpp's layout with random weights (norms away from 1), its
+    draft vocabulary a random quarter of the target's, exported beside the shipped target."""
+    from specviz.runtime.head_nets import HeadSet, make_net
+    from specviz.runtime.llamacpp.drafter import export_drafter
+    from specviz.training.trainer import mask_token_of
+
+    torch.manual_seed(0)
+    d, vocab = pair.target.hidden_size, pair.target.vocab_size
+    net = make_net("dflash", {"hidden": d, "vocab_size": vocab, "layout": "llama", "heads": d // 128, "kv_heads": 2,
+                              "mlp": mlp, "slots": 3, "layers": [2, 14, 25], "n_layers": 1, "block": 4,
+                              "mask_token": mask_token_of(pair)}).eval()
+    for p in net.parameters():
+        if p.dim() == 1:
+            p.data.add_(torch.randn_like(p) * 0.2)
+    ids = torch.tensor(sorted(np.random.default_rng(0).choice(vocab, vocab // 4, replace=False)))
+    heads = HeadSet("dflash", net, ids, {"hidden": d, "vocab_size": vocab, "layers": [2, 14, 25], "layout": "llama"},
+                    {"sha256": "cd" * 32})
+    rows = pair.target.get_output_embeddings().weight
+    return heads, export_drafter(heads, pair.target.path, tmp_path / "dflash.gguf", rows), rows
+
+
+@needs_states
+def test_specviz_dflash_is_the_function_llama_cpps_dflash_graph_computes(pair, tmp_path):
+    """The exported DFlash drafter, run by llama.cpp itself (src/models/dflash.cpp: the target's
+    layer inputs injected into every layer's keys and values, then the block [anchor, mask x 3]
+    with non-causal attention), gives the logits specviz's network gives on the same states: the
+    fusion, norms, grouped attention, rotation, mask token and output rows all as llama.cpp reads
+    them. A variant with one wrong piece (a causal block, a block one position off, one context
+    position less) is clearly further away, so the bound has the power to see one."""
+    from specviz.runtime.llamacpp.drafter import dflash_block_logits
+
+    heads, path, rows = _random_dflash(pair, tmp_path)
+    net, ids = heads.net, heads.vocab_ids
+    prompt = pair.encode("def fibonacci(n):\n    ")
+    runner = pair.target.make_runner()
+    _, states = runner.forward(prompt, hidden=(2, 14, 25))
+    states, t, anchor = states[:, :3].float(), len(prompt) - 1, int(prompt[-1])
+    got = dflash_block_logits(path, pair.target, states[:t].numpy(), anchor, 4)
+    assert np.isneginf(np.delete(got[1], ids.numpy())).all()  # d2t: nothing outside the draft vocabulary
+    got = torch.from_numpy(got[:, ids.numpy()])[1:]  # the mask rows: the drafts
+    embed = pair.target.get_input_embeddings()
+    net.set_mask(embed(torch.tensor([net.mask_token])))
+    with torch.no_grad():
+        ctx = net.context(states[:t])
+        x = net.block(embed(torch.tensor([anchor])).float(), 4)
+
+        def cos(positions, kv, mask=None):
+            want = (net(x, positions, kv, mask) @ rows[ids].float().T)[1:]
+            return torch.nn.functional.cosine_similarity(got, want, dim=-1).min().item()
+
+        right = cos(torch.arange(t, t + 4), net.context_kv(ctx, torch.arange(t)))
+        causal = torch.cat([torch.ones(4, t, dtype=torch.bool), torch.ones(4, 4, dtype=torch.bool).tril()], 1)
+        wrong = [cos(torch.arange(t, t + 4), net.context_kv(ctx, torch.arange(t)), causal),
+                 cos(torch.arange(t + 1, t + 5), net.context_kv(ctx, torch.arange(t))),
+                 cos(torch.arange(t, t + 4), net.context_kv(ctx[:-1], torch.arange(t - 1)))]
+    assert right > 0.9993, right  # Q8_0 weights, the same function
+    assert max(wrong) < 0.998, wrong
+
+
+@needs_server
+@needs_states
+def test_llama_server_drafts_with_specviz_dflash_and_keeps_its_greedy_text(pair, tmp_path):
+    """The exported DFlash drafter loads in llama-server (draft-dflash: target layers, block size,
+    mask token all read from the file), drafts every step, and llama-server's text is its greedy
+    text without a draft, token for token."""
+    _, path, _ = _random_dflash(pair, tmp_path)
+    with llamacpp_server.Server() as server:
+        greedy = {prompt: server.complete(pair.encode(prompt), N)["token_ids"] for prompt in PROMPTS}
+    with llamacpp_server.Server(drafter="dflash", draft_max=3, p_min=0.0, draft_model=path) as server:
+        answers = {prompt: server.complete(pair.encode(prompt), N) for prompt in PROMPTS}
+    for prompt in PROMPTS:
+        assert answers[prompt]["token_ids"] == greedy[prompt], prompt
+    assert sum(a["draft_n"] for a in answers.values()) >= N  # it drafted (3 a step)

@@ -1,7 +1,8 @@
-"""specviz's EAGLE-3 in llama.cpp's layout (head_nets.Eagle3LlamaNet) and its GGUF
-(specviz.runtime.llamacpp.drafter): the function llama.cpp's draft-eagle3 computes, written with
-the keys and tensors llama.cpp reads and read back. The runs in llama-server itself, which need
-the patched llama.cpp and the real pair, are in tests/test_llamacpp.py."""
+"""specviz's EAGLE-3 and DFlash in llama.cpp's layout (head_nets.Eagle3LlamaNet, DFlashLlamaNet)
+and their GGUF (specviz.runtime.llamacpp.drafter): the function llama.cpp's draft-eagle3 computes,
+written with the keys and tensors llama.cpp reads and read back. The runs in llama.cpp and
+llama-server themselves, which need the patched llama.cpp and the real pair, are in
+tests/test_llamacpp.py."""
 
 import math
 
@@ -10,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from specviz.runtime.head_nets import Eagle3LlamaNet, HeadSet, HeadsError, _rope, make_net
-from specviz.runtime.llamacpp.drafter import export_eagle3, permute_rows, read_eagle3, unpermute_rows
+from specviz.runtime.head_nets import DFlashLlamaNet, Eagle3LlamaNet, HeadSet, HeadsError, _rope, make_net
+from specviz.runtime.llamacpp.drafter import export_drafter, permute_rows, read_drafter, unpermute_rows
 
 
 def _pairwise_rope(x: np.ndarray, pos: int, theta: float) -> np.ndarray:
@@ -87,9 +88,23 @@ def test_the_layer_is_llama_cpps_function(small_net):
         assert torch.equal(small_net.features(h), h)
 
 
-def test_only_eagle3_has_the_llama_layout():
-    with pytest.raises(ValueError, match="EAGLE-3"):
-        make_net("dflash", {"hidden": 64, "vocab_size": 100, "layout": "llama"})
+def test_only_eagle3_and_dflash_have_the_llama_layout():
+    with pytest.raises(ValueError, match="eagle3 and dflash"):
+        make_net("medusa", {"hidden": 64, "vocab_size": 100, "layout": "llama"})
+    from specviz.errors import InputError
+    from specviz.training.train import train
+    from specviz.training.trainer import TrainConfig
+
+    with pytest.raises(InputError, match="eagle3 and dflash"):
+        TrainConfig("eagle", layout="llama").net_config(64, 100, 100, [1, 2, 3])
+    with pytest.raises(InputError, match="no anchor state"):  # refused before any model or data
+        train("dflash", "no-such-pair", tokens=4096, layout="llama", anchor_state=True)
+    with pytest.raises(InputError, match="draft-layers must be"):
+        train("dflash", "no-such-pair", tokens=4096, draft_layers=0)
+    config = TrainConfig("dflash", layout="llama", block=4, draft_layers=1).net_config(1536, 100, 60, [2, 14, 25], 9)
+    assert config == {"hidden": 1536, "vocab_size": 100, "draft_vocab": 60, "layout": "llama", "heads": 12,
+                      "kv_heads": 2, "mlp": 1536, "slots": 3, "layers": [2, 14, 25], "n_layers": 1, "block": 4,
+                      "mask_token": 9}
 
 
 def _fake_target(path):
@@ -117,7 +132,7 @@ def test_the_gguf_holds_what_llama_cpp_reads_and_reads_back_as_the_same_network(
     heads = HeadSet("eagle3", small_net, ids, {"hidden": 64, "vocab_size": 100, "layers": [1, 2, 3], "layout": "llama"},
                     {"sha256": "ab" * 32})
     rows = torch.randn(100, 64)
-    out = export_eagle3(heads, _fake_target(tmp_path / "target.gguf"), tmp_path / "draft.gguf", rows)
+    out = export_drafter(heads, _fake_target(tmp_path / "target.gguf"), tmp_path / "draft.gguf", rows)
 
     reader = gguf_reader(out)
     field = lambda k: reader.fields[k].contents()  # noqa: E731
@@ -131,7 +146,7 @@ def test_the_gguf_holds_what_llama_cpp_reads_and_reads_back_as_the_same_network(
     assert shapes["blk.0.attn_k.weight"] == [128, 32] and shapes["output.weight"] == [64, 40]
     assert shapes["d2t"] == [40] and "token_embd.weight" not in shapes  # the target's embeddings
 
-    net, got_ids, layers, got_rows = read_eagle3(out)
+    net, got_ids, layers, got_rows = read_drafter(out)
     assert torch.equal(got_ids, ids) and layers == (1, 2, 3)
     torch.testing.assert_close(got_rows, rows[ids], rtol=0, atol=0.02)  # Q8_0
     states, e = torch.randn(6, 4, 64), torch.randn(6, 64)
@@ -146,4 +161,44 @@ def test_specviz_layer_heads_are_refused_with_the_command_that_trains_the_other(
                               "layers": [1, 2, 3]})
     heads = HeadSet("eagle3", net, None, {"hidden": 64, "vocab_size": 100, "layers": [1, 2, 3]}, {})
     with pytest.raises(HeadsError, match="--layout llama"):
-        export_eagle3(heads, tmp_path / "none.gguf", tmp_path / "out.gguf", torch.zeros(100, 64))
+        export_drafter(heads, tmp_path / "none.gguf", tmp_path / "out.gguf", torch.zeros(100, 64))
+
+
+def test_the_dflash_gguf_holds_what_llama_cpp_reads_and_reads_back_as_the_same_network(tmp_path):
+    from specviz.runtime.llamacpp.runner import gguf_reader
+
+    torch.manual_seed(0)
+    net = DFlashLlamaNet(64, heads=4, kv_heads=2, mlp=96, slots=3, n_layers=2, block=4, mask_token=9).eval()
+    for p in net.parameters():  # norms away from 1, so a swapped norm shows
+        p.data.add_(torch.randn_like(p) * 0.2)
+    ids = torch.tensor(sorted(np.random.default_rng(1).choice(100, 40, replace=False)))
+    heads = HeadSet("dflash", net, ids, {"hidden": 64, "vocab_size": 100, "layers": [1, 2, 3], "layout": "llama"},
+                    {"sha256": "ab" * 32})
+    rows = torch.randn(100, 64)
+    out = export_drafter(heads, _fake_target(tmp_path / "target.gguf"), tmp_path / "draft.gguf", rows)
+
+    reader = gguf_reader(out)
+    field = lambda k: reader.fields[k].contents()  # noqa: E731
+    assert field("general.architecture") == "dflash"
+    assert field("dflash.target_layers") == [1, 2, 3] and field("dflash.block_size") == 4
+    assert field("dflash.block_count") == 2 and field("dflash.attention.head_count_kv") == 2
+    assert field("tokenizer.ggml.mask_token_id") == 9 and field("tokenizer.ggml.tokens")[:2] == ["t0", "t1"]
+    shapes = {t.name: [int(n) for n in t.shape] for t in reader.tensors}  # ggml order: (in, out)
+    assert shapes["fc.weight"] == [192, 64] and shapes["enc.output_norm.weight"] == [64]
+    assert shapes["blk.1.attn_q.weight"] == [64, 64] and shapes["blk.1.attn_k.weight"] == [64, 32]
+    assert shapes["blk.0.attn_q_norm.weight"] == [16] and shapes["blk.1.ffn_down.weight"] == [96, 64]
+    assert shapes["output.weight"] == [64, 40] and shapes["d2t"] == [40] and "token_embd.weight" not in shapes
+
+    back, got_ids, layers, got_rows = read_drafter(out)
+    assert isinstance(back, DFlashLlamaNet) and back.block_size == 4 and back.mask_token == 9
+    assert torch.equal(got_ids, ids) and layers == (1, 2, 3)
+    mask = torch.randn(64)
+    net.set_mask(mask)
+    back.set_mask(mask)
+    states, anchor = torch.randn(6, 4, 64), torch.randn(1, 64)
+    with torch.no_grad():
+        outs = []
+        for m in (net, back):
+            kv = m.context_kv(m.context(states), torch.arange(6))
+            outs.append(m(m.block(anchor, 4), torch.arange(6, 10), kv))
+    assert F.cosine_similarity(outs[0], outs[1], dim=-1).min() > 0.999  # Q8_0 weights, the same function

@@ -7,11 +7,12 @@ One process, one sitting, qwen-coder's shipped Q4_K_M target, greedy, `--tokens`
   llama-server   greedy (every ratio's denominator); draft-simple (the 0.5B, k drafts a step);
                  ngram-mod (llama.cpp's own settings); draft-eagle3 with specviz's EAGLE-3 in
                  llama.cpp's layout (exported by specviz.runtime.llamacpp.drafter), always k
-                 drafts (p-min 0) and with llama.cpp's default confidence cut
+                 drafts (p-min 0) and with llama.cpp's default confidence cut; draft-dflash with
+                 specviz's DFlash in llama.cpp's layout (a block of k + 1, p-min 0)
   specviz        its loop over llama.cpp's passes (specviz.runtime.llamacpp.runner): ar, spec
-                 (k, and k chosen each step by the cost rule), pld, suffix, eagle3 (specviz's
-                 own layer), eagle3-llama (the very drafter llama-server runs, in specviz's
-                 engine), dflash
+                 (k, and k chosen each step by the cost rule), pld, suffix, eagle3 and dflash
+                 (specviz's own layers), eagle3-llama and dflash-llama (the very drafters
+                 llama-server runs, in specviz's engine)
   costs          V(n), the target's pass over n tokens in one-token passes; c, the 0.5B's
                  one-token pass; each heads lane's draft cost per forward (from the pilot)
   predictions    each specviz lane's speedup over specviz's AR, from the pilot's alpha and those
@@ -36,7 +37,6 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 import specviz
 from specviz import files
@@ -45,6 +45,8 @@ from specviz.argparsing import Parser
 from specviz.bench import engines
 from specviz.errors import InputError, run_command
 from specviz.runtime.llamacpp import server as llamacpp_server
+
+LLAMA_KINDS = llamacpp_server.SPECVIZ_DRAFTERS  # specviz's drafters in llama.cpp's layout: eagle3, dflash
 
 K = 3  # drafts a step, llama-server's and specviz's alike (llama.cpp's default n-max for a draft model)
 CHAT = (  # chat, through the target's chat template; written for this report only
@@ -61,14 +63,15 @@ KINDS = ("code", "chat")
 COST_TOKENS = (1, 2, 3, 4, 5, 6, 8)
 
 
-def specviz_lanes(llama_heads: Optional[Path]) -> dict:
-    """name -> generate() options of specviz's lanes (eagle3-llama only where its heads exist)."""
+def specviz_lanes(llama_heads: dict) -> dict:
+    """name -> generate() options of specviz's lanes; `llama_heads`: kind -> the folder of its heads
+    in llama.cpp's layout (eagle3-llama and dflash-llama only where those exist)."""
     lanes = {"ar": {"method": "ar"}, "spec": {"method": "spec", "k": K},
              "spec-auto": {"method": "spec", "k": "auto", "auto_rule": "cost"},
              "pld": {"method": "pld", "k": K}, "suffix": {"method": "suffix", "k": K},
              "eagle3": {"method": "eagle3", "k": K}, "dflash": {"method": "dflash", "k": K}}
-    if llama_heads is not None:
-        lanes["eagle3-llama"] = {"method": "eagle3", "k": K, "heads": str(llama_heads)}
+    for kind, folder in llama_heads.items():
+        lanes[f"{kind}-llama"] = {"method": kind, "k": K, "heads": str(folder)}
     return lanes
 
 
@@ -78,6 +81,7 @@ SERVER_LANES = {  # name -> llamacpp_server.Server options
     "ngram-mod": {"drafter": "ngram-mod", "draft_max": K},
     "draft-eagle3": {"drafter": "eagle3", "draft_max": K, "p_min": 0.0},
     "draft-eagle3-pmin": {"drafter": "eagle3", "draft_max": K},
+    "draft-dflash": {"drafter": "dflash", "draft_max": K, "p_min": 0.0},
 }
 
 
@@ -127,16 +131,16 @@ def fresh_server_runs(options: dict, tokens: int, repeats: int, ids: list) -> di
     return per
 
 
-def run_server(pair, kind: str, tokens: int, repeats: int, heads: Optional[Path]) -> dict:
+def run_server(pair, kind: str, tokens: int, repeats: int, heads: dict) -> dict:
     from specviz.runtime.llamacpp.drafter import drafter_gguf
 
     _, ids, _ = prompts_of(pair, kind)
     out = {}
     for name, options in SERVER_LANES.items():
-        if options.get("drafter") == "eagle3":
-            if heads is None:
-                continue
-            options = {**options, "draft_model": drafter_gguf(pair, "eagle3", heads)}
+        if options.get("drafter") in heads:  # specviz's drafter exported to llama.cpp
+            options = {**options, "draft_model": drafter_gguf(pair, options["drafter"], heads[options["drafter"]])}
+        elif options.get("drafter") in LLAMA_KINDS:
+            continue
         if options.get("drafter") in llamacpp_server.NGRAM_TYPES:
             per = fresh_server_runs(options, tokens, repeats, ids)
         else:
@@ -187,7 +191,8 @@ NEED_AT = (1.0, 1.3)  # speedups over plain decoding asked of a drafter: break e
 NEED_K = range(1, max(COST_TOKENS))  # draft lengths whose verify pass the cost curve measured
 DRAFTERS = {"spec": "the 0.5B draft model (spec)", "pld": "prompt lookup (pld)", "suffix": "suffix tree (suffix)",
             "eagle3": "EAGLE-3, specviz's layer (eagle3)", "dflash": "DFlash, specviz's layer (dflash)",
-            "eagle3-llama": "EAGLE-3 in llama.cpp's layout (eagle3-llama)"}
+            "eagle3-llama": "EAGLE-3 in llama.cpp's layout (eagle3-llama)",
+            "dflash-llama": "DFlash in llama.cpp's layout (dflash-llama)"}
 
 
 def needs(report: dict) -> dict:
@@ -197,8 +202,7 @@ def needs(report: dict) -> dict:
     length that asks least; None: out of reach at any acceptance). Beside them, the alpha each
     lane measured on held-out code and chat."""
     curve = engines.verify_curve(report["cost"])
-    heads = report.get("llama_heads")
-    lanes = specviz_lanes(Path(heads["folder"]) if heads else None)
+    lanes = specviz_lanes({kind: Path(entry["folder"]) for kind, entry in (report.get("llama_heads") or {}).items()})
     out = {}
     for name, p in report["pilot"]["code"].items():
         if name == "spec-auto" or name not in lanes:  # spec-auto: the same drafter as spec
@@ -229,7 +233,7 @@ def main(argv=None) -> int:
 
 
 def _main(argv) -> int:
-    from specviz.runtime.llamacpp.drafter import llama_heads_folder
+    from specviz.runtime.llamacpp.drafter import has_heads, llama_heads_folder
 
     parser = Parser(prog="python -m specviz.bench.side_by_side", description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=64)
@@ -249,20 +253,23 @@ def _main(argv) -> int:
     if llamacpp_server.missing():
         raise InputError(llamacpp_server.missing())
     pair = specviz.load_pair("qwen-coder", backend="llama.cpp", progress=lambda _f, m: None)
-    folder = llama_heads_folder(pair.family)
-    heads = folder if (folder / "manifest.json").exists() else None
-    if heads is None:
-        say(f"no EAGLE-3 heads in llama.cpp's layout in {folder}: its lanes are left out")
+    heads = {}
+    for kind in LLAMA_KINDS:
+        folder = llama_heads_folder(pair.family, kind)
+        if has_heads(folder, kind):
+            heads[kind] = folder
+        else:
+            say(f"no {kind} heads in llama.cpp's layout in {folder}: its lanes are left out")
     lanes = specviz_lanes(heads)
     started = time.time()
     report = {"machine": engines._machine(), "tokens": args.tokens, "repeats": args.repeats, "k": K,
               "prompts": {"code": list(engines.PROMPTS), "chat": list(CHAT)},
               "pilot_prompts": {"code": list(PILOT_CODE), "chat": list(PILOT_CHAT)},
-              "target": pair.target.desc, "llama_heads": None, "kinds": {}}
-    if heads is not None:
-        entry = json.loads((heads / "manifest.json").read_text()).get("eagle3", {})
-        report["llama_heads"] = {"folder": str(heads), "command": entry.get("command"),
-                                 "train_tokens": entry.get("train_tokens"), "held_out": entry.get("held_out")}
+              "target": pair.target.desc, "llama_heads": {}, "kinds": {}}
+    for kind, folder in heads.items():
+        entry = json.loads((folder / "manifest.json").read_text())[kind]
+        report["llama_heads"][kind] = {"folder": str(folder), "command": entry.get("command"),
+                                       "train_tokens": entry.get("train_tokens"), "held_out": entry.get("held_out")}
     say("costs: V(n) and c")
     cost = engines.cost_section(pair, COST_TOKENS)
     report["cost"] = cost

@@ -110,6 +110,14 @@ def _rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tenso
     return x * cos + rotated * sin
 
 
+def _grouped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+    """Attention of (heads, T, dh) queries over (kv_heads, S, dh) keys and values, each key/value
+    head shared by heads / kv_heads query heads; mask (T, S) True where a query may look (None: all)."""
+    group = q.shape[0] // k.shape[0]
+    return F.scaled_dot_product_attention(q[None], k.repeat_interleave(group, 0)[None], v.repeat_interleave(group, 0)[None],
+                                          attn_mask=None if mask is None else mask[None, None])[0]
+
+
 class EagleNet(nn.Module):
     """fc over [f_t ; e(x_{t+1})] -> one pre-norm decoder layer -> predicted f_{t+1}."""
 
@@ -267,9 +275,7 @@ class Eagle3LlamaNet(nn.Module):
         if mask is None:
             s = k.shape[1]
             mask = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)
-        group = self.n_heads // self.kv_heads
-        attn = F.scaled_dot_product_attention(q[None], k.repeat_interleave(group, 0)[None],
-                                              v.repeat_interleave(group, 0)[None], attn_mask=mask[None, None])[0]
+        attn = _grouped_attention(q, k, v, mask)
         r = g + self.o(attn.transpose(0, 1).reshape(t, self.n_heads * dh))
         m = self.norm_mlp(r)
         return r + self.down(F.silu(self.gate(m)) * self.up(m)), (k, v)
@@ -381,6 +387,115 @@ class DFlashNet(nn.Module):
         return self.out(self.norm_out(x))
 
 
+class DFlashLlamaLayer(nn.Module):
+    """One decoder layer of DFlashLlamaNet, as llama.cpp's dflash graph computes it: RMS norm, queries
+    (heads of `head_dim`) and grouped keys/values without bias, per-head RMS norms on queries and
+    keys, rotary positions (halves), attention over the injected context and the whole block, the
+    output projection, residual; RMS norm, SwiGLU, residual. The context's keys and values are
+    this layer's key/value maps of the fused target states, with the key norm and rotation (no
+    input norm: the fused states are normed already)."""
+
+    def __init__(self, width: int, heads: int, kv_heads: int, head_dim: int, mlp: int, theta: float, eps: float):
+        super().__init__()
+        self.n_heads, self.kv_heads, self.head_dim, self.theta = heads, kv_heads, head_dim, theta
+        self.norm_attn, self.norm_mlp = RMSNorm(width, eps), RMSNorm(width, eps)
+        self.q = nn.Linear(width, heads * head_dim, bias=False)
+        self.k = nn.Linear(width, kv_heads * head_dim, bias=False)
+        self.v = nn.Linear(width, kv_heads * head_dim, bias=False)
+        self.norm_q, self.norm_k = RMSNorm(head_dim, eps), RMSNorm(head_dim, eps)
+        self.o = nn.Linear(heads * head_dim, width, bias=False)
+        self.gate = nn.Linear(width, mlp, bias=False)
+        self.up = nn.Linear(width, mlp, bias=False)
+        self.down = nn.Linear(mlp, width, bias=False)
+
+    def keys_values(self, x: torch.Tensor, positions: torch.Tensor) -> tuple:
+        """(T, width) -> (keys, values), (kv_heads, T, head_dim) each, keys normed and rotated."""
+        t = x.shape[0]
+        k = self.norm_k(self.k(x).view(t, self.kv_heads, self.head_dim).transpose(0, 1))
+        return _rope(k, positions, self.theta), self.v(x).view(t, self.kv_heads, self.head_dim).transpose(0, 1)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, context: tuple,
+                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        t = x.shape[0]
+        h = self.norm_attn(x)
+        q = _rope(self.norm_q(self.q(h).view(t, self.n_heads, self.head_dim).transpose(0, 1)), positions, self.theta)
+        k, v = self.keys_values(h, positions)
+        k, v = torch.cat([context[0], k], dim=1), torch.cat([context[1], v], dim=1)
+        attn = _grouped_attention(q, k, v, mask)
+        x = x + self.o(attn.transpose(0, 1).reshape(t, self.n_heads * self.head_dim))
+        m = self.norm_mlp(x)
+        return x + self.down(F.silu(self.gate(m)) * self.up(m))
+
+
+class DFlashLlamaNet(nn.Module):
+    """DFlash in the layout llama.cpp's `draft-dflash` runs (src/models/dflash.cpp, z-lab's DFlash),
+    so one trained network drafts in specviz's engine and, exported to GGUF
+    (specviz.runtime.llamacpp.drafter), in llama-server's own loop. The same interface as
+    DFlashNet (context, context_kv, block, forward), a different function where llama.cpp fixes it:
+
+    - the context is fc over the target's `slots` layer inputs concatenated raw, then an RMS norm
+      (llama.cpp's encoder: no norm per state, no last state, no anchor state);
+    - the decoder runs at the target's width, on the target's own token embeddings: a block's rows
+      are the anchor token's embedding and then the embedding of the target's `mask_token` (a
+      token of its vocabulary, whose row `set_mask` copies from the target: llama.cpp reads it
+      from the target too), with no map in between;
+    - each layer is a DFlashLlamaLayer (grouped keys/values, heads of 128 at the target's width);
+    - the output is the final norm of the last layer, which the output rows read (no map back).
+
+    A block runs whole in llama.cpp too, as the anchor and `--draft-max` masks: train `block` =
+    the draft length + 1 that llama-server will be given, the GGUF says so (dflash.block_size)."""
+
+    layout = "llama"
+    anchor_state = False
+
+    def __init__(self, hidden: int, heads: int = 12, kv_heads: int = 2, mlp: int = 1536, theta: float = 10000.0,
+                 eps: float = 1e-6, slots: int = 3, n_layers: int = 1, block: int = 4, mask_token: int = 0):
+        super().__init__()
+        if hidden % heads or heads % kv_heads:
+            raise ValueError(f"width {hidden} must split into {heads} heads, and those into {kv_heads} groups")
+        if block < 2:
+            raise ValueError(f"a DFlash block holds the anchor and at least one mask: block >= 2, got {block}")
+        self.width, self.slots, self.block_size, self.mask_token = hidden, slots, block, mask_token
+        self.n_heads, self.kv_heads, self.head_dim, self.theta = heads, kv_heads, hidden // heads, theta
+        self.fc = nn.Linear(slots * hidden, hidden, bias=False)
+        self.norm_ctx = RMSNorm(hidden, eps)
+        # the target's embedding of mask_token, set where the target is at hand (set_mask: the trainer,
+        # BoundHeads); not in the file, so it stays the target's row exactly, as in llama.cpp
+        self.register_buffer("mask", torch.zeros(hidden), persistent=False)
+        self.layers = nn.ModuleList(DFlashLlamaLayer(hidden, heads, kv_heads, hidden // heads, mlp, theta, eps)
+                                    for _ in range(n_layers))
+        self.norm_out = RMSNorm(hidden, eps)
+
+    @property
+    def depths(self) -> int:
+        return self.block_size - 1
+
+    def set_mask(self, row: torch.Tensor) -> None:
+        """The target's embedding of mask_token: the masks' rows (a fixed input, not learnt)."""
+        self.mask.copy_(row.detach().reshape(-1).to(self.mask))
+
+    def context(self, f: torch.Tensor) -> torch.Tensor:
+        """(T, S, d) target states (the first `slots`, concatenated in order) -> (T, d)."""
+        if f.dim() == 2:  # one state per position (a toy table's logits row): it fills every slot
+            f = f[:, None].expand(-1, self.slots, -1)
+        return self.norm_ctx(self.fc(f[:, :self.slots].reshape(f.shape[0], -1)))
+
+    def context_kv(self, ctx: torch.Tensor, positions: torch.Tensor) -> list:
+        return [layer.keys_values(ctx, positions) for layer in self.layers]
+
+    def block(self, anchors: torch.Tensor, size: Optional[int] = None, states: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(n, d) anchor-token embeddings -> (n * size, d) rows: each anchor, then size - 1 mask rows."""
+        size = size or self.block_size
+        masks = self.mask.to(anchors.dtype).expand(anchors.shape[0], size - 1, -1)
+        return torch.cat([anchors[:, None], masks], dim=1).reshape(-1, self.width)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, kv: list,
+                mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        for layer, context in zip(self.layers, kv):
+            x = layer(x, positions, context, mask)
+        return self.norm_out(x)
+
+
 NETS = {"medusa": MedusaHeads, "eagle": EagleNet, "eagle3": Eagle3Net, "peagle": Eagle3Net, "dflash": DFlashNet}
 
 
@@ -478,6 +593,9 @@ class BoundHeads:
         self.head = output_rows(target, self.ids).to(self.dtype)  # a copy of the rows (a view when all)
         self.embed = target.get_input_embeddings()
         self.draft_vocab = self.vocab_size if ids is None else int(ids.numel())
+        if hasattr(self.net, "set_mask"):  # DFlash in llama.cpp's layout: its masks are the target's mask token
+            with torch.no_grad():
+                self.net.set_mask(self.embed(torch.tensor([self.net.mask_token], device=self.device)))
 
     def logits(self, feats: torch.Tensor) -> torch.Tensor:
         """(..., d) features -> float32 logits (..., V) over the target's vocabulary; tokens outside
@@ -631,12 +749,15 @@ def load_heads(kind: str, pair, folder: Optional[Path] = None) -> HeadSet:
     return HeadSet(kind, net.eval(), None if vocab_ids is None else vocab_ids.long(), config, entry)
 
 
+LLAMA_NETS = {"eagle3": Eagle3LlamaNet, "dflash": DFlashLlamaNet}  # the kinds llama.cpp's own loop runs
+
+
 def make_net(kind: str, config: dict) -> nn.Module:
     args = {k: v for k, v in config.items() if k not in ("hidden", "vocab_size", "draft_vocab", "layers", "layout")}
-    if config.get("layout") == Eagle3LlamaNet.layout:
-        if kind != "eagle3":
-            raise ValueError(f"the llama.cpp layout is EAGLE-3's, not {kind}'s")
-        return Eagle3LlamaNet(config["hidden"], **args)
+    if config.get("layout") == "llama":
+        if kind not in LLAMA_NETS:
+            raise ValueError(f"the llama.cpp layout is {' and '.join(LLAMA_NETS)}'s, not {kind}'s")
+        return LLAMA_NETS[kind](config["hidden"], **args)
     return NETS[kind](config["hidden"], **args)
 
 

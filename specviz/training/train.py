@@ -38,7 +38,7 @@ from specviz.runtime.models import load_pair
 from specviz.training.data import SEGMENT, prepare, selfgen_features, work_dir
 from specviz.training.progress import say as _say
 from specviz.training.selfgen import DEFAULT_BATCH, SelfData, selfgen
-from specviz.training.trainer import FUSED, TrainConfig, cached_layer_probes, evaluate_heads, train_heads
+from specviz.training.trainer import FUSED, LLAMA_KINDS, TrainConfig, cached_layer_probes, evaluate_heads, train_heads
 
 # ---------------------------------------------------------------------------------------------
 # the whole recipe: python -m specviz train medusa|eagle
@@ -98,13 +98,19 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
                          "last hidden state only).")
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise InputError(f"--out {out} is a file: give a folder for the heads, their manifest and report.")
+    if options.get("layout", "specviz") not in ("specviz", "llama") or (options.get("layout") == "llama"
+                                                                       and kind not in LLAMA_KINDS):
+        raise InputError(f"layout must be specviz or llama (llama: {' and '.join(LLAMA_KINDS)} only, llama.cpp's "
+                         f"draft-eagle3 and draft-dflash), got {options.get('layout')!r} for {kind}.")
+    if options.get("layout") == "llama" and kind == "dflash" and options.get("anchor_state"):
+        raise InputError("DFlash in llama.cpp's layout reads the layer inputs only: it has no anchor state.")
+    layers = options.get("draft_layers", TrainConfig.draft_layers)
+    if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= 8:
+        raise InputError(f"draft-layers must be a whole number from 1 to 8, got {layers!r}.")
     if isinstance(pair, str):
         pair = load_pair(pair)
     work = work_dir(pair.name, work)
     out = Path(out) if out is not None else work / "heads"
-    if options.get("layout", "specviz") not in ("specviz", "llama") or (options.get("layout") == "llama" and kind != "eagle3"):
-        raise InputError(f"layout must be specviz or llama (llama: EAGLE-3 only, llama.cpp's draft-eagle3), got "
-                         f"{options.get('layout')!r} for {kind}.")
     if "unroll" in options and (not isinstance(options["unroll"], int) or not 1 <= options["unroll"] <= 16):
         raise InputError(f"unroll must be a whole number from 1 to 16, got {options['unroll']!r}.")
     explicit = set(options)  # what the command line gave (named in the manifest's command)
@@ -157,6 +163,8 @@ def train(kind: str, pair="qwen-coder", tokens: int = 120_000, epochs: float = 3
                                  + (f" --layout {cfg.layout}" if cfg.layout != "specviz" else "")
                                  + (f" --unroll {cfg.unroll}" if "unroll" in explicit else "")
                                  + (f" --block {cfg.block}" if kind == "dflash" else "")
+                                 + (f" --draft-layers {cfg.draft_layers}" if kind == "dflash" and
+                                    cfg.draft_layers != TrainConfig.draft_layers else "")
                                  + (" --anchor-state" if kind == "dflash" and cfg.anchor_state else "")
                                  + (f" --anchors {cfg.anchors}" if kind == "dflash" and cfg.anchors else ""))
     save_heads(heads, out, head_fingerprint(pair.target), storage)

@@ -65,18 +65,27 @@ class TrainConfig:
     eval_stride: int = 8  # dflash: held-out blocks start at every this-many-th position (each scores every depth)
     anchor_state: bool = False  # dflash: add the target's fused state before the anchor to every block row
     anchors: int = 0  # dflash: blocks anchored in each training window (0: window // block, one a block's length)
-    layout: str = "specviz"  # eagle3: "llama" is SpecForge's layer, the one llama.cpp's draft-eagle3 runs
-    #                          (head_nets.Eagle3LlamaNet: the target's width, heads of 128, 2 key/value groups)
+    layout: str = "specviz"  # eagle3, dflash: "llama" is the layer llama.cpp's own loop runs (draft-eagle3:
+    #                          head_nets.Eagle3LlamaNet; draft-dflash: head_nets.DFlashLlamaNet), at the
+    #                          target's width, heads of 128, 2 key/value groups
 
-    def net_config(self, hidden: int, vocab: int, draft_vocab: int, layers: Optional[list] = None) -> dict:
+    def net_config(self, hidden: int, vocab: int, draft_vocab: int, layers: Optional[list] = None,
+                   mask_token: Optional[int] = None) -> dict:
         base = {"hidden": hidden, "vocab_size": vocab, "draft_vocab": draft_vocab}
         if self.kind == "medusa":
             return {**base, "heads": self.heads}
         if self.layout == "llama":
-            if self.kind != "eagle3":
-                raise InputError(f"--layout llama is EAGLE-3's layer (llama.cpp's draft-eagle3), not {self.kind}'s.")
-            return {**base, "layout": "llama", "heads": max(1, hidden // 128), "kv_heads": 2, "mlp": self.mlp,
-                    "slots": len(layers), "layers": list(layers)}
+            if self.kind not in LLAMA_KINDS:
+                raise InputError(f"--layout llama is the layer of {' and '.join(LLAMA_KINDS)} (llama.cpp's "
+                                 f"draft-eagle3 and draft-dflash), not {self.kind}'s.")
+            heads = max(1, hidden // 128)  # heads of 128, as llama.cpp's drafters for Qwen2.5 have them
+            net = {**base, "layout": "llama", "heads": heads, "kv_heads": 2 if heads % 2 == 0 else 1, "mlp": self.mlp,
+                   "slots": len(layers), "layers": list(layers)}
+            if self.kind == "dflash":  # the layer inputs only; the block as llama-server will run it
+                if mask_token is None:
+                    raise InputError("DFlash in llama.cpp's layout needs a mask token of the target's vocabulary.")
+                net.update(n_layers=self.draft_layers, block=self.block, mask_token=int(mask_token))
+            return net
         net = {**base, "width": self.width, "heads": self.attn_heads, "mlp": self.mlp}
         if self.kind == "dflash":  # every state selfgen keeps: the three layers and the last one
             net.update(slots=len(layers) + 1, n_layers=self.draft_layers, block=self.block, layers=list(layers),
@@ -87,6 +96,26 @@ class TrainConfig:
 
 
 FUSED = ("eagle3", "peagle", "dflash")  # kinds that read several target layers (selfgen data)
+LLAMA_KINDS = ("eagle3", "dflash")  # kinds with a layer in llama.cpp's layout (--layout llama)
+MASK_TOKEN = "<|fim_pad|>"  # DFlash in llama.cpp's layout: the target's token whose embedding the masks are
+#                            (Qwen2.5's padding token for fill-in-the-middle, never in an answer)
+
+
+def mask_token_of(pair) -> int:
+    """The id of MASK_TOKEN in the pair's vocabulary, or one sentence why there is none."""
+    tok = getattr(pair, "tokenizer", None)
+    found = tok.convert_tokens_to_ids(MASK_TOKEN) if tok is not None else None
+    if found is None or found == getattr(tok, "unk_token_id", None) or found < 0:
+        raise InputError(f"DFlash in llama.cpp's layout uses {MASK_TOKEN} as its mask token, which {pair.name}'s "
+                         "vocabulary lacks.")
+    return int(found)
+
+
+def set_mask(net, trainer: "_Trainer") -> None:
+    """DFlash in llama.cpp's layout: its masks are the target's embedding of its mask token."""
+    if hasattr(net, "set_mask"):
+        with torch.no_grad():
+            net.set_mask(trainer.embeddings(torch.tensor([net.mask_token])))
 
 
 class _Data:
@@ -364,7 +393,7 @@ class _Trainer:
                 loss = loss + weights[j - 1] * self.ce(out[:, j], labels[at], None if keep is None else keep[at],
                                                       None if soft is None else soft[at])
             total, used = total + loss / weights.sum(), used + 1
-        return total / used if used else net.mask.sum() * 0.0  # no window held a whole block: nothing to learn
+        return total / used if used else sum(p.sum() for p in net.parameters()) * 0.0  # no whole block: nothing to learn
 
     def dflash_depths(self, net, windows: list, depths: int) -> tuple:
         """(B, depths) held-out hits of blocks anchored at every cfg.eval_stride-th position of each
@@ -421,6 +450,7 @@ def _held_out_trainer(pair, heads, features: Features, depths: int) -> tuple:
     data = _Data(features, torch.device("cpu"), torch.float32, slots=None if heads.kind in FUSED else -1)
     net = copy.deepcopy(heads.net).float()
     trainer = _Trainer(cfg, pair, data, heads.vocab_ids, getattr(net, "readout", None))
+    set_mask(net, trainer)
     reach = net.heads + 1 if heads.kind == "medusa" else 1
     trainer.held_positions = data.positions(data.held_segments, reach)
     trainer.held_windows = [np.arange(s, s + n) for s, n, _ in data.held_segments if n > depths + 1]
@@ -553,9 +583,11 @@ def train_heads(pair, features: Features, cfg: TrainConfig, folder: Optional[Pat
     data = _Data(features, device, torch.float32, cfg.train_tokens, slots=None if fused else -1)
     hidden, vocab = features.hidden_size, hidden_and_vocab(pair.target)[1]
     vocab_ids = draft_vocabulary(features, cfg.draft_vocab, vocab, pair.eos_token_ids)
-    net_config = cfg.net_config(hidden, vocab, vocab if vocab_ids is None else len(vocab_ids), features.layers)
+    mask = mask_token_of(pair) if cfg.kind == "dflash" and cfg.layout == "llama" else None
+    net_config = cfg.net_config(hidden, vocab, vocab if vocab_ids is None else len(vocab_ids), features.layers, mask)
     net = make_net(cfg.kind, net_config).to(device)
     trainer = _Trainer(cfg, pair, data, vocab_ids, getattr(net, "readout", None))
+    set_mask(net, trainer)
     reach = net.heads + 1 if cfg.kind == "medusa" else 1
     trainer.train_positions = data.positions(data.train_segments, reach)
     trainer.held_positions = data.positions(data.held_segments, reach)

@@ -27,6 +27,7 @@ from specviz.runtime.pair import QWEN_DRAFT, QWEN_TARGET
 
 START_TIMEOUT_S = 120.0
 NGRAM_TYPES = ("ngram-mod", "ngram-simple")  # llama-server's --spec-type lookup drafters specviz starts
+SPECVIZ_DRAFTERS = ("eagle3", "dflash")  # specviz's drafters exported to GGUF (llamacpp.drafter): draft-<name>
 
 
 def missing() -> Optional[str]:
@@ -49,8 +50,8 @@ class Server:
                  n_ctx: int = llamacpp.N_CTX, metrics: bool = True, drafter: Optional[str] = None,
                  draft_model=None, p_min: Optional[float] = None, port: Optional[int] = None):
         """draft_max: tokens drafted a step (None: no drafting, llama.cpp's greedy). drafter:
-        "draft-model" (the default with draft_max: the pair's 0.5B, draft-simple), "eagle3"
-        (specviz's EAGLE-3 exported to GGUF, draft-eagle3; `draft_model`: that file, from
+        "draft-model" (the default with draft_max: the pair's 0.5B, draft-simple), "eagle3" or "dflash"
+        (specviz's EAGLE-3 or DFlash exported to GGUF, draft-eagle3 / draft-dflash; `draft_model`: that file, from
         specviz.runtime.llamacpp.drafter.drafter_gguf), or one of NGRAM_TYPES (llama.cpp's lookup drafters, with its own
         settings: draft_max only switches them on). p_min: llama.cpp's confidence cut of a draft
         model's tokens (None: its default)."""
@@ -73,16 +74,16 @@ class Server:
         if draft_max:
             if drafter in (None, "draft-model"):
                 spec, draft = "draft-simple", gguf_file(QWEN_DRAFT, key, quiet)
-            elif drafter == "eagle3":
+            elif drafter in SPECVIZ_DRAFTERS:
                 if draft_model is None:
-                    raise InputError("draft-eagle3 needs the drafter's GGUF (draft_model=): "
-                                     "python -m specviz llamacpp drafter eagle3 writes it.")
-                spec, draft = "draft-eagle3", draft_model
+                    raise InputError(f"draft-{drafter} needs the drafter's GGUF (draft_model=): "
+                                     f"python -m specviz llamacpp drafter {drafter} writes it.")
+                spec, draft = f"draft-{drafter}", draft_model
             elif drafter in NGRAM_TYPES:  # llama.cpp's own lookup drafters: no draft model
                 spec, draft = drafter, None
             else:
-                raise InputError(f"llama-server drafts with the draft model, eagle3 or {', '.join(NGRAM_TYPES)}, "
-                                 f"not {drafter!r}.")
+                raise InputError(f"llama-server drafts with the draft model, {', '.join(SPECVIZ_DRAFTERS)} or "
+                                 f"{', '.join(NGRAM_TYPES)}, not {drafter!r}.")
             self.args += ["--spec-type", spec]
             if draft is not None:  # a lookup drafter keeps llama.cpp's own settings (its n-gram lengths, its n-max)
                 self.args += ["--model-draft", str(draft), "--spec-draft-n-max", str(draft_max), "--spec-draft-n-min",
