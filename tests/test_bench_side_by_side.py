@@ -98,3 +98,36 @@ def test_what_a_drafter_would_need_inverts_the_speedup_at_the_measured_costs():
     for other in sbs.NEED_K:
         got = theory.alpha_needed(1.3, other, 0.05, lambda n: 1 + (n - 1) / 2)
         assert got is None or got >= a - 1e-9
+
+
+def test_costs_keep_each_pass_best_over_the_sittings_and_the_pilots_are_priced_in_them():
+    """A burst of other work during one sitting slows its one-token pass, the unit of every V(n):
+    the costs keep each pass's fastest over the sittings, so one slow sitting neither flattens the
+    curve nor cheapens a drafter's c."""
+    calm = sbs.engines._cost_of({"1": 0.040, "2": 0.060, "4": 0.100}, 0.020)
+    burst = sbs.engines._cost_of({"1": 0.070, "2": 0.070, "4": 0.120}, 0.025)
+    assert burst["curve"]["4"] == pytest.approx(0.120 / 0.070)  # alone: a flatter curve than the machine's
+    best = sbs.engines.best_cost([burst, calm])
+    assert best["target_s"] == {"1": 0.040, "2": 0.060, "4": 0.100}
+    assert best["curve"]["4"] == pytest.approx(2.5) and best["c"] == pytest.approx(0.5)
+    assert [s["target_s"]["1"] for s in best["sittings"]] == [0.070, 0.040]
+    lanes = {"spec": {"method": "spec"}, "eagle3": {"method": "eagle3"}, "pld": {"method": "pld"}}
+    pilots = {"spec": {"alpha": 0.8, "draft_s_per_forward": 0.030}, "eagle3": {"alpha": 0.6, "draft_s_per_forward": 0.010},
+              "pld": {"alpha": 0.2, "draft_s_per_forward": None}}
+    priced = sbs.engines.price_pilots(pilots, lanes, best)
+    assert priced["spec"]["c"] == pytest.approx(0.5)  # the draft model's, measured apart, not the pilot's
+    assert priced["eagle3"]["c"] == pytest.approx(0.25) and priced["pld"]["c"] == 0.0
+    report = {"cost": best, "kinds": {"code": {"specviz": {"ar": {"decode_tokens_per_s": 25.0}}}}}
+    assert "best of 2 sittings" in sbs._sittings(report) and "V(4) in each alone: 1.71, 2.50" in sbs._sittings(report)
+    assert "The one-token pass took 40 ms; specviz's AR lane decoded code at 40 ms a token." in sbs._sittings(report)
+
+
+def test_a_llama_server_lane_that_drafted_nothing_is_greedy_decoding_and_is_not_ranked():
+    report = _report()
+    for kind in ("code", "chat"):
+        report["kinds"][kind]["server"]["ngram-mod"] = {**_lane(60.0, [[1, 2], [3, 4]]), "draft_n": 0}
+    s = sbs.summary(report)
+    assert s["code"]["fastest"] == "specviz:spec" and s["code"]["drafted_nothing"] == ["server:ngram-mod"]
+    assert s["code"]["lanes"]["server:ngram-mod"]["over_greedy"] == pytest.approx(1.5)  # still shown
+    report["kinds"]["code"]["server"]["ngram-mod"]["draft_n"] = 12  # it drafted: ranked
+    assert sbs.summary(report)["code"]["fastest"] == "server:ngram-mod"

@@ -9,7 +9,8 @@ and speculation's speedup tau / (V(k + 1) + draft cost) with it.
 
 For each type (the shipped Q4_K_M, and Q4_0 and Q8_0 copies llama.cpp's quantizer makes from it):
   cost        V(n) for n = 1..16 after a 64-token context, and c, the 0.5B draft's one-token
-              pass over the target's (specviz.runtime.costs.forward_cost)
+              pass over the target's (specviz.runtime.costs.forward_cost), before and after the
+              lanes, each pass's best of the two (engines.best_cost)
   quality     the target's perplexity on a fixed text no prompt here comes from (the first
               tokens of the standard library's textwrap.py; its digest is recorded)
   pilot       every lane once on pilot prompts: alpha, and the heads' cost per forward
@@ -145,6 +146,9 @@ def _main(argv) -> int:
         pilots = pilot(pair, cost, args.tokens)
         say(f"{fmt}: lanes ({time.time() - started:.0f} s so far)")
         lanes = engines.lanes_section(pair, args.tokens, args.repeats, LANES)
+        # measured again after the lanes: each pass keeps its best of the two sittings
+        cost = engines.best_cost([cost, engines.cost_section(pair, COST_TOKENS)])
+        pilots = engines.price_pilots(pilots, LANES, cost)
         report["formats"][fmt] = {"desc": pair.target.desc, "bytes": pair.target.bytes, "cost": cost,
                                   "perplexity": ppl, "pilot": pilots, "lanes": lanes,
                                   "predictions": predictions(cost, pilots, lanes)}
