@@ -125,23 +125,27 @@ def _fake_target(path):
     return path
 
 
-def test_the_gguf_holds_what_llama_cpp_reads_and_reads_back_as_the_same_network(small_net, tmp_path):
+def _exported(kind, net, tmp_path):
+    """`net` as `kind`'s heads over a 100-token target, exported: the file, its fields and tensor shapes."""
     from specviz.runtime.llamacpp.runner import gguf_reader
 
     ids = torch.tensor(sorted(np.random.default_rng(1).choice(100, 40, replace=False)))
-    heads = HeadSet("eagle3", small_net, ids, {"hidden": 64, "vocab_size": 100, "layers": [1, 2, 3], "layout": "llama"},
+    heads = HeadSet(kind, net, ids, {"hidden": 64, "vocab_size": 100, "layers": [1, 2, 3], "layout": "llama"},
                     {"sha256": "ab" * 32})
     rows = torch.randn(100, 64)
     out = export_drafter(heads, _fake_target(tmp_path / "target.gguf"), tmp_path / "draft.gguf", rows)
-
     reader = gguf_reader(out)
-    field = lambda k: reader.fields[k].contents()  # noqa: E731
+    shapes = {t.name: [int(n) for n in t.shape] for t in reader.tensors}  # ggml order: (in, out)
+    return out, ids, rows, (lambda k: reader.fields[k].contents()), shapes
+
+
+def test_the_gguf_holds_what_llama_cpp_reads_and_reads_back_as_the_same_network(small_net, tmp_path):
+    out, ids, rows, field, shapes = _exported("eagle3", small_net, tmp_path)
     assert field("general.architecture") == "eagle3"
     assert field("eagle3.target_layers") == [1, 2, 3] and field("eagle3.target_hidden_size") == 64
     assert field("eagle3.block_count") == 1 and field("eagle3.attention.head_count_kv") == 2
     assert field("eagle3.context_length") == 4096 and field("tokenizer.ggml.tokens")[:2] == ["t0", "t1"]
     assert field("tokenizer.ggml.eos_token_id") == 7
-    shapes = {t.name: [int(n) for n in t.shape] for t in reader.tensors}  # ggml order: (in, out)
     assert shapes["fc.weight"] == [192, 64] and shapes["blk.0.attn_q.weight"] == [128, 64]
     assert shapes["blk.0.attn_k.weight"] == [128, 32] and shapes["output.weight"] == [64, 40]
     assert shapes["d2t"] == [40] and "token_embd.weight" not in shapes  # the target's embeddings
@@ -165,25 +169,15 @@ def test_specviz_layer_heads_are_refused_with_the_command_that_trains_the_other(
 
 
 def test_the_dflash_gguf_holds_what_llama_cpp_reads_and_reads_back_as_the_same_network(tmp_path):
-    from specviz.runtime.llamacpp.runner import gguf_reader
-
     torch.manual_seed(0)
     net = DFlashLlamaNet(64, heads=4, kv_heads=2, mlp=96, slots=3, n_layers=2, block=4, mask_token=9).eval()
     for p in net.parameters():  # norms away from 1, so a swapped norm shows
         p.data.add_(torch.randn_like(p) * 0.2)
-    ids = torch.tensor(sorted(np.random.default_rng(1).choice(100, 40, replace=False)))
-    heads = HeadSet("dflash", net, ids, {"hidden": 64, "vocab_size": 100, "layers": [1, 2, 3], "layout": "llama"},
-                    {"sha256": "ab" * 32})
-    rows = torch.randn(100, 64)
-    out = export_drafter(heads, _fake_target(tmp_path / "target.gguf"), tmp_path / "draft.gguf", rows)
-
-    reader = gguf_reader(out)
-    field = lambda k: reader.fields[k].contents()  # noqa: E731
+    out, ids, rows, field, shapes = _exported("dflash", net, tmp_path)
     assert field("general.architecture") == "dflash"
     assert field("dflash.target_layers") == [1, 2, 3] and field("dflash.block_size") == 4
     assert field("dflash.block_count") == 2 and field("dflash.attention.head_count_kv") == 2
     assert field("tokenizer.ggml.mask_token_id") == 9 and field("tokenizer.ggml.tokens")[:2] == ["t0", "t1"]
-    shapes = {t.name: [int(n) for n in t.shape] for t in reader.tensors}  # ggml order: (in, out)
     assert shapes["fc.weight"] == [192, 64] and shapes["enc.output_norm.weight"] == [64]
     assert shapes["blk.1.attn_q.weight"] == [64, 64] and shapes["blk.1.attn_k.weight"] == [64, 32]
     assert shapes["blk.0.attn_q_norm.weight"] == [16] and shapes["blk.1.ffn_down.weight"] == [96, 64]
