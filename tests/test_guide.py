@@ -123,6 +123,29 @@ def test_the_answer_key_quotes_what_the_lab_notebooks_printed(tmp_path):
     assert "| 12 |" in table and "design, not speculation's cost" in table
 
 
+def test_the_key_names_the_machine_its_executed_copies_ran_on(tmp_path):
+    """The copies' column says where the copies that answered ran, read from each copy's opening
+    line: a rebuild on another CPU or dtype changes the heading, and two machines are both named."""
+    executed = tmp_path / "answers.json"
+    executed.write_text(json.dumps({"notebooks": {"04": [], "09": []}}))
+
+    def copy(number, where):
+        (tmp_path / f"{number}_x.html").write_text(
+            f"<p><strong>Executed copy</strong> of <code>notebooks/{number}_x.ipynb</code> on the <code>qwen-coder</code> "
+            f"pair: {where}, 2026-12-07, specviz commit abc1234. Timings are this machine's</p>")
+
+    copy("04", "Intel Xeon, 2 cores, cpu (bfloat16)")
+    copy("09", "Intel Xeon, 2 cores, cpu (bfloat16)")
+    heading = guide.answers_table(executed=executed).splitlines()[0]
+    assert heading.split(" | ")[1] == "the executed copies (Intel Xeon, 2 cores, cpu (bfloat16))"
+    copy("09", "AMD EPYC, 2 cores, cpu (float32)")
+    heading = guide.answers_table(executed=executed).splitlines()[0]
+    assert heading.split(" | ")[1] == ("the executed copies (notebook 04: Intel Xeon, 2 cores, cpu (bfloat16); "
+                                       "notebook 09: AMD EPYC, 2 cores, cpu (float32))")
+    page = next(guide.EXECUTED_ANSWERS.parent.glob("04_*.html")).read_text(encoding="utf-8")
+    assert guide._COPY_WHERE.search(page), "the committed copies' opening line no longer reads as the key expects"
+
+
 def test_the_worksheet_and_its_key_are_apart():
     """Students get docs/worksheet.md; the key is in the teacher's folder (left out of make student-pack)."""
     worksheet = (guide.ROOT / "docs" / "worksheet.md").read_text(encoding="utf-8")

@@ -379,8 +379,8 @@ def answers_table(reports: Path = REPORTS, presets: Path = recorded.DATA,
                    f"{'below 1 in every run' if chat['speedup_hi'] < 1 else 'break-even: its runs fall on both sides of 1'}); "
                    "batches of users (the lecture's batching slide). specviz's later first token (question 8) is its "
                    "design, not speculation's cost: a serving engine shows the first token as fast as plain decoding"}
-    lines = ["| question | the executed copy (native bf16) | lab run, native bf16 | lab run, AVX2 float32 | "
-             "red flags, and what moves it |", "|---|---|---|---|---|"]
+    lines = [f"| question | {_copies_heading(executed, copies.get('notebooks', {}))} | lab run, native bf16 | "
+             "lab run, AVX2 float32 | red flags, and what moves it |", "|---|---|---|---|---|"]
     for q in map(str, range(1, 13)):
         if q in fixed:
             lines.append(f"| {q} | {fixed[q]} | | | {RED_FLAGS.get(q, '')} |")
@@ -388,6 +388,25 @@ def answers_table(reports: Path = REPORTS, presets: Path = recorded.DATA,
         cells = [_worksheet(copy_records, q)] + [_worksheet(_lab_records(rep), q) for rep in labs]
         lines.append(f"| {q} | " + " | ".join(cells) + f" | {_lab_exercise(q)}{RED_FLAGS.get(q, '')} |")
     return "\n".join(lines) + "\n"
+
+
+# an executed copy's opening line (notebooks/execute.py): "... on the `pair` pair: CPU, cores, device (dtype), date, commit"
+_COPY_WHERE = re.compile(r"on the <code>[^<]+</code> pair: ([^<]*?), \d{4}-\d\d-\d\d, specviz commit")
+
+
+def _copies_heading(executed: Path, numbers) -> str:
+    """The copies' column heading: the machine (CPU, cores, device and dtype) each copy that gave
+    answers says it ran on, read from the copy itself, so the heading cannot outlive a rebuild elsewhere."""
+    where = {}
+    for number in numbers:
+        for page in sorted(executed.parent.glob(f"{number}_*.html")):
+            found = _COPY_WHERE.search(page.read_text(encoding="utf-8"))
+            where[number] = found[1] if found else "where it ran not recorded"
+    if not where:
+        return "the executed copy"
+    if len(set(where.values())) == 1:
+        return f"the executed copies ({next(iter(where.values()))})"
+    return "the executed copies (" + "; ".join(f"notebook {n}: {w}" for n, w in where.items()) + ")"
 
 
 LAB_REPORTS = ("lab-qwen-coder-native", "lab-qwen-coder-avx2")  # python -m specviz.bench.lab [--cpu avx2]
