@@ -5,10 +5,15 @@ Rules:
               after a rejection.
   confidence  draft up to k_max tokens but stop as soon as the draft's own q(x) of the token it
               just drafted falls below a threshold (transformers' assistant_confidence_threshold).
-  cost        pick the k with the best predicted speedup, theory.optimal_k(alpha, c), from the
-              running acceptance rate and the measured draft/target cost ratio c of this run.
-              k = 0 (an autoregressive step) when no k is predicted to pay; then one probe step
-              with k = 1 every `probe_every` steps keeps the estimates fresh.
+  cost        pick the k with the best predicted speedup, theory.optimal_k(alpha, c, V), from the
+              running acceptance rate, the draft forward's measured time and the target pass's
+              measured time by the number of tokens it verifies: a pass over k + 1 tokens costs
+              more than a one-token pass where the kernels are compute-bound (llama.cpp's 4-bit
+              files on a laptop CPU, float32 without native bf16), about the same where they are
+              memory-bound. One plain step, once the first drafted step is timed, measures the
+              one-token pass; a line through the measured sizes prices the others. k = 0 (an
+              autoregressive step) when no k is predicted to pay; then one probe step with k = 1
+              every `probe_every` steps keeps the estimates fresh.
 Each step's choice and its reason are recorded in step_finished.info.
 """
 
@@ -24,6 +29,7 @@ class AdaptiveK:
         self.confidence, self.probe_every, self.memory = confidence, probe_every, memory
         self.accepted = self.evaluated = 0.0
         self.draft_s = self.draft_n = self.verify_s = self.verify_n = 0.0
+        self.by_rows: dict = {}  # tokens verified in a pass -> [forgetful sum of seconds, of passes]
         self.steps_since_draft = 0
 
     @property
@@ -41,13 +47,28 @@ class AdaptiveK:
     def _cost_choice(self) -> tuple:
         if not self.evaluated or not self.draft_n or not self.verify_n:
             return self.k, f"cost: no measurements yet -> k={self.k}"
+        if 1 not in self.by_rows:
+            return 0, "cost: one plain step to time the one-token pass -> k=0"
         alpha = (self.accepted + 1) / (self.evaluated + 2)  # Laplace-smoothed running rate
-        c = (self.draft_s / self.draft_n) / (self.verify_s / self.verify_n)
-        k = theory.optimal_k(min(alpha, 0.999), c, self.k_max)
-        why = f"cost: alpha~{alpha:.2f}, c~{c:.2f} -> best k={k}"
+        one = self.pass_seconds(1)
+        c = (self.draft_s / self.draft_n) / one
+        k = theory.optimal_k(min(alpha, 0.999), c, self.k_max, verify_cost=lambda n: self.pass_seconds(n) / one)
+        priced = f"V(2)~{self.pass_seconds(2) / one:.2f}" if k == 0 else f"V({k + 1})~{self.pass_seconds(k + 1) / one:.2f}"
+        why = f"cost: alpha~{alpha:.2f}, c~{c:.2f}, {priced} -> best k={k}" + (" (no k pays)" if k == 0 else "")
         if k == 0 and self.steps_since_draft >= self.probe_every:
             return 1, why + f" (probe after {self.steps_since_draft} plain steps)"
         return k, why
+
+    def pass_seconds(self, rows: int) -> float:
+        """A target pass over `rows` tokens, priced by the least-squares line through the mean time
+        of each size measured in this run (never falling with rows; one size measured: flat)."""
+        means = {n: s / c for n, (s, c) in self.by_rows.items()}
+        if len(means) == 1:
+            return next(iter(means.values()))
+        xs, ys = list(means), list(means.values())
+        x0, y0 = sum(xs) / len(xs), sum(ys) / len(ys)
+        slope = max(0.0, sum((x - x0) * (y - y0) for x, y in zip(xs, ys)) / sum((x - x0) ** 2 for x in xs))
+        return max(y0 + slope * (rows - x0), 1e-9)
 
     def update(self, drafted: int, accepted: int, evaluated: int, draft_time: float,
                draft_forwards: int, verify_time) -> None:
@@ -57,6 +78,8 @@ class AdaptiveK:
             if draft_forwards:
                 self.draft_s, self.draft_n = m * self.draft_s + draft_time, m * self.draft_n + draft_forwards
             self.verify_s, self.verify_n = m * self.verify_s + verify_time, m * self.verify_n + 1
+            seconds, passes = self.by_rows.get(drafted + 1, (0.0, 0.0))  # the pass verified the drafts and one more
+            self.by_rows[drafted + 1] = [m * seconds + verify_time, m * passes + 1]
         self.steps_since_draft = 0 if drafted else self.steps_since_draft + 1
         if self.rule == "heuristic" and drafted:
             self.k = min(self.k + 2, self.k_max) if accepted == drafted else max(1, self.k - 1)
