@@ -28,7 +28,7 @@ class AdaptiveK:
         self.rule, self.k, self.k_max = rule, k_start, k_max
         self.confidence, self.probe_every, self.memory = confidence, probe_every, memory
         self.accepted = self.evaluated = 0.0
-        self.draft_s = self.draft_n = self.verify_s = self.verify_n = 0.0
+        self.draft_s = self.draft_n = 0.0
         self.by_rows: dict = {}  # tokens verified in a pass -> [forgetful sum of seconds, of passes]
         self.steps_since_draft = 0
 
@@ -45,7 +45,7 @@ class AdaptiveK:
         return self._cost_choice()
 
     def _cost_choice(self) -> tuple:
-        if not self.evaluated or not self.draft_n or not self.verify_n:
+        if not self.evaluated or not self.draft_n or not self.by_rows:
             return self.k, f"cost: no measurements yet -> k={self.k}"
         if 1 not in self.by_rows:
             return 0, "cost: one plain step to time the one-token pass -> k=0"
@@ -77,7 +77,6 @@ class AdaptiveK:
         if verify_time is not None:  # None: the step's passes carried the prompt's prefill, not costs
             if draft_forwards:
                 self.draft_s, self.draft_n = m * self.draft_s + draft_time, m * self.draft_n + draft_forwards
-            self.verify_s, self.verify_n = m * self.verify_s + verify_time, m * self.verify_n + 1
             seconds, passes = self.by_rows.get(drafted + 1, (0.0, 0.0))  # the pass verified the drafts and one more
             self.by_rows[drafted + 1] = [m * seconds + verify_time, m * passes + 1]
         self.steps_since_draft = 0 if drafted else self.steps_since_draft + 1
