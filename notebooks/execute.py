@@ -202,8 +202,8 @@ def write_index() -> Path:
     rows = []
     for page in sorted(OUT.glob("[0-9][0-9]_*.html")):
         text = page.read_text(encoding="utf-8")
-        found = re.search(r"on the <code>([^<]+)</code> pair: ([^<]*?)\. Timings", text)
-        where = f"{found[1]} pair: {found[2]}" if found else "(no header)"
+        header = provenance.copy_header(text)
+        where = f"{header[0]} pair: {header[1]}" if header else "(no header)"
         rows.append(f"| [{page.stem}]({page.name}) | [notebook](../../notebooks/{page.stem}.ipynb) | {where} "
                     f"| {stamp_of(text) or 'none'} |")
     index = OUT / "README.md"

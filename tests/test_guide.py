@@ -143,7 +143,7 @@ def test_the_key_names_the_machine_its_executed_copies_ran_on(tmp_path):
     assert heading.split(" | ")[1] == ("the executed copies (notebook 04: Intel Xeon, 2 cores, cpu (bfloat16); "
                                        "notebook 09: AMD EPYC, 2 cores, cpu (float32))")
     page = next(guide.EXECUTED_ANSWERS.parent.glob("04_*.html")).read_text(encoding="utf-8")
-    assert guide._COPY_WHERE.search(page), "the committed copies' opening line no longer reads as the key expects"
+    assert guide.provenance.copy_machine(page), "the committed copies' opening line no longer reads as the key expects"
 
 
 def test_the_worksheet_and_its_key_are_apart():

@@ -28,6 +28,7 @@ from typing import Callable, Optional
 
 from specviz import files
 from specviz.analysis.paired import paired
+from specviz.bench import provenance
 from specviz.bench import recordings as recorded
 from specviz.errors import SpecvizError, run_command
 
@@ -390,18 +391,13 @@ def answers_table(reports: Path = REPORTS, presets: Path = recorded.DATA,
     return "\n".join(lines) + "\n"
 
 
-# an executed copy's opening line (notebooks/execute.py): "... on the `pair` pair: CPU, cores, device (dtype), date, commit"
-_COPY_WHERE = re.compile(r"on the <code>[^<]+</code> pair: ([^<]*?), \d{4}-\d\d-\d\d, specviz commit")
-
-
 def _copies_heading(executed: Path, numbers) -> str:
     """The copies' column heading: the machine (CPU, cores, device and dtype) each copy that gave
     answers says it ran on, read from the copy itself, so the heading cannot outlive a rebuild elsewhere."""
     where = {}
     for number in numbers:
         for page in sorted(executed.parent.glob(f"{number}_*.html")):
-            found = _COPY_WHERE.search(page.read_text(encoding="utf-8"))
-            where[number] = found[1] if found else "where it ran not recorded"
+            where[number] = provenance.copy_machine(page.read_text(encoding="utf-8")) or "where it ran not recorded"
     if not where:
         return "the executed copy"
     if len(set(where.values())) == 1:

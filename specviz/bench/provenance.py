@@ -32,6 +32,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -192,3 +193,24 @@ def deck_version(lecture: Path, root: Path = REPO) -> str:
 def app_version(root: Path = REPO) -> str:
     """The stamp the screenshots' manifest must carry to be of the code now."""
     return artefact_version(app_files(root), None, root)
+
+
+# an executed copy's opening line (notebooks/execute.py, to_html): "... on the `pair` pair: CPU, cores,
+# device (dtype), date, specviz commit C. Timings ..."
+COPY_HEADER = re.compile(r"on the <code>([^<]+)</code> pair: ([^<]*?)\. Timings")
+COPY_DATED = re.compile(r"^(.*), \d{4}-\d\d-\d\d, specviz commit \S+$")
+
+
+def copy_header(page: str) -> Optional[tuple]:
+    """(pair, where it ran: CPU, cores, device and dtype, date and commit) from an executed copy's
+    opening line, or None (a page without one)."""
+    found = COPY_HEADER.search(page)
+    return (found[1], found[2]) if found else None
+
+
+def copy_machine(page: str) -> Optional[str]:
+    """The machine an executed copy ran on (CPU, cores, device and dtype: its header without the
+    date and commit), or None."""
+    header = copy_header(page)
+    found = COPY_DATED.match(header[1]) if header else None
+    return found[1] if found else None
