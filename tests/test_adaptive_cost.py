@@ -32,13 +32,26 @@ def flat(n: int) -> float:  # a memory-bound pass: k + 1 tokens cost what one do
 
 
 def accept(rate_out_of_ten: int):
-    """Deterministic acceptance: a step keeps the first rate/10 of its drafts (rounded down)."""
-    return lambda k: (k * rate_out_of_ten) // 10
+    """Deterministic acceptance at rate/10 a judged draft: the run's judged drafts are rejected at
+    evenly spaced places; a step keeps its drafts up to the first rejection (those after it are
+    never judged)."""
+    judged = [0]
+
+    def accepted(k: int) -> int:
+        kept = 0
+        while kept < k:
+            j, judged[0] = judged[0], judged[0] + 1
+            if (j + 1) * (10 - rate_out_of_ten) // 10 != j * (10 - rate_out_of_ten) // 10:
+                break
+            kept += 1
+        return kept
+    return accepted
 
 
 def test_the_first_steps_draft_then_time_the_one_token_pass():
     chosen = drive(AdaptiveK("cost"), 3, steep, 0.5, accept(6))
-    assert chosen == [4, 4, 0]  # prefill, the first timed drafting step, then one plain step to price V(1)
+    assert chosen == [1, 1, 0]  # prefill, the cheapest timed draft, then one plain step to price V(1)
+    assert AdaptiveK("heuristic").choose()[0] == 4  # the heuristic's own start is kept
 
 
 def test_a_steep_verify_cost_stops_a_drafter_that_a_flat_one_would_keep():
@@ -46,12 +59,32 @@ def test_a_steep_verify_cost_stops_a_drafter_that_a_flat_one_would_keep():
     # the measured curve predicts none
     assert theory.optimal_k(0.6, 0.5 / steep(5), 12) > 0  # what the rule chose before it priced rows
     assert theory.optimal_k(0.6, 0.5, 12, verify_cost=steep) == 0
-    chosen = drive(AdaptiveK("cost", probe_every=8), 40, steep, 0.5, accept(6))
-    plain = chosen[3:]
-    assert plain.count(0) >= len(plain) - 5 and set(plain) <= {0, 1}  # plain steps, a k = 1 probe now and then
+    chosen = drive(AdaptiveK("cost"), 40, steep, 0.5, accept(6))
+    assert chosen[:3] == [1, 1, 0] and chosen[3:].count(0) == len(chosen) - 3  # plain from then on
     policy = AdaptiveK("cost")
     drive(policy, 12, steep, 0.5, accept(6))
     assert abs(policy.pass_seconds(4) / policy.pass_seconds(1) - steep(4)) < 1e-6  # the line is the curve
+
+
+def test_where_no_acceptance_pays_the_rule_waits_long_before_it_probes():
+    # c = 0.5 on the steep curve: even alpha = 1 gives k = 1 two tokens for 2.05 passes
+    assert theory.optimal_k(0.999, 0.5, 12, verify_cost=steep) == 0
+    policy = AdaptiveK("cost", probe_every=8)
+    chosen = drive(policy, 3 + 2 * AdaptiveK.PROBE_WAIT_MAX + 2, steep, 0.5, accept(10))
+    probes = [i for i, k in enumerate(chosen) if k and i >= 3]
+    wait = AdaptiveK.PROBE_WAIT_MAX  # plain steps since the last draft (step 1), the timing step among them
+    assert probes == [2 + wait, 3 + 2 * wait]  # probes only to re-time the costs
+    assert "even if every draft were accepted" in policy.choose()[1]
+
+
+def test_where_acceptance_could_pay_each_probe_that_loses_doubles_the_wait():
+    # c = 0.1 on the steep curve pays at a high alpha, not at 0.3
+    assert theory.optimal_k(0.999, 0.1, 12, verify_cost=steep) > 0
+    assert theory.optimal_k(0.3, 0.1, 12, verify_cost=steep) == 0
+    chosen = drive(AdaptiveK("cost", probe_every=4), 80, steep, 0.1, accept(3))
+    probes = [i for i, k in enumerate(chosen) if k and i >= 3]
+    waits = [b - a - 1 for a, b in zip([1] + probes, probes)]  # plain steps since the last draft
+    assert waits[:5] == [4, 8, 16, 32, 64][:len(waits[:5])] and len(waits) >= 4
 
 
 def test_a_flat_verify_cost_and_a_cheap_good_drafter_keep_drafting_long():

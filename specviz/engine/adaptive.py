@@ -10,27 +10,40 @@ Rules:
               measured time by the number of tokens it verifies: a pass over k + 1 tokens costs
               more than a one-token pass where the kernels are compute-bound (llama.cpp's 4-bit
               files on a laptop CPU, float32 without native bf16), about the same where they are
-              memory-bound. One plain step, once the first drafted step is timed, measures the
-              one-token pass; a line through the measured sizes prices the others. k = 0 (an
-              autoregressive step) when no k is predicted to pay; then one probe step with k = 1
-              every `probe_every` steps keeps the estimates fresh.
+              memory-bound. The run opens with k = 1, the cheapest step that times a draft (the
+              first step carries the prompt's prefill and is not timed), then one plain step times
+              the one-token pass; a line through the measured sizes prices the others. k = 0 (an
+              autoregressive step) when no k is predicted to pay; then a probe step with k = 1
+              keeps the estimates fresh, `probe_every` plain steps after the last draft, a wait
+              that doubles (up to PROBE_WAIT_MAX) each time a probe leaves plain decoding ahead,
+              as specviz.engine.load's rule does. Where no k would pay even if every draft were
+              accepted, alpha cannot change the choice: the rule waits PROBE_WAIT_MAX plain steps
+              at once, a probe then only re-times the costs.
 Each step's choice and its reason are recorded in step_finished.info.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 from specviz.analysis import theory
 
 
 class AdaptiveK:
-    def __init__(self, rule: str = "cost", k_start: int = 4, k_max: int = 12,
+    PROBE_WAIT_MAX = 64  # plain steps between probes, at most (the cost rule)
+
+    def __init__(self, rule: str = "cost", k_start: Optional[int] = None, k_max: int = 12,
                  confidence: float = 0.4, probe_every: int = 8, memory: float = 0.8):
+        if k_start is None:  # the cost rule opens with the cheapest timed draft, the heuristic at 4
+            k_start = 1 if rule == "cost" else 4
         self.rule, self.k, self.k_max = rule, k_start, k_max
         self.confidence, self.probe_every, self.memory = confidence, probe_every, memory
         self.accepted = self.evaluated = 0.0
         self.draft_s = self.draft_n = 0.0
         self.by_rows: dict = {}  # tokens verified in a pass -> [forgetful sum of seconds, of passes]
         self.steps_since_draft = 0
+        self.probe_wait = probe_every  # the cost rule: plain steps before its next probe
+        self.probed = False  # the cost rule's last choice was a probe
 
     @property
     def stop_below(self):
@@ -52,12 +65,25 @@ class AdaptiveK:
         alpha = (self.accepted + 1) / (self.evaluated + 2)  # Laplace-smoothed running rate
         one = self.pass_seconds(1)
         c = (self.draft_s / self.draft_n) / one
-        k = theory.optimal_k(min(alpha, 0.999), c, self.k_max, verify_cost=lambda n: self.pass_seconds(n) / one)
-        priced = f"V(2)~{self.pass_seconds(2) / one:.2f}" if k == 0 else f"V({k + 1})~{self.pass_seconds(k + 1) / one:.2f}"
-        why = f"cost: alpha~{alpha:.2f}, c~{c:.2f}, {priced} -> best k={k}" + (" (no k pays)" if k == 0 else "")
-        if k == 0 and self.steps_since_draft >= self.probe_every:
+        verify = lambda n: self.pass_seconds(n) / one  # noqa: E731
+        k = theory.optimal_k(min(alpha, 0.999), c, self.k_max, verify_cost=verify)
+        priced = f"V({max(k, 1) + 1})~{verify(max(k, 1) + 1):.2f}"
+        why = f"cost: alpha~{alpha:.2f}, c~{c:.2f}, {priced} -> best k={k}"
+        probed, self.probed = self.probed, False
+        if k:
+            self.probe_wait = self.probe_every
+            return k, why
+        if theory.optimal_k(0.999, c, self.k_max, verify_cost=verify) == 0:
+            why += " (no k pays even if every draft were accepted)"
+            self.probe_wait = self.PROBE_WAIT_MAX
+        else:
+            why += " (no k pays)"
+            if probed:  # the probe left plain decoding ahead: wait longer for the next
+                self.probe_wait = min(2 * self.probe_wait, self.PROBE_WAIT_MAX)
+        if self.steps_since_draft >= self.probe_wait:
+            self.probed = True
             return 1, why + f" (probe after {self.steps_since_draft} plain steps)"
-        return k, why
+        return 0, why
 
     def pass_seconds(self, rows: int) -> float:
         """A target pass over `rows` tokens, priced by the least-squares line through the mean time
