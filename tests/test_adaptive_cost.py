@@ -3,6 +3,8 @@ pass over k + 1 tokens costs several one-token passes (llama.cpp's 4-bit files o
 a drafter that would pay under a flat verify cost must not draft; where passes are flat it must.
 Driven with exact, scripted timings and acceptances (no clock, no model), so each choice is known."""
 
+import pytest
+
 from specviz.analysis import theory
 from specviz.engine.adaptive import AdaptiveK
 
@@ -50,7 +52,7 @@ def accept(rate_out_of_ten: int):
 
 def test_the_first_steps_draft_then_time_the_one_token_pass():
     chosen = drive(AdaptiveK("cost"), 3, steep, 0.5, accept(6))
-    assert chosen == [1, 1, 0]  # prefill, the cheapest timed draft, then one plain step to price V(1)
+    assert chosen == [4, 4, 0]  # prefill, the first timed drafting step, then one plain step to price V(1)
     assert AdaptiveK("heuristic").choose()[0] == 4  # the heuristic's own start is kept
 
 
@@ -60,7 +62,7 @@ def test_a_steep_verify_cost_stops_a_drafter_that_a_flat_one_would_keep():
     assert theory.optimal_k(0.6, 0.5 / steep(5), 12) > 0  # what the rule chose before it priced rows
     assert theory.optimal_k(0.6, 0.5, 12, verify_cost=steep) == 0
     chosen = drive(AdaptiveK("cost"), 40, steep, 0.5, accept(6))
-    assert chosen[:3] == [1, 1, 0] and chosen[3:].count(0) == len(chosen) - 3  # plain from then on
+    assert chosen[:3] == [4, 4, 0] and chosen[3:].count(0) == len(chosen) - 3  # plain from then on
     policy = AdaptiveK("cost")
     drive(policy, 12, steep, 0.5, accept(6))
     assert abs(policy.pass_seconds(4) / policy.pass_seconds(1) - steep(4)) < 1e-6  # the line is the curve
@@ -98,3 +100,18 @@ def test_the_line_never_falls_with_rows_and_one_size_is_flat():
     assert policy.pass_seconds(1) == policy.pass_seconds(9) == 0.1
     policy.by_rows = {1: [0.05, 1.0], 5: [0.04, 1.0]}  # noise: five tokens timed faster than one
     assert policy.pass_seconds(1) == policy.pass_seconds(9) == 0.045
+
+
+def test_plain_steps_keep_the_evidence_and_a_probes_catch_up_is_not_the_drafts_cost():
+    policy = AdaptiveK("cost")
+    policy.update(4, 4, 4, 1.0, 4, None)  # the prefill step: no costs
+    policy.update(4, 2, 3, 0.2, 4, 0.1)  # a timed step: 0.05 s a draft forward
+    evidence = (policy.accepted, policy.evaluated)
+    for _ in range(10):
+        policy.update(0, 0, 0, 0.0, 0, 0.05)  # plain steps judge nothing
+    assert (policy.accepted, policy.evaluated) == evidence
+    policy.update(1, 1, 1, 0.5, 1, 0.06)  # a probe: its one forward first read the ten plain steps' tokens
+    assert policy.draft_s / policy.draft_n == 0.05  # its judgement counts, its time does not
+    assert (policy.accepted, policy.evaluated) == pytest.approx((0.8 * evidence[0] + 1, 0.8 * evidence[1] + 1))
+    policy.update(1, 1, 1, 0.04, 1, 0.06)  # a step right after a drafting one: its forward is the draft's cost
+    assert policy.draft_s / policy.draft_n < 0.05

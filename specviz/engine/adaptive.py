@@ -10,21 +10,22 @@ Rules:
               measured time by the number of tokens it verifies: a pass over k + 1 tokens costs
               more than a one-token pass where the kernels are compute-bound (llama.cpp's 4-bit
               files on a laptop CPU, float32 without native bf16), about the same where they are
-              memory-bound. The run opens with k = 1, the cheapest step that times a draft (the
-              first step carries the prompt's prefill and is not timed), then one plain step times
-              the one-token pass; a line through the measured sizes prices the others. k = 0 (an
+              memory-bound. The run opens with k_start drafts a step (the first step carries the
+              prompt's prefill and is not timed; the second's several drafts are the first
+              evidence of alpha and c), then one plain step times the one-token pass; a line
+              through the measured sizes prices the others. k = 0 (an
               autoregressive step) when no k is predicted to pay; then a probe step with k = 1
               keeps the estimates fresh, `probe_every` plain steps after the last draft, a wait
               that doubles (up to PROBE_WAIT_MAX) each time a probe leaves plain decoding ahead,
               as specviz.engine.load's rule does. Where no k would pay even if every draft were
               accepted, alpha cannot change the choice: the rule waits PROBE_WAIT_MAX plain steps
-              at once, a probe then only re-times the costs.
+              at once, a probe then only re-times the costs. Plain steps judge no draft: the
+              evidence waits, it does not fade; and a probe's draft forward, which first catches
+              up on the tokens the plain steps wrote, is not taken for the draft's cost.
 Each step's choice and its reason are recorded in step_finished.info.
 """
 
 from __future__ import annotations
-
-from typing import Optional
 
 from specviz.analysis import theory
 
@@ -32,10 +33,8 @@ from specviz.analysis import theory
 class AdaptiveK:
     PROBE_WAIT_MAX = 64  # plain steps between probes, at most (the cost rule)
 
-    def __init__(self, rule: str = "cost", k_start: Optional[int] = None, k_max: int = 12,
+    def __init__(self, rule: str = "cost", k_start: int = 4, k_max: int = 12,
                  confidence: float = 0.4, probe_every: int = 8, memory: float = 0.8):
-        if k_start is None:  # the cost rule opens with the cheapest timed draft, the heuristic at 4
-            k_start = 1 if rule == "cost" else 4
         self.rule, self.k, self.k_max = rule, k_start, k_max
         self.confidence, self.probe_every, self.memory = confidence, probe_every, memory
         self.accepted = self.evaluated = 0.0
@@ -98,10 +97,11 @@ class AdaptiveK:
 
     def update(self, drafted: int, accepted: int, evaluated: int, draft_time: float,
                draft_forwards: int, verify_time) -> None:
-        m = self.memory  # exponential forgetting: recent steps weigh more
-        self.accepted, self.evaluated = m * self.accepted + accepted, m * self.evaluated + evaluated
+        m = self.memory  # exponential forgetting: recent judged drafts weigh more
+        if evaluated:  # a plain step judges nothing: the evidence waits, it does not fade
+            self.accepted, self.evaluated = m * self.accepted + accepted, m * self.evaluated + evaluated
         if verify_time is not None:  # None: the step's passes carried the prompt's prefill, not costs
-            if draft_forwards:
+            if draft_forwards and not self.steps_since_draft:  # not a probe catching up after plain steps
                 self.draft_s, self.draft_n = m * self.draft_s + draft_time, m * self.draft_n + draft_forwards
             seconds, passes = self.by_rows.get(drafted + 1, (0.0, 0.0))  # the pass verified the drafts and one more
             self.by_rows[drafted + 1] = [m * seconds + verify_time, m * passes + 1]
