@@ -131,3 +131,54 @@ def test_a_llama_server_lane_that_drafted_nothing_is_greedy_decoding_and_is_not_
     assert s["code"]["lanes"]["server:ngram-mod"]["over_greedy"] == pytest.approx(1.5)  # still shown
     report["kinds"]["code"]["server"]["ngram-mod"]["draft_n"] = 12  # it drafted: ranked
     assert sbs.summary(report)["code"]["fastest"] == "server:ngram-mod"
+
+
+def test_accepted_is_counted_over_the_same_steps_as_drafted(monkeypatch):
+    # step 0 carries the prompt's pass (and here a draft of 1, as k = auto's first step): its drafts
+    # are not in "drafted", so its acceptances must not be in "accepted" either (a lane that drafts
+    # little after it showed accepted/drafted of 2.00)
+    from types import SimpleNamespace as NS
+
+    steps = [NS(kind="step_finished", elapsed=0.5, emitted_ids=[7, 8], drafted=1, accepted=1),
+             NS(kind="step_finished", elapsed=0.6, emitted_ids=[9], drafted=0, accepted=0),
+             NS(kind="step_finished", elapsed=0.8, emitted_ids=[1], drafted=1, accepted=0)]
+    done = NS(kind="done", token_ids=[7, 8, 9, 1], metrics={"wall_time": 0.8, "tau": 1.3, "alpha_empirical": 0.5,
+                                                              "accepted": 1})
+    monkeypatch.setattr(sbs.engines.specviz, "generate", lambda *a, **k: iter(steps + [done]))
+    run = sbs.engines.run_lane(None, "p", {}, 4)
+    assert run["drafted"] == [0, 1] and run["accepted"] == 0
+    out = sbs.engines.lanes_section(None, 4, 1, {"auto": {}}, ["p"])
+    assert out["auto"]["accepted_per_drafted"] == 0.0
+
+
+class _Runner:
+    """Logits of a made-up target: 3.0 for token 3 and 2.9 for token 4 (a near tie), 0 elsewhere; a
+    pass over several tokens adds 0.2 to token 4 (its kernel rounds differently), which flips the tie."""
+
+    def __init__(self):
+        self.history = []
+
+    def forward(self, ids, last_only=False):
+        import torch
+
+        self.history += list(ids)
+        row = torch.zeros(8)
+        row[3], row[4] = 3.0, 2.9 + (0.2 if len(ids) > 1 else 0.0)
+        return row[None]
+
+
+def test_a_lane_that_parts_from_its_ar_is_marked_with_the_margin_and_the_kernels_gap():
+    from types import SimpleNamespace as NS
+
+    pair = NS(encode=lambda text, chat=False: [1, 2] if chat else [1], target=NS(make_runner=_Runner))
+    lanes = {"ar": {"token_ids": [[3, 3, 3], [3, 3]]}, "spec": {"token_ids": [[3, 4, 3], [3, 3]]}}
+    found = sbs.divergences(pair, "chat", lanes)
+    assert list(found) == ["spec"]
+    [d] = found["spec"]
+    assert (d["prompt"], d["at"], d["ar_token"], d["token"]) == (0, 1, 3, 4)
+    assert d["margin"] == pytest.approx(0.1) and d["gap"] == pytest.approx(0.2)
+    report = {"kinds": {"chat": {"divergences": found}}}
+    assert sbs._parted(report, "chat", "spec") == "; prompt 1 parts at token 2, margin 0.10 (gap 0.20)"
+    report["kinds"]["chat"]["divergences"]["spec"][0]["margin"] = 0.5  # a clear winner lost: a bug
+    assert sbs._parted(report, "chat", "spec").endswith("NOT a near tie)")
+    assert sbs._parted(report, "chat", "ar") == ""

@@ -93,7 +93,8 @@ def run_lane(pair, prompt: str, options: dict, tokens: int) -> dict:
     decoded = len(done.token_ids) - len(steps[0].emitted_ids)
     return {"token_ids": done.token_ids, "tau": done.metrics.get("tau"), "alpha": done.metrics.get("alpha_empirical"),
             "seconds": done.metrics["wall_time"], "decode_tokens_per_s": decoded / decode_s if decode_s > 0 else None,
-            "steps": len(steps), "drafted": [s.drafted for s in steps[1:]], "accepted": done.metrics.get("accepted")}
+            "steps": len(steps), "drafted": [s.drafted for s in steps[1:]],
+            "accepted": sum(s.accepted for s in steps[1:])}  # over the same decoding steps as "drafted"
 
 
 def lanes_section(pair, tokens: int, repeats: int, lanes=LANES, prompts=PROMPTS, fresh=None) -> dict:

@@ -18,7 +18,7 @@ seconds], what the site's race replays). The manifest is written after every ent
 where it stopped (same machine and settings; `--fresh` starts again):
 
     python -m specviz.bench.gallery list
-    python -m specviz.bench.gallery record [--pair qwen-coder] [--fresh]   # about half an hour on a CPU;
+    python -m specviz.bench.gallery record [--pair qwen-coder] [--fresh]   # half an hour to over an hour on 2 cores;
         # nothing else should run on the cores
 
 One race per entry: its speedup is that race's, an anecdote beside the held-out benchmarks

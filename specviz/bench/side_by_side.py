@@ -19,6 +19,9 @@ One process, one sitting, qwen-coder's shipped Q4_K_M target, greedy, `--tokens`
                  chat's); each pass keeps its best (engines.best_cost)
   predictions    each specviz lane's speedup over specviz's AR, from the pilot's alpha and those
                  costs, measured apart from the lanes it predicts
+  divergences    where a specviz lane's text parts from its AR on the 4-bit file: the one-token
+                 pass's margin there and how far a pass over several tokens moves those logits (a
+                 near tie flipped, or a bug), after every timing
 
 The held-out rule, fixed before the run: the code prompts are specviz.bench.engines.PROMPTS and
 the chat prompts CHAT below; neither is in the drafters' training bank
@@ -290,9 +293,44 @@ def _main(argv) -> int:
     report["pilot"] = {kind: engines.price_pilots(p, lanes, cost) for kind, p in pilots.items()}
     for kind, rep in report["kinds"].items():
         rep["predictions"] = engines.pilot_predictions(cost, report["pilot"][kind], lanes, rep["specviz"])
+    for kind, rep in report["kinds"].items():  # after every timing: these passes time nothing
+        rep["divergences"] = divergences(pair, kind, rep["specviz"])
     report["seconds"] = time.time() - started
     files.write_json(out.with_suffix(".json"), report)  # the measurements first: nothing below can lose them
     return render(out)
+
+
+def divergences(pair, kind: str, lanes: dict) -> dict:
+    """lane -> where each of its texts first parts from specviz's AR on the same prompt: the token,
+    the one-token pass's margin there (AR's token's logit minus the lane's token's, on AR's own path:
+    the prompt's pass, then one token a pass) and the gap, the largest difference at that position
+    between those logits and one pass over the prompt and every token before it. A margin within the
+    gap is a near tie that a pass over several tokens may flip; a margin beyond it would be a bug."""
+    texts, _, chat = prompts_of(pair, kind)
+    ar = lanes["ar"]["token_ids"]
+    out = {}
+    for name, lane in lanes.items():
+        for i, (ours, theirs) in enumerate(zip(ar, lane["token_ids"])):
+            at = next((j for j, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
+            if at is None:
+                continue
+            prompt = pair.encode(texts[i], chat=chat)
+            one = pair.target.make_runner()
+            single = one.forward(prompt, last_only=True)[-1]
+            for token in ours[:at]:
+                single = one.forward([token], last_only=True)[-1]
+            whole = pair.target.make_runner().forward(prompt + ours[:at], last_only=True)[-1]
+            out.setdefault(name, []).append({"prompt": i, "at": at, "ar_token": ours[at], "token": theirs[at],
+                                             "margin": float(single[ours[at]] - single[theirs[at]]),
+                                             "gap": float((single - whole).abs().max())})
+    return out
+
+
+def _parted(report: dict, kind: str, name: str) -> str:
+    """Where a lane's texts part from its AR, each with its margin and the kernels' gap there."""
+    found = report["kinds"][kind].get("divergences", {}).get(name) or []
+    return "".join(f"; prompt {d['prompt'] + 1} parts at token {d['at'] + 1}, margin {d['margin']:.2f} "
+                   f"(gap {d['gap']:.2f}{'' if d['margin'] <= d['gap'] else ', NOT a near tie'})" for d in found)
 
 
 def measure_cost(pair, when: str, started: float) -> dict:
@@ -355,7 +393,8 @@ def markdown(report: dict) -> str:
             lines.append(f"| specviz {name} | {lane['decode_tokens_per_s']:.1f} | "
                          f"{engines._x(s['specviz:' + name]['over_greedy'])} | {engines._f(lane.get('accepted_per_drafted'))} | "
                          f"{engines._f(lane['tau'])} | {engines._f(p.get('c'))} | {engines._x(p.get('predicted'))} | "
-                         f"{engines._x(p.get('measured'))} | {s['specviz:' + name]['same_text']} as its AR |")
+                         f"{engines._x(p.get('measured'))} | {s['specviz:' + name]['same_text']} as its AR"
+                         f"{_parted(report, kind, name)} |")
         idle = report["summary"][kind].get("drafted_nothing") or []
         lines += ["", f"Fastest: {report['summary'][kind]['fastest']}, "
                       f"{report['summary'][kind]['fastest_over_greedy']:.2f}x llama.cpp's greedy decoding."
@@ -379,7 +418,11 @@ def markdown(report: dict) -> str:
               "", "Accepted: drafted tokens accepted, over drafted tokens (llama-server's counters; specviz's events), "
               "the same measure in both loops. Drafters that learn from earlier outputs (ngram-mod, suffix) start "
               "every request with none: a new llama-server per request, a new suffix session per run. Predicted: "
-              "from the pilot prompts' alpha and the costs above, measured apart from the lanes."]
+              "from the pilot prompts' alpha and the costs above, measured apart from the lanes. Same text: where a "
+              "specviz lane parts from its AR on this 4-bit file, the token where it parts, the one-token pass's "
+              "margin there (logits: AR's token over the lane's) and the gap, the largest difference between "
+              "that pass's logits and one pass over the whole prefix: a margin within the gap is a near tie that "
+              "a pass over several tokens may flip."]
     return "\n".join(lines) + "\n"
 
 
