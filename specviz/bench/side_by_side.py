@@ -362,8 +362,8 @@ def _sittings(report: dict) -> str:
     if len(cost.get("sittings") or []) < 2:
         return f". The one-token pass took {one:.0f} ms{beside}."
     v4 = ", ".join(f"{s['target_s']['4'] / s['target_s']['1']:.2f}" for s in cost["sittings"])
-    return (f". Each pass's best of {len(cost['sittings'])} sittings (before the lanes, after each kind's; "
-            f"V(4) in each alone: {v4}). The one-token pass took {one:.0f} ms{beside}.")
+    return (f". Each pass's best of {len(cost['sittings'])} sittings (before the lanes, after each kind's), V(n) "
+            f"the ratio of those bests (V(4) within each sitting: {v4}). The one-token pass took {one:.0f} ms{beside}.")
 
 
 def markdown(report: dict) -> str:
