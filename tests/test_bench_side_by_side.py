@@ -118,7 +118,8 @@ def test_costs_keep_each_pass_best_over_the_sittings_and_the_pilots_are_priced_i
     assert priced["spec"]["c"] == pytest.approx(0.5)  # the draft model's, measured apart, not the pilot's
     assert priced["eagle3"]["c"] == pytest.approx(0.25) and priced["pld"]["c"] == 0.0
     report = {"cost": best, "kinds": {"code": {"specviz": {"ar": {"decode_tokens_per_s": 25.0}}}}}
-    assert "best of 2 sittings" in sbs._sittings(report) and "V(4) in each alone: 1.71, 2.50" in sbs._sittings(report)
+    assert "best of 2 sittings" in sbs._sittings(report) and "V(4) within each sitting: 1.71, 2.50" in sbs._sittings(report)
+    assert "V(n) the ratio of those bests" in sbs._sittings(report)
     assert "The one-token pass took 40 ms; specviz's AR lane decoded code at 40 ms a token." in sbs._sittings(report)
 
 
