@@ -301,28 +301,17 @@ def _main(argv) -> int:
 
 
 def divergences(pair, kind: str, lanes: dict) -> dict:
-    """lane -> where each of its texts first parts from specviz's AR on the same prompt: the token,
-    the one-token pass's margin there (AR's token's logit minus the lane's token's, on AR's own path:
-    the prompt's pass, then one token a pass) and the gap, the largest difference at that position
-    between those logits and one pass over the prompt and every token before it. A margin within the
-    gap is a near tie that a pass over several tokens may flip; a margin beyond it would be a bug."""
+    """lane -> where each of its texts first parts from specviz's AR on the same prompt, with the
+    one-token pass's margin there and the kernels' gap (specviz.runtime.llamacpp.runner.parting)."""
+    from specviz.runtime.llamacpp.runner import parting
+
     texts, _, chat = prompts_of(pair, kind)
-    ar = lanes["ar"]["token_ids"]
     out = {}
     for name, lane in lanes.items():
-        for i, (ours, theirs) in enumerate(zip(ar, lane["token_ids"])):
-            at = next((j for j, (a, b) in enumerate(zip(ours, theirs)) if a != b), None)
-            if at is None:
-                continue
-            prompt = pair.encode(texts[i], chat=chat)
-            one = pair.target.make_runner()
-            single = one.forward(prompt, last_only=True)[-1]
-            for token in ours[:at]:
-                single = one.forward([token], last_only=True)[-1]
-            whole = pair.target.make_runner().forward(prompt + ours[:at], last_only=True)[-1]
-            out.setdefault(name, []).append({"prompt": i, "at": at, "ar_token": ours[at], "token": theirs[at],
-                                             "margin": float(single[ours[at]] - single[theirs[at]]),
-                                             "gap": float((single - whole).abs().max())})
+        for i, (ours, theirs) in enumerate(zip(lanes["ar"]["token_ids"], lane["token_ids"])):
+            found = parting(pair.target, pair.encode(texts[i], chat=chat), ours, theirs)
+            if found:
+                out.setdefault(name, []).append({"prompt": i, **found})
     return out
 
 

@@ -453,6 +453,25 @@ class LlamaCppRunner:
         raise InputError("llama.cpp runs chains of tokens: a tree step's path cannot be kept.")
 
 
+def parting(model, prompt: list, ar: list, other: list) -> Optional[dict]:
+    """Where `other` first parts from `ar`, two greedy continuations of `prompt` on `model` (a
+    LlamaCppModel): {"at", "ar_token", "token", "margin", "gap"}, or None where they agree. margin:
+    AR's token's logit minus the other's, on AR's own path (the prompt's pass, then one token a
+    pass); gap: the largest difference at that position between those logits and one pass over the
+    prompt and every token before it. A margin within the gap is a near tie that a pass over several
+    tokens may flip (the 4-bit files' multi-row kernels round differently); beyond it, a bug."""
+    at = next((j for j, (a, b) in enumerate(zip(ar, other)) if a != b), None)
+    if at is None:
+        return None
+    one = model.make_runner()
+    single = one.forward(prompt, last_only=True)[-1]
+    for token in ar[:at]:
+        single = one.forward([token], last_only=True)[-1]
+    whole = model.make_runner().forward(prompt + ar[:at], last_only=True)[-1]
+    return {"at": at, "ar_token": ar[at], "token": other[at],
+            "margin": float(single[ar[at]] - single[other[at]]), "gap": float((single - whole).abs().max())}
+
+
 # ---------------------------------------------------------------------------------------------
 # GGUF types: the shipped one, and copies llama.cpp makes from it
 
