@@ -108,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
                      "by llama.cpp (chains: ar, spec, pld, cascade, suffix and the heads' medusa, eagle, eagle3, peagle, dflash; "
                      "`python -m specviz llamacpp install` builds it)")
     gen.add_argument("--gguf", default=None, help="with --backend llama.cpp: q4_k_m (the shipped file, default) | "
-                     "q4_0 | q8_0 | f16 (made from it once)")
+                     "q4_k_m-q8_0 | q4_k | q4_0 | q8_0 | f16 (made from it once; docs/llamacpp.md says what each is)")
     gen.add_argument("--heads", default="", help="medusa / eagle: a folder of trained heads "
                      "(what `train --out` wrote); default: the ones shipped for the pair")
     gen.add_argument("--jsonl", action="store_true", help="print one event per line instead")

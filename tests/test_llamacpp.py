@@ -325,6 +325,35 @@ def test_a_q8_0_copy_is_made_once_and_decodes_as_its_server_does(q8_0):
         assert server.complete(pair.encode(PROMPTS[0]), 24)["token_ids"] == ar
 
 
+@needs_llamacpp
+def test_a_retyped_copy_changes_only_the_tensors_of_one_type():
+    """gguf='q4_k_m-q8_0' and 'q4_k' keep every tensor of the shipped file byte for byte but those
+    of one type (Q6_K), which become Q8_0 (the same values to Q8_0's rounding) or Q4_K; the
+    quantizer's own recipe, which would move other tensors between types, chooses nothing. On the
+    0.5B's file (seconds; the target's takes a minute the same way)."""
+    from gguf.quants import dequantize
+
+    shipped = {t.name: t for t in llamacpp.gguf_reader(gguf_file(QWEN_DRAFT, "q4_k_m", lambda f, m: None)).tensors}
+    assert sum(t.tensor_type.name == "Q6_K" for t in shipped.values()) > 0
+    for key, new in (("q4_k_m-q8_0", "Q8_0"), ("q4_k", "Q4_K")):
+        copy = {t.name: t for t in llamacpp.gguf_reader(gguf_file(QWEN_DRAFT, key, lambda f, m: None)).tensors}
+        assert copy.keys() == shipped.keys()
+        for name, was in shipped.items():
+            now = copy[name]
+            if was.tensor_type.name != "Q6_K":
+                assert now.tensor_type == was.tensor_type, (key, name)
+                assert np.array_equal(np.asarray(now.data).view(np.uint8), np.asarray(was.data).view(np.uint8)), (key, name)
+                continue
+            assert now.tensor_type.name == new, (key, name)
+            before, after = (dequantize(t.data, t.tensor_type).astype(np.float32) for t in (was, now))
+            scale = float(np.abs(before).max())
+            # Q8_0 rounds each value to a step of its block's largest / 127, kept as float16: half a step
+            # and 127 steps' float16 rounding, under 0.6 of a step of the tensor's largest value;
+            # Q4_K's steps are about sixteen times coarser
+            bound = 0.6 * scale / 127 if new == "Q8_0" else scale / 8
+            assert float(np.abs(after - before).max()) <= bound, (key, name)
+
+
 @needs_server
 def test_the_apps_race_adds_llamacpps_own_lanes_on_the_same_file():
     """Racing the llama.cpp pair in the app: afterwards llama-server runs the same prompt on the

@@ -7,7 +7,9 @@ shipped Q4_K_M file's output head and some of its layers) and Q8_0 are multiplie
 on x86. So V(n), a pass over n tokens in one-token passes, is a property of the file's type,
 and speculation's speedup tau / (V(k + 1) + draft cost) with it.
 
-For each type (the shipped Q4_K_M, and Q4_0 and Q8_0 copies llama.cpp's quantizer makes from it):
+For each type (the shipped Q4_K_M, and copies llama.cpp's quantizer makes from it: Q4_0, Q8_0, and
+two that keep the shipped Q4_K tensors byte for byte and change only its Q6_K ones, to Q8_0, which
+keeps their quality and is multiplied by a tiled kernel, or to Q4_K, the 4-bit K kernel alone):
   cost        V(n) for n = 1..16 after a 64-token context, and c, the 0.5B draft's one-token
               pass over the target's (specviz.runtime.costs.forward_cost), before and after the
               lanes, each pass's best of the two (engines.best_cost)
@@ -40,9 +42,10 @@ import specviz
 from specviz.argparsing import Parser
 from specviz.bench import engines
 from specviz.errors import run_command
+from specviz.runtime.llamacpp.runner import GGUF_TYPES
 from specviz.runtime.llamacpp import server as llamacpp_server
 
-FORMATS = ("q4_k_m", "q4_0", "q8_0")
+FORMATS = ("q4_k_m", "q4_k_m-q8_0", "q4_k", "q4_0", "q8_0")
 COST_TOKENS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
 K = 3  # every speculative lane drafts 3 tokens a step: a 4-row verification, one block of the 4-row kernels
 LANES = {"ar": {"method": "ar"}, "spec": {"method": "spec", "k": K}, "eagle3": {"method": "eagle3", "k": K},
@@ -51,6 +54,7 @@ PILOT = (  # code prompts for the pilot run only (alpha, the heads' cost): not t
     "def fibonacci(n: int) -> int:\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
     "def flatten(items):\n    \"\"\"Flatten a nested list of lists into one list.\"\"\"\n",
 )
+NUMBERS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
 TEXT_TOKENS = 1024  # of the perplexity text
 CHUNK = 256  # tokens a perplexity pass feeds
 
@@ -149,7 +153,8 @@ def _main(argv) -> int:
         # measured again after the lanes: each pass keeps its best of the two sittings
         cost = engines.best_cost([cost, engines.cost_section(pair, COST_TOKENS)])
         pilots = engines.price_pilots(pilots, LANES, cost)
-        report["formats"][fmt] = {"desc": pair.target.desc, "bytes": pair.target.bytes, "cost": cost,
+        report["formats"][fmt] = {"desc": pair.target.desc, "what": GGUF_TYPES[fmt][2], "bytes": pair.target.bytes,
+                                  "cost": cost,
                                   "perplexity": ppl, "pilot": pilots, "lanes": lanes,
                                   "predictions": predictions(cost, pilots, lanes)}
         del pair
@@ -168,7 +173,9 @@ def _main(argv) -> int:
 
 def markdown(report: dict) -> str:
     m = report["machine"]
-    lines = [f"# The verify cost as a choice: qwen-coder's target in three GGUF types, greedy code, {report['tokens']} tokens",
+    count = len(report["formats"])
+    lines = [f"# The verify cost as a choice: qwen-coder's target in {NUMBERS.get(count, count)} GGUF types, greedy code, "
+             f"{report['tokens']} tokens",
              "", f"Machine: {m.get('cpu', '?')}, {m.get('threads', '?')} threads, {m.get('date_utc', '')} UTC. "
              f"Command: `python -m specviz.bench.formats`. Every lane in one process, one after another; tok/s count "
              f"decoding after the prompt's pass; speculative lanes draft k = {report['k']}.", "",
@@ -179,6 +186,9 @@ def markdown(report: dict) -> str:
         lines.append(f"| {fmt.upper()} | {rep['bytes'] / 1e9:.2f} GB | {rep['perplexity']:.3f} | {cv['2']:.2f} | "
                      f"{cv['4']:.2f} | {cv['5']:.2f} | {cv['8']:.2f} | {rep['cost']['c']:.2f} | "
                      + " | ".join(engines._tps(lanes, name) for name in LANES) + " |")
+    whats = [f"- {fmt.upper()}: {rep['what']}." for fmt, rep in report["formats"].items() if rep.get("what")]
+    if whats:
+        lines += ["", "The types:", "", *whats]
     own = report.get("own_greedy")
     if own:
         lines += ["", f"llama-server's own greedy decoding of the shipped Q4_K_M file: "

@@ -174,7 +174,7 @@ def _load_llamacpp(name_or_spec, gguf, progress, torch_only: dict) -> Pair:
     given = [key for key, value in torch_only.items() if value not in (None, "", "none", "auto")]
     if given:
         raise InputError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} PyTorch's; llama.cpp runs the GGUF "
-                         "file's own types: pick one with gguf= (q4_k_m, q4_0, q8_0, f16).")
+                         f"file's own types: pick one with gguf= ({', '.join(llamacpp.GGUF_TYPES)}).")
     key = llamacpp.check_gguf_type(gguf)
     say = progress or packaged.stderr_progress
     llamacpp.binding()  # before any file work: a missing llama.cpp is one sentence, not a half-made cache

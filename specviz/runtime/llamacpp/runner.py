@@ -34,6 +34,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import shutil
 import sys
 import threading
@@ -477,10 +478,18 @@ def parting(model, prompt: list, ar: list, other: list) -> Optional[dict]:
 
 GGUF_TYPES = {  # name -> (llama_ftype, bits a weight, what it is); "q4_k_m" is the file the packages ship
     "q4_k_m": (15, 5.0, "the shipped file, the type laptops run (Q4_K with Q6_K parts)"),
+    "q4_k_m-q8_0": (15, 5.5, "the shipped file with its Q6_K tensors in Q8_0 (its Q4_K tensors byte for byte): "
+                             "as good, and multiplied by llama.cpp's tiled Q8_0 kernel instead of Q6_K's row by row"),
+    "q4_k": (15, 4.5, "the shipped file with its Q6_K tensors re-quantised to Q4_K (the rest byte for byte): "
+                      "the 4-bit K kernel alone, repacked for several rows at once, at some loss"),
     "q4_0": (2, 4.5, "re-quantised here from the shipped file; llama.cpp repacks it for its multi-row CPU kernels"),
     "q8_0": (7, 8.5, "re-quantised here from the shipped file"),
     "f16": (1, 16.0, "the shipped weights de-quantised here"),
 }
+# copies that keep the shipped file's tensors and change only those of one type: ggml type names
+# (the file's -> the copy's); every other quantised tensor is pinned to its own type, which
+# llama.cpp's quantizer then copies as it is
+RETYPED = {"q4_k_m-q8_0": {"Q6_K": "Q8_0"}, "q4_k": {"Q6_K": "Q4_K"}}
 
 
 def gguf_bytes(params: int, gguf_type: str) -> int:
@@ -498,9 +507,31 @@ def check_gguf_type(name) -> str:
 def quantize(src: Path, dest: Path, gguf_type: str) -> None:
     """Write `src` as a GGUF of `gguf_type` (llama.cpp's own quantizer; re-quantising allowed)."""
     lib = binding()
+    key = check_gguf_type(gguf_type)
     params = lib.llama_model_quantize_default_params()
-    params.ftype = GGUF_TYPES[check_gguf_type(gguf_type)][0]
+    params.ftype = GGUF_TYPES[key][0]
     params.allow_requantize, params.nthread = True, default_threads()
+    overrides = None
+    if key in RETYPED:
+        from gguf import GGMLQuantizationType
+  # one pattern per type, naming each tensor: the recipe chooses nothing
+        wanted = retyped_tensors(src, RETYPED[key])
+        overrides = (lib.llama_model_tensor_override * (len(wanted) + 1))()  # the last: NULL, the end
+        for slot, (type_name, names) in zip(overrides, wanted.items()):
+            slot.pattern = ("^(" + "|".join(re.escape(n) for n in names) + ")$").encode()
+            slot.type = int(GGMLQuantizationType[type_name])
+        params.tt_overrides = ctypes.cast(overrides, ctypes.POINTER(lib.llama_model_tensor_override))
     code = lib.llama_model_quantize(str(src).encode(), str(dest).encode(), ctypes.byref(params))
     if code != 0 or not dest.exists():
         raise PairError(f"llama.cpp could not write {dest.name} (llama_model_quantize returned {code}).")
+
+
+def retyped_tensors(src: Path, change: dict) -> dict:
+    """{ggml type name: [tensor names]}: every tensor of the GGUF at `src`, each under its own
+    type, or under change[its type] where `change` names it (the quantizer leaves norms and biases
+    as they are whatever it is asked)."""
+    wanted: dict = {}
+    for tensor in gguf_reader(src).tensors:
+        name = tensor.tensor_type.name
+        wanted.setdefault(change.get(name, name), []).append(tensor.name)
+    return wanted
