@@ -81,6 +81,33 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 @pytest.fixture(scope="session")
+def site_built(tmp_path_factory):
+    """(folder, manifest) of the static site, built once for the whole run: test_site.py and
+    test_site_browser.py read it (none writes into it; a test that plants a fault copies it first),
+    and with two workers the first to ask builds it under a lock while the other waits, rather than
+    building its own beside it. The build is whole or absent (it writes a new folder, then moves it)."""
+    import json
+
+    from specviz.site import build as site
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # shared by the run's workers
+    out, manifest = root / "specviz-site" / "site", root / "specviz-site" / "built.json"
+    with open(root / "specviz-site.lock", "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not manifest.exists():
+                info = site.build(out, say=lambda line: None)
+                manifest.write_text(json.dumps(info))
+        finally:
+            if fcntl is not None:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+    return out, json.loads(manifest.read_text())
+
+
+@pytest.fixture(scope="session")
 def tiny():
     from specviz import load_pair
 

@@ -22,10 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site") / "site"
-    info = site.build(out, say=lambda line: None)
-    return out, info
+def built(site_built):
+    return site_built  # conftest.py: one build for this file and test_site_browser.py
 
 
 def unpacked(out: Path, key: str) -> dict:

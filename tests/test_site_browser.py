@@ -25,10 +25,8 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("site") / "site"
-    site.build(folder, say=lambda line: None)
-    return folder
+def out(site_built):
+    return site_built[0]  # conftest.py: one build for this file and test_site.py
 
 
 @pytest.fixture(scope="module")
