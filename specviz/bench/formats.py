@@ -42,8 +42,8 @@ import specviz
 from specviz.argparsing import Parser
 from specviz.bench import engines
 from specviz.errors import run_command
-from specviz.runtime.llamacpp.runner import GGUF_TYPES
 from specviz.runtime.llamacpp import server as llamacpp_server
+from specviz.runtime.llamacpp.runner import GGUF_TYPES
 
 FORMATS = ("q4_k_m", "q4_k_m-q8_0", "q4_k", "q4_0", "q8_0")
 COST_TOKENS = (1, 2, 3, 4, 5, 6, 8, 12, 16)

@@ -512,9 +512,9 @@ def quantize(src: Path, dest: Path, gguf_type: str) -> None:
     params.ftype = GGUF_TYPES[key][0]
     params.allow_requantize, params.nthread = True, default_threads()
     overrides = None
-    if key in RETYPED:
+    if key in RETYPED:  # one pattern per type, naming each tensor: the recipe chooses nothing
         from gguf import GGMLQuantizationType
-  # one pattern per type, naming each tensor: the recipe chooses nothing
+
         wanted = retyped_tensors(src, RETYPED[key])
         overrides = (lib.llama_model_tensor_override * (len(wanted) + 1))()  # the last: NULL, the end
         for slot, (type_name, names) in zip(overrides, wanted.items()):
