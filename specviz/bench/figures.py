@@ -299,8 +299,8 @@ ALLOWED += _on("docs/heads.md", SHIPPED, ("EAGLE-3 (13.0 MB", "P-EAGLE (13.0 MB"
                                           "Medusa (19.0 MB", "layout (22.9 MB", "Together 91.1 MB"))
 ALLOWED += _on("docs/heads.md", SETTING, ("package's\n96 MB for heads",))
 ALLOWED += _on("docs/architecture.md", SETTING, ("well under 8 minutes",))  # the GPU check's time budget, a setting of specviz.bench.gpu_check
-ALLOWED += _on("docs/llamacpp.md", DISK, ("Q8_0 2.6 GB for the pair, F16 4.8 GB (the shipped files are 1.6 GB, the\n"
-                                            "converted PyTorch cache 4.8 GB)",))
+ALLOWED += _on("docs/llamacpp.md", DISK, ("Q8_0 2.6 GB for the pair (the target and its draft), F16 4.8 GB (the\n"
+                                            "shipped files are 1.6 GB, the converted PyTorch cache 4.8 GB)",))
 ALLOWED += _on("docs/llamacpp.md", SETTING, ("greedy above) and to reach 1.3x", "does not grow with k could reach 1.3x"))  # the
 # speedup asked of a drafter (specviz.bench.side_by_side.NEED_AT)
 ALLOWED += _on("docs/models.md", SETTING, ("an 8 GB laptop", "at most 2x a 1-row one", "Gaussian noise of 3%",
