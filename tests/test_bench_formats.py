@@ -44,3 +44,25 @@ def test_predictions_use_the_pilots_acceptance_and_costs_measured_apart():
     assert out["dflash"]["predicted"] == pytest.approx(theory.expected_tokens(0.3, 3) / (v4 + 0.7))  # one block a step
     assert out["spec"]["measured"] == pytest.approx(44.0 / 40.0)
     assert "ar" not in out
+
+
+def test_a_report_names_the_cpus_kernel_extensions(tmp_path):
+    """The machine line says which vector extensions the CPU has (they decide llama.cpp's kernels
+    and native bf16); a report from before they were recorded keeps its plain line."""
+    from specviz.bench import engines
+    from specviz.runtime import machine
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: AMD EPYC\n"
+                    "flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_bf16 avx512vl\n")
+    assert machine.cpu_features(str(info)) == ["avx2", "avx512f", "avx512_bf16"]
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n")
+    assert machine.cpu_features(str(info)) == ["avx2"]
+    assert machine.cpu_features(str(tmp_path / "none")) == []
+    assert engines.machine_named({"cpu": "AMD EPYC", "cpu_features": ["avx2"]}) == "AMD EPYC (avx2)"
+    assert engines.machine_named({"cpu": "AMD EPYC"}) == "AMD EPYC"
+    report = _report()
+    report.update(machine={"cpu": "AMD EPYC", "cpu_features": ["avx2", "avx512_bf16"], "threads": 2}, tokens=64, k=3)
+    for rep in report["formats"].values():
+        rep.update(bytes=1e9, predictions={})
+    assert "Machine: AMD EPYC (avx2, avx512_bf16), 2 threads" in formats.markdown(report)

@@ -350,9 +350,17 @@ def _machine() -> dict:
 
     import torch
 
-    return {"cpu": machine.cpu_name(), "cores": machine.cpu_count(), "threads": torch.get_num_threads(),
+    return {"cpu": machine.cpu_name(), "cpu_features": machine.cpu_features(), "cores": machine.cpu_count(),
+            "threads": torch.get_num_threads(),
             "machine": platform.machine(), "torch": torch.__version__, "loadavg_start": machine.loadavg(),
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
+
+
+def machine_named(m: dict) -> str:
+    """'AMD EPYC (avx2)': the CPU and, where the report recorded them, its kernels' extensions."""
+    features = m.get("cpu_features")
+    return f"{m.get('cpu', '?')} ({', '.join(features) or 'none of ' + ', '.join(machine.CPU_FEATURES)})" \
+        if features is not None else m.get("cpu", "?")
 
 
 def markdown(report: dict) -> str:

@@ -176,7 +176,7 @@ def markdown(report: dict) -> str:
     count = len(report["formats"])
     lines = [f"# The verify cost as a choice: qwen-coder's target in {NUMBERS.get(count, count)} GGUF types, greedy code, "
              f"{report['tokens']} tokens",
-             "", f"Machine: {m.get('cpu', '?')}, {m.get('threads', '?')} threads, {m.get('date_utc', '')} UTC. "
+             "", f"Machine: {engines.machine_named(m)}, {m.get('threads', '?')} threads, {m.get('date_utc', '')} UTC. "
              f"Command: `python -m specviz.bench.formats`. Every lane in one process, one after another; tok/s count "
              f"decoding after the prompt's pass; speculative lanes draft k = {report['k']}.", "",
              "| type | size | perplexity | V(2) | V(4) | V(5) | V(8) | c (0.5B) | AR | spec | eagle3 | dflash |",

@@ -358,7 +358,7 @@ def _sittings(report: dict) -> str:
 def markdown(report: dict) -> str:
     m, cv = report["machine"], report["cost"]["curve"]
     lines = [f"# Where speculation pays on a laptop CPU: llama.cpp and specviz side by side, {report['tokens']} tokens",
-             "", f"Machine: {m.get('cpu', '?')}, {m.get('threads', '?')} threads, {m.get('date_utc', '')} UTC. "
+             "", f"Machine: {engines.machine_named(m)}, {m.get('threads', '?')} threads, {m.get('date_utc', '')} UTC. "
              f"Target: qwen-coder's shipped file ({report['target']}). Command: `python -m specviz.bench.side_by_side`. "
              f"Every lane in one process, one after another, greedy; tok/s count decoding after the prompt's pass; "
              f"every drafting lane drafts k = {report['k']} a step unless its name says otherwise. Ratios are over "

@@ -52,6 +52,24 @@ def cpu_name() -> str:
     return platform.processor() or "cpu"
 
 
+# the vector and matrix extensions that decide a CPU's kernels (llama.cpp's repacked ones, native
+# bf16, AMX), as /proc/cpuinfo names them, in the order a report lists them
+CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8")
+
+
+def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> list:
+    """The CPU_FEATURES this CPU has ([] where /proc/cpuinfo is not, as on Windows and macOS)."""
+    try:
+        with open(cpuinfo) as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    have = set(line.split(":", 1)[1].split())
+                    return [name for name in CPU_FEATURES if name in have]
+    except OSError:
+        pass
+    return []
+
+
 def loadavg():
     """The machine's 1-minute load average: other work sharing the cores skews timings."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
