@@ -365,7 +365,7 @@ def machine_named(m: dict) -> str:
 
 def markdown(report: dict) -> str:
     lines = [f"# llama.cpp beside PyTorch: qwen-coder, greedy code, {report['tokens']} tokens",
-             "", f"Machine: {report['machine'].get('cpu', '?')}, {report['machine'].get('threads', '?')} threads. "
+             "", f"Machine: {machine_named(report['machine'])}, {report['machine'].get('threads', '?')} threads. "
              "Every lane in one process, one after another; tok/s count decoding after the prompt's pass.", "",
              "| engine | c | pass(5)/pass(1) | pass(64)/pass(1) | AR tok/s | spec k=2 | spec k=4 | pld | "
              "best k (curve) | spec best k | alpha | predicted k=4 | measured k=4 |",
