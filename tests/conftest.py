@@ -88,22 +88,18 @@ def site_built(tmp_path_factory):
     building its own beside it. The build is whole or absent (it writes a new folder, then moves it)."""
     import json
 
+    from specviz import files
     from specviz.site import build as site
 
     root = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         root = root.parent  # shared by the run's workers
     out, manifest = root / "specviz-site" / "site", root / "specviz-site" / "built.json"
-    with open(root / "specviz-site.lock", "a") as lock:
-        if fcntl is not None:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            if not manifest.exists():
-                info = site.build(out, say=lambda line: None)
-                manifest.write_text(json.dumps(info))
-        finally:
-            if fcntl is not None:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+    with files.lock(out, "building the static site for the tests"):  # specviz's cross-process lock
+        if not manifest.exists():
+            manifest.parent.mkdir(parents=True, exist_ok=True)
+            info = site.build(out, say=lambda line: None)
+            manifest.write_text(json.dumps(info))
     return out, json.loads(manifest.read_text())
 
 

@@ -41,15 +41,20 @@ def environment(pair, static_cache: bool) -> dict:
             "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
 
 
-def cpu_name() -> str:
+def _cpuinfo(field: str, cpuinfo: str = "/proc/cpuinfo"):
+    """The first `field` line's value in /proc/cpuinfo (Linux), or None."""
     try:
-        with open("/proc/cpuinfo") as fh:
+        with open(cpuinfo) as fh:
             for line in fh:
-                if line.startswith("model name"):
+                if line.startswith(field):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or "cpu"
+    return None
+
+
+def cpu_name() -> str:
+    return _cpuinfo("model name") or platform.processor() or "cpu"
 
 
 # the vector and matrix extensions that decide a CPU's kernels (llama.cpp's repacked ones, native
@@ -59,15 +64,8 @@ CPU_FEATURES = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "am
 
 def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> list:
     """The CPU_FEATURES this CPU has ([] where /proc/cpuinfo is not, as on Windows and macOS)."""
-    try:
-        with open(cpuinfo) as fh:
-            for line in fh:
-                if line.startswith("flags"):
-                    have = set(line.split(":", 1)[1].split())
-                    return [name for name in CPU_FEATURES if name in have]
-    except OSError:
-        pass
-    return []
+    have = set((_cpuinfo("flags", cpuinfo) or "").split())
+    return [name for name in CPU_FEATURES if name in have]
 
 
 def loadavg():
