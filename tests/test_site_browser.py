@@ -60,12 +60,18 @@ class Visit:
             self.outside.append(url)
             route.abort()
 
-    def go(self, page: str):
-        """Open `page` and wait until its data scripts have arrived (nothing asked for half a
-        second): leaving a page sooner aborts its requests, which would count as errors."""
-        self.tab.goto(self.root + page)
-        self.tab.wait_for_load_state("load")
-        self.tab.wait_for_load_state("networkidle")
+    def go(self, page: str, timeout_ms: int = 120_000):
+        """Open `page` and wait until every view it started has been drawn or has failed (the
+        player's count of work in flight, <html data-sv-busy>, back at 0): leaving a page sooner
+        aborts its requests, which would count as errors. The page's own signal, not the network's
+        half second of quiet, which a starved browser overruns between a recording and the Plotly
+        bundle it asks for next. A page that never settles fails naming itself."""
+        try:
+            self.tab.goto(self.root + page, timeout=timeout_ms)
+            self.tab.wait_for_function("(document.documentElement.dataset.svBusy || '0') === '0'",
+                                       timeout=timeout_ms)
+        except sync_api.TimeoutError as e:
+            raise AssertionError(f"{page} did not settle in {timeout_ms / 1000:.0f} s: {e}") from None
         return self.tab
 
     def close(self):
@@ -87,6 +93,9 @@ def test_every_page_loads_offline_without_a_console_error(browser, out):
             assert not v.errors, f"{page}: {v.errors}"
             assert not v.outside, f"{page} asked outside the folder: {v.outside}"
             assert tab.evaluate("document.body.innerText.trim().length") > 200, f"{page} is blank"
+            undrawn = tab.evaluate("""[...document.querySelectorAll('.sv-figure')].filter((el) => !el.hidden &&
+                !el.closest('details:not([open])') && !(Number(el.dataset.drawn) >= 1)).length""")
+            assert undrawn == 0, f"{page}: settled with {undrawn} figure(s) not drawn"
         finally:
             v.close()
 

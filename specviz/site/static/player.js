@@ -10,6 +10,17 @@
   SV.data = SV.data || {};
   const waiting = {};
 
+  // -- work in flight: <html data-sv-busy="N"> counts the loads and drawings not yet settled, so
+  // a page (or a test) can tell when every view it started has been drawn or has failed
+  SV.busy = 0;
+  const mark = () => { document.documentElement.dataset.svBusy = String(SV.busy); };
+  SV.track = function (promise) {
+    SV.busy++;
+    mark();
+    return Promise.resolve(promise).finally(() => { SV.busy--; mark(); });
+  };
+  mark();
+
   // -- data: <script src="data/KEY.js"> calls SV.got(KEY, base64 of gzip of JSON) --------------
   SV.got = function (key, packed) {
     SV.data[key] = packed;
@@ -39,7 +50,7 @@
   const decoded = {};
   SV.load = async function (key, folder) {
     if (!decoded[key]) {
-      decoded[key] = script(key, folder).then(() => unpack(SV.data[key]));
+      decoded[key] = SV.track(script(key, folder).then(() => unpack(SV.data[key])));
     }
     return decoded[key];
   };
@@ -70,12 +81,14 @@
     }
     return plotly;
   };
-  SV.plot = async function (el, fig) {
-    if (!el) return;
-    await SV.plotly();
-    const layout = Object.assign({}, fig.layout, { template: SV.template, autosize: true });
-    window.Plotly.react(el, fig.data, layout, { responsive: true, displaylogo: false });
-    el.dataset.drawn = (Number(el.dataset.drawn || 0) + 1).toString();
+  SV.plot = function (el, fig) {
+    if (!el) return Promise.resolve();
+    return SV.track(SV.plotly().then(() => {
+      const layout = Object.assign({}, fig.layout, { template: SV.template, autosize: true });
+      const drawn = window.Plotly.react(el, fig.data, layout, { responsive: true, displaylogo: false });
+      el.dataset.drawn = (Number(el.dataset.drawn || 0) + 1).toString();
+      return drawn;
+    }));
   };
 
   // -- controls --------------------------------------------------------------------------------
