@@ -64,8 +64,9 @@ class Visit:
         """Open `page` and wait until every view it started has been drawn or has failed (the
         player's count of work in flight, <html data-sv-busy>, back at 0): leaving a page sooner
         aborts its requests, which would count as errors. The page's own signal, not the network's
-        half second of quiet, which a starved browser overruns between a recording and the Plotly
-        bundle it asks for next. A page that never settles fails naming itself."""
+        half second of quiet: that wait timed out on CI's loaded machine, and a starved browser can
+        pause longer than that between a recording and the Plotly bundle it asks for next. A page
+        that never settles fails naming itself."""
         try:
             self.tab.goto(self.root + page, timeout=timeout_ms)
             self.tab.wait_for_function("(document.documentElement.dataset.svBusy || '0') === '0'",
