@@ -66,3 +66,28 @@ def test_a_report_names_the_cpus_kernel_extensions(tmp_path):
     for rep in report["formats"].values():
         rep.update(bytes=1e9, predictions={})
     assert "Machine: AMD EPYC (avx2, avx512_bf16), 2 threads" in formats.markdown(report)
+
+
+def test_the_report_shows_the_passes_in_milliseconds_and_renders_again_from_its_json(tmp_path, capsys):
+    """Each type's curve has its own unit (its one-token pass), so the report also shows the passes
+    the docs compare across types in milliseconds, beside the AR lane's time a token; --render
+    rewrites the Markdown from the JSON alone, and says what to do where there is none."""
+    import json
+
+    report = _report()
+    report.update(machine={"cpu": "AMD EPYC", "threads": 2}, tokens=64, k=3)
+    for rep in report["formats"].values():
+        rep.update(bytes=1e9, predictions={})
+    report["formats"]["q4_0"]["lanes"]["ar"] = _lane(50.0)
+    md = formats.markdown(report)
+    # the made-up passes: 20 ms for one token, + 10 ms a token more; AR 40 and 50 tok/s
+    assert "| type | 1 token | 4 tokens | 8 tokens | AR lane, a token |" in md
+    assert "| Q4_K_M | 20.0 | 50.0 | 90.0 | 25.0 |" in md and "| Q4_0 | 20.0 | 50.0 | 90.0 | 20.0 |" in md
+    out = tmp_path / "formats"
+    out.with_suffix(".json").write_text(json.dumps(report))
+    assert formats.main(["--render", "--out", str(out)]) == 0
+    assert out.with_suffix(".md").read_text() == md
+    capsys.readouterr()
+    assert formats.main(["--render", "--out", str(tmp_path / "none")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no report at" in err[0] and "python -m specviz.bench.formats" in err[0]

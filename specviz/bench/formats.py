@@ -24,6 +24,7 @@ and llama-server's own greedy decoding of the shipped Q4_K_M file, the denominat
 speedup in the summary. Everything runs in one process, one lane after another.
 
 Usage: python -m specviz.bench.formats [--tokens 64] [--repeats 2] [--out docs/benchmarks/llamacpp-formats]
+       python -m specviz.bench.formats --render [--out ...]   the Markdown again from the JSON, no model
 """
 
 from __future__ import annotations
@@ -39,14 +40,16 @@ from pathlib import Path
 import torch
 
 import specviz
+from specviz import files
 from specviz.argparsing import Parser
 from specviz.bench import engines
-from specviz.errors import run_command
+from specviz.errors import InputError, run_command
 from specviz.runtime.llamacpp import server as llamacpp_server
 from specviz.runtime.llamacpp.runner import GGUF_TYPES
 
 FORMATS = ("q4_k_m", "q4_k_m-q8_0", "q4_k", "q4_0", "q8_0")
 COST_TOKENS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+PASS_MS = (1, 4, 8)  # passes the report also shows in milliseconds: the unit, what k = 3 verifies, a long pass
 K = 3  # every speculative lane drafts 3 tokens a step: a 4-row verification, one block of the 4-row kernels
 LANES = {"ar": {"method": "ar"}, "spec": {"method": "spec", "k": K}, "eagle3": {"method": "eagle3", "k": K},
          "dflash": {"method": "dflash", "k": K}}
@@ -133,7 +136,11 @@ def _main(argv) -> int:
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--out", default="docs/benchmarks/llamacpp-formats", help="report path without extension")
+    parser.add_argument("--render", action="store_true",
+                        help="runs nothing: rewrites the report's Markdown from its JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        return render(Path(args.out))
     text, digest = perplexity_text()
     report = {"machine": engines._machine(), "tokens": args.tokens, "repeats": args.repeats, "k": K,
               "prompts": list(engines.PROMPTS), "pilot_prompts": list(PILOT),
@@ -167,6 +174,17 @@ def _main(argv) -> int:
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))
     out.with_suffix(".md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+def render(out: Path) -> int:
+    """The Markdown from the report's measurements (no model runs)."""
+    path = out.with_suffix(".json")
+    if not path.exists():
+        raise InputError(f"no report at {path}: run python -m specviz.bench.formats first.")
+    report = json.loads(path.read_text(encoding="utf-8"))
+    files.write_text(out.with_suffix(".md"), markdown(report))
     print(markdown(report))
     return 0
 
@@ -205,6 +223,15 @@ def markdown(report: dict) -> str:
               "| type | " + " | ".join(str(n) for n in COST_TOKENS) + " |", "|---|" + "---|" * len(COST_TOKENS)]
     for fmt, rep in report["formats"].items():
         lines.append(f"| {fmt.upper()} | " + " | ".join(f"{rep['cost']['curve'][str(n)]:.2f}" for n in COST_TOKENS) + " |")
+    # the curves' unit differs by type: the same passes in milliseconds, and the AR lane's time a
+    # token beside its one-token pass (the lane adds the engine's step and the prompts' contexts)
+    lines += ["", "The same passes in milliseconds (each the best of its sittings), and the AR lane's time a token:", "",
+              "| type | " + " | ".join(f"{n} token{'s' if n > 1 else ''}" for n in PASS_MS) + " | AR lane, a token |",
+              "|---|" + "---|" * (len(PASS_MS) + 1)]
+    for fmt, rep in report["formats"].items():
+        ar = rep["lanes"].get("ar", {}).get("decode_tokens_per_s")
+        lines.append(f"| {fmt.upper()} | " + " | ".join(f"{1000 * rep['cost']['target_s'][str(n)]:.1f}" for n in PASS_MS)
+                     + f" | {f'{1000 / ar:.1f}' if ar else '—'} |")
     s = report.get("summary") or {}
     if s.get("per_lane"):
         lines += ["", "Over llama.cpp's own greedy decoding of the shipped file (a type counts where its perplexity "
