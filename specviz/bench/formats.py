@@ -173,9 +173,7 @@ def _main(argv) -> int:
     report["seconds"] = time.time() - started
     out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))
-    out.with_suffix(".md").write_text(markdown(report))
-    print(markdown(report))
-    return 0
+    return write_markdown(out, report)
 
 
 def render(out: Path) -> int:
@@ -183,9 +181,14 @@ def render(out: Path) -> int:
     path = out.with_suffix(".json")
     if not path.exists():
         raise InputError(f"no report at {path}: run python -m specviz.bench.formats first.")
-    report = json.loads(path.read_text(encoding="utf-8"))
-    files.write_text(out.with_suffix(".md"), markdown(report))
-    print(markdown(report))
+    return write_markdown(out, json.loads(path.read_text(encoding="utf-8")))
+
+
+def write_markdown(out: Path, report: dict) -> int:
+    """The report's Markdown beside its JSON, and on stdout: after a run, and for --render."""
+    text = markdown(report)
+    files.write_text(out.with_suffix(".md"), text)
+    print(text)
     return 0
 
 

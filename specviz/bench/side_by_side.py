@@ -337,8 +337,9 @@ def render(out: Path) -> int:
     report = json.loads(path.read_text(encoding="utf-8"))
     report["summary"], report["needs"] = summary(report), needs(report)
     files.write_json(path, report)
-    files.write_text(out.with_suffix(".md"), markdown(report))
-    print(markdown(report))
+    text = markdown(report)
+    files.write_text(out.with_suffix(".md"), text)
+    print(text)
     return 0
 
 
